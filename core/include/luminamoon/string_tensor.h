@@ -1,0 +1,201 @@
+/* luminamoon/string_tensor.h — a tensor of strings in two layouts.
+ *
+ * Views layout (CPU): N lm_string_view (16 bytes each) + payload buffers that
+ * the long views point into.  Payload buffers are reference counted and shared
+ * between tensors: slicing, take and compact build new views and never copy
+ * payload bytes.
+ *
+ * Offsets layout (GPU / Arrow / NumPy): N+1 monotone offsets (int32 while the
+ * payload is under 2 GiB, int64 above) + one flat UTF-8 payload.
+ *
+ * Offsets -> views is zero-copy for the payload.  A payload larger than 2 GiB is
+ * addressed through overlapping windows: window k starts at byte k << 31
+ * (LM_WINDOW_SHIFT) and runs to the end of the payload, so a string starting at
+ * byte p lives in window p >> 31 at offset p & (2^31 - 1).
+ *
+ * Thread-safety: functions on distinct objects are thread-safe.  A finished
+ * lm_string_tensor is immutable and may be read from many threads; the
+ * reference counts of lm_buffer are atomic.  A builder is single-threaded.
+ */
+#ifndef LUMINAMOON_STRING_TENSOR_H
+#define LUMINAMOON_STRING_TENSOR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "luminamoon/parallel.h"
+#include "luminamoon/status.h"
+#include "luminamoon/string_view.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define LM_WINDOW_SHIFT 31u
+#define LM_DEFAULT_BLOCK_SIZE ((size_t)4 << 20) /* 4 MiB payload blocks */
+
+/* ---------------------------------------------------------------- buffers */
+
+/* A reference-counted, immutable-once-shared payload buffer. */
+typedef struct lm_buffer lm_buffer;
+
+/* A new buffer of `capacity` bytes owned by the core (malloc).
+ * Ownership: *out holds one reference; drop it with lm_buffer_release. */
+lm_status lm_buffer_create(size_t capacity, lm_buffer **out);
+
+/* Wrap external memory without copying.  `release(owner)` runs when the last
+ * reference is dropped (release may be NULL).  Ownership: the core never frees
+ * `data`; *out holds one reference. */
+lm_status lm_buffer_wrap(const uint8_t *data, size_t size, void (*release)(void *owner),
+                         void *owner, lm_buffer **out);
+
+void lm_buffer_retain(lm_buffer *b);  /* NULL is ignored */
+void lm_buffer_release(lm_buffer *b); /* NULL is ignored; frees at zero */
+const uint8_t *lm_buffer_data(const lm_buffer *b);
+size_t lm_buffer_size(const lm_buffer *b);
+
+/* ---------------------------------------------------------- string tensor */
+
+/* Views + the buffers they point into.  Fields are read-only for users. */
+typedef struct lm_string_tensor {
+  lm_string_view *views; /* owned by the tensor (n entries) */
+  size_t n;
+  lm_buffer **buffers;   /* owned array; each entry holds one reference */
+  const uint8_t **buffer_data; /* base pointers, parallel to buffers */
+  uint32_t nbuffers;
+} lm_string_tensor;
+
+/* Frees the views and drops the buffer references.  NULL is ignored. */
+void lm_st_destroy(lm_string_tensor *st);
+
+/* The bytes of element i (*len receives the length).  LM_ERANGE if i >= n. */
+lm_status lm_st_get(const lm_string_tensor *st, size_t i, const uint8_t **data, uint32_t *len);
+
+/* A new tensor of elements [begin, end) sharing the payload.  Ownership: *out is the caller's. */
+lm_status lm_st_slice(const lm_string_tensor *st, size_t begin, size_t end, lm_string_tensor **out);
+
+/* A new tensor of st[index[k]] for k < m, sharing the payload.  Indices must lie in [0, n). */
+lm_status lm_st_take(const lm_string_tensor *st, const int64_t *index, size_t m, lm_string_tensor **out);
+
+/* A new tensor of the elements whose mask byte is non-zero, sharing the payload. */
+lm_status lm_st_compact(const lm_string_tensor *st, const uint8_t *mask, lm_string_tensor **out);
+
+/* ---------------------------------------------------------------- builder */
+
+typedef struct lm_builder lm_builder;
+
+enum { LM_BUILDER_VALIDATE_UTF8 = 1 };
+
+/* block_size 0 means LM_DEFAULT_BLOCK_SIZE; flags: LM_BUILDER_VALIDATE_UTF8.
+ * Ownership: *out is the caller's; free with lm_builder_destroy. */
+lm_status lm_builder_create(size_t block_size, unsigned flags, lm_builder **out);
+void lm_builder_destroy(lm_builder *b); /* NULL is ignored */
+
+/* Room for `n` more views (an optimisation only). */
+lm_status lm_builder_reserve(lm_builder *b, size_t n);
+
+/* Append one string (copied): inline when <= 12 bytes, else into the current
+ * payload block (a new block when it does not fit).  LM_EOVERFLOW when
+ * len > 2^31-1, LM_EUTF8 when validating and the bytes are not UTF-8. */
+lm_status lm_builder_append(lm_builder *b, const uint8_t *s, size_t len);
+
+/* Move everything appended so far into a new tensor; the builder is reset and
+ * may be reused.  Ownership: *out is the caller's. */
+lm_status lm_builder_finish(lm_builder *b, lm_string_tensor **out);
+
+/* ------------------------------------------------------------- validation */
+
+/* Is [s, s+len) valid UTF-8?  LM_OK or LM_EUTF8 (*error_pos, if not NULL, gets
+ * the offset of the first invalid byte). */
+lm_status lm_utf8_validate(const uint8_t *s, size_t len, size_t *error_pos);
+
+/* Offsets: n+1 entries, non-negative, non-decreasing, last <= data_len. */
+lm_status lm_offsets32_validate(const int32_t *offsets, size_t n, size_t data_len);
+lm_status lm_offsets64_validate(const int64_t *offsets, size_t n, size_t data_len);
+
+/* Views: len <= 2^31-1, inline padding zero, long views inside their buffer
+ * (buffer_sizes[nbuffers]) with a matching prefix.  LM_ECORRUPT otherwise. */
+lm_status lm_views_validate(const lm_string_view *views, size_t n, const uint8_t *const *buffers,
+                            const size_t *buffer_sizes, uint32_t nbuffers);
+
+/* ------------------------------------------------------ layout conversion */
+
+/* Total payload bytes of the views (sum of lengths) into *total. */
+lm_status lm_views_total_bytes(const lm_string_view *views, size_t n, uint64_t *total);
+
+/* Views -> offsets + one payload (copies payload once).  offsets has n+1
+ * entries, data has lm_views_total_bytes bytes.  The 32-bit form returns
+ * LM_EOVERFLOW when the total exceeds INT32_MAX. */
+lm_status lm_views_to_offsets32(const lm_string_view *views, size_t n, const uint8_t *const *buffers,
+                                int32_t *offsets, uint8_t *data, const lm_exec *exec);
+lm_status lm_views_to_offsets64(const lm_string_view *views, size_t n, const uint8_t *const *buffers,
+                                int64_t *offsets, uint8_t *data, const lm_exec *exec);
+
+/* Offsets + payload -> views (no payload copy).  Long views point at buffer
+ * `base_buffer` + (start >> LM_WINDOW_SHIFT) (see above); payloads under 2 GiB
+ * use the single buffer `base_buffer`.  Validates the offsets first. */
+lm_status lm_views_from_offsets32(const int32_t *offsets, size_t n, const uint8_t *data, size_t data_len,
+                                  uint32_t base_buffer, lm_string_view *views, const lm_exec *exec);
+lm_status lm_views_from_offsets64(const int64_t *offsets, size_t n, const uint8_t *data, size_t data_len,
+                                  uint32_t base_buffer, lm_string_view *views, const lm_exec *exec);
+
+/* Number of window buffers a payload of data_len bytes needs (>= 1). */
+uint32_t lm_window_count(uint64_t data_len);
+
+/* ------------------------------------------------------ views-layout ops */
+/* out has n entries.  The views must have been validated against buffers. */
+
+/* out[i] = 1 when string i starts with prefix[0..plen). */
+lm_status lm_views_prefix_match(const lm_string_view *views, size_t n, const uint8_t *const *buffers,
+                                const uint8_t *prefix, size_t plen, uint8_t *out, const lm_exec *exec);
+/* out[i] = 1 when string i equals s[0..slen). */
+lm_status lm_views_equal_scalar(const lm_string_view *views, size_t n, const uint8_t *const *buffers,
+                                const uint8_t *s, size_t slen, uint8_t *out, const lm_exec *exec);
+/* out[i] = 1 when a[i] equals b[i]. */
+lm_status lm_views_equal(const lm_string_view *a, const uint8_t *const *buffers_a, const lm_string_view *b,
+                         const uint8_t *const *buffers_b, size_t n, uint8_t *out, const lm_exec *exec);
+/* out[i] = XXH3-64(string i, seed). */
+lm_status lm_views_hash64(const lm_string_view *views, size_t n, const uint8_t *const *buffers, uint64_t seed,
+                          uint64_t *out, const lm_exec *exec);
+
+/* ----------------------------------------------------- offsets-layout ops */
+/* The same operations on offsets + payload, for int32 (o32) and int64 (o64)
+ * offsets.  Offsets must have been validated against data (see above). */
+#define LM_DECLARE_OFFSET_OPS(SUF, OFF_T)                                                             \
+  lm_status lm_##SUF##_prefix_match(const OFF_T *offsets, size_t n, const uint8_t *data,             \
+                                    const uint8_t *prefix, size_t plen, uint8_t *out,                 \
+                                    const lm_exec *exec);                                             \
+  lm_status lm_##SUF##_equal_scalar(const OFF_T *offsets, size_t n, const uint8_t *data,             \
+                                    const uint8_t *s, size_t slen, uint8_t *out, const lm_exec *exec); \
+  lm_status lm_##SUF##_equal(const OFF_T *offsets_a, const uint8_t *data_a, const OFF_T *offsets_b,  \
+                             const uint8_t *data_b, size_t n, uint8_t *out, const lm_exec *exec);     \
+  lm_status lm_##SUF##_hash64(const OFF_T *offsets, size_t n, const uint8_t *data, uint64_t seed,    \
+                              uint64_t *out, const lm_exec *exec);                                    \
+  /* Byte-level tokens: row i = [bos] bytes... [eos] then pad; max_len columns;                       \
+   * bos/eos < 0 mean none; content is truncated so bos and eos fit.                                  \
+   * tokens has n*max_len int64, lengths n int64 (tokens that are not padding). */                     \
+  lm_status lm_##SUF##_pad_bytes(const OFF_T *offsets, size_t n, const uint8_t *data, size_t max_len,\
+                                 int64_t pad_id, int64_t bos_id, int64_t eos_id, int64_t *tokens,     \
+                                 int64_t *lengths, const lm_exec *exec);                              \
+  /* Gather, pass 1: out_offsets (m+1) of the strings index[0..m); LM_ERANGE for an index             \
+   * outside [0, n), LM_EOVERFLOW when the total does not fit OFF_T. */                               \
+  lm_status lm_##SUF##_gather_offsets(const OFF_T *offsets, size_t n, const int64_t *index, size_t m,\
+                                      OFF_T *out_offsets);                                            \
+  /* Gather, pass 2: copy the payload into out_data (out_offsets[m] bytes). */                         \
+  lm_status lm_##SUF##_gather_data(const OFF_T *offsets, const uint8_t *data, const int64_t *index,  \
+                                   size_t m, const OFF_T *out_offsets, uint8_t *out_data,             \
+                                   const lm_exec *exec);                                              \
+  /* Compact, pass 1: *out_n kept strings and their *out_bytes. */                                     \
+  lm_status lm_##SUF##_compact_count(const OFF_T *offsets, size_t n, const uint8_t *mask,            \
+                                     size_t *out_n, uint64_t *out_bytes);                             \
+  /* Compact, pass 2: out_offsets (out_n+1) and out_data. */                                           \
+  lm_status lm_##SUF##_compact(const OFF_T *offsets, size_t n, const uint8_t *data,                  \
+                               const uint8_t *mask, OFF_T *out_offsets, uint8_t *out_data);
+
+LM_DECLARE_OFFSET_OPS(o32, int32_t)
+LM_DECLARE_OFFSET_OPS(o64, int64_t)
+
+#ifdef __cplusplus
+}
+#endif
+#endif
