@@ -1,0 +1,29 @@
+/* Element-wise operations, gather, compact and byte padding on the offsets
+ * layout, for int32 and int64 offsets (ops_offsets_impl.h, included twice). */
+#include <stdint.h>
+#include <string.h>
+
+#include "luminamoon/hash.h"
+#include "luminamoon/string_tensor.h"
+
+static lm_exec grain(const lm_exec *exec, size_t items) {
+  lm_exec e = exec ? *exec : (lm_exec){1, 0};
+  if (!e.min_items_per_thread) e.min_items_per_thread = items;
+  return e;
+}
+
+#define SUF o32
+#define OFF_T int32_t
+#define OFF_MAX INT32_MAX
+#include "ops_offsets_impl.h"
+#undef SUF
+#undef OFF_T
+#undef OFF_MAX
+
+#define SUF o64
+#define OFF_T int64_t
+#define OFF_MAX INT64_MAX
+#include "ops_offsets_impl.h"
+#undef SUF
+#undef OFF_T
+#undef OFF_MAX

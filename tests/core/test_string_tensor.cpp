@@ -1,0 +1,546 @@
+// GoogleTest suite for the StringTensor core: views, builder, layouts, ops.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+extern "C" {
+#include "luminamoon/hash.h"
+#include "luminamoon/string_tensor.h"
+}
+
+namespace {
+
+struct StDeleter {
+  void operator()(lm_string_tensor *st) const { lm_st_destroy(st); }
+};
+using StPtr = std::unique_ptr<lm_string_tensor, StDeleter>;
+
+StPtr build(const std::vector<std::string> &items, size_t block = 0) {
+  lm_builder *b = nullptr;
+  EXPECT_EQ(lm_builder_create(block, 0, &b), LM_OK);
+  for (const auto &s : items)
+    EXPECT_EQ(lm_builder_append(b, reinterpret_cast<const uint8_t *>(s.data()), s.size()), LM_OK);
+  lm_string_tensor *st = nullptr;
+  EXPECT_EQ(lm_builder_finish(b, &st), LM_OK);
+  lm_builder_destroy(b);
+  return StPtr(st);
+}
+
+std::string get(const lm_string_tensor *st, size_t i) {
+  const uint8_t *d = nullptr;
+  uint32_t len = 0;
+  EXPECT_EQ(lm_st_get(st, i, &d, &len), LM_OK);
+  return std::string(reinterpret_cast<const char *>(d), len);
+}
+
+std::vector<std::string> to_vec(const lm_string_tensor *st) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < st->n; i++) out.push_back(get(st, i));
+  return out;
+}
+
+// Random strings of every length class, with duplicates and shared prefixes.
+std::vector<std::string> random_strings(std::mt19937_64 &rng, size_t n) {
+  static const char *pool[] = {"", "a", "ab", "abcd", "abcdefghijkl", "abcdefghijklm", "prefix-", "é", "日本語"};
+  std::vector<std::string> out;
+  std::uniform_int_distribution<int> kind(0, 5), len_short(0, 12), len_long(13, 300), byte(0, 255);
+  for (size_t i = 0; i < n; i++) {
+    std::string s;
+    switch (kind(rng)) {
+      case 0: s = pool[rng() % (sizeof pool / sizeof *pool)]; break;
+      case 1: for (int k = len_short(rng); k > 0; k--) s.push_back(char('a' + rng() % 3)); break;
+      case 2: for (int k = len_long(rng); k > 0; k--) s.push_back(char('a' + rng() % 3)); break;
+      case 3: s = std::string("prefix-") + std::to_string(rng() % 50); break;
+      case 4: for (int k = len_long(rng); k > 0; k--) s.push_back(char(byte(rng))); break;
+      default: s = out.empty() ? std::string("x") : out[rng() % out.size()]; break;
+    }
+    out.push_back(s);
+  }
+  return out;
+}
+
+std::vector<int32_t> offsets32_of(const std::vector<std::string> &v, std::string &data) {
+  std::vector<int32_t> off{0};
+  data.clear();
+  for (const auto &s : v) {
+    data += s;
+    off.push_back(int32_t(data.size()));
+  }
+  return off;
+}
+
+const uint8_t *u8(const std::string &s) { return reinterpret_cast<const uint8_t *>(s.data()); }
+
+}  // namespace
+
+TEST(StringView, IsSixteenBytesAndInlinesUpToTwelve) {
+  static_assert(sizeof(lm_string_view) == 16, "size");
+  for (uint32_t len = 0; len <= 12; len++) {
+    std::string s(len, 'z');
+    for (uint32_t k = 0; k < len; k++) s[k] = char('a' + k);
+    lm_string_view v;
+    ASSERT_EQ(lm_sv_make(&v, u8(s), len, 7, 9), 0);
+    EXPECT_EQ(v.len, len);
+    EXPECT_TRUE(lm_sv_is_inline(&v));
+    uint8_t raw[16];
+    std::memcpy(raw, &v, 16);
+    EXPECT_EQ(std::memcmp(raw + 4, s.data(), len), 0);
+    for (uint32_t k = 4 + len; k < 16; k++) EXPECT_EQ(raw[k], 0) << "padding byte " << k;
+    EXPECT_EQ(std::string(reinterpret_cast<const char *>(lm_sv_data(&v, nullptr)), len), s);
+  }
+}
+
+TEST(StringView, LongStringsKeepPrefixBufferAndOffset) {
+  std::string s = "0123456789abcdefXYZ";  // 19 bytes
+  for (uint32_t len = 13; len <= s.size(); len++) {
+    lm_string_view v;
+    ASSERT_EQ(lm_sv_make(&v, u8(s), len, 3, 1234567), 0);
+    EXPECT_FALSE(lm_sv_is_inline(&v));
+    EXPECT_EQ(std::memcmp(v.prefix_or_inline, "0123", 4), 0);
+    EXPECT_EQ(lm_sv_buffer_index(&v), 3u);
+    EXPECT_EQ(lm_sv_offset(&v), 1234567u);
+    uint8_t raw[16];
+    std::memcpy(raw, &v, 16);
+    uint32_t b, o;  // Arrow layout: bytes 8..11 buffer index, 12..15 offset, little-endian
+    std::memcpy(&b, raw + 8, 4);
+    std::memcpy(&o, raw + 12, 4);
+    EXPECT_EQ(b, 3u);
+    EXPECT_EQ(o, 1234567u);
+  }
+}
+
+TEST(Builder, RoundTripsEveryLengthClassAndEmpty) {
+  std::vector<std::string> items;
+  for (int len = 0; len <= 40; len++) items.push_back(std::string(len, char('a' + len % 26)));
+  items.push_back("");
+  auto st = build(items);
+  ASSERT_EQ(st->n, items.size());
+  EXPECT_EQ(to_vec(st.get()), items);
+  for (size_t i = 0; i < items.size(); i++) EXPECT_EQ(lm_sv_is_inline(&st->views[i]), items[i].size() <= 12);
+}
+
+TEST(Builder, EmptyTensor) {
+  auto st = build({});
+  ASSERT_NE(st, nullptr);
+  EXPECT_EQ(st->n, 0u);
+  EXPECT_EQ(st->nbuffers, 0u);
+  uint64_t total = 1;
+  EXPECT_EQ(lm_views_total_bytes(st->views, 0, &total), LM_OK);
+  EXPECT_EQ(total, 0u);
+  int32_t off[1] = {-1};
+  EXPECT_EQ(lm_views_to_offsets32(st->views, 0, st->buffer_data, off, nullptr, nullptr), LM_OK);
+  EXPECT_EQ(off[0], 0);
+}
+
+TEST(Builder, MultiByteCharacterStraddlingThePrefix) {
+  // "abc" + "é" (2 bytes) puts the 4-byte prefix boundary inside the character;
+  // "ab" + "日" (3 bytes) likewise; both long enough not to be inlined.
+  std::vector<std::string> items = {"abc\xc3\xa9-long-enough-string", "ab\xe6\x97\xa5-long-enough-string",
+                                    "a\xf0\x9f\x98\x80 emoji straddles prefix"};
+  auto st = build(items);
+  EXPECT_EQ(to_vec(st.get()), items);
+  for (size_t i = 0; i < items.size(); i++) EXPECT_EQ(std::memcmp(st->views[i].prefix_or_inline, items[i].data(), 4), 0);
+  uint8_t out[3];
+  std::string p = "abc\xc3";  // a prefix ending mid-character still matches bytewise
+  ASSERT_EQ(lm_views_prefix_match(st->views, 3, st->buffer_data, u8(p), p.size(), out, nullptr), LM_OK);
+  EXPECT_EQ(out[0], 1);
+  EXPECT_EQ(out[1], 0);
+  EXPECT_EQ(out[2], 0);
+}
+
+TEST(Builder, SeveralPayloadBlocks) {
+  std::vector<std::string> items;
+  for (int i = 0; i < 100; i++) items.push_back(std::string(50 + i, char('A' + i % 26)) + std::to_string(i));
+  auto st = build(items, 256);  // 256-byte blocks force many blocks
+  EXPECT_GT(st->nbuffers, 10u);
+  EXPECT_EQ(to_vec(st.get()), items);
+  // A string larger than the block size gets a block of its own.
+  std::string big(10000, 'q');
+  auto st2 = build({"short", big, "another-long-string-here"}, 256);
+  EXPECT_EQ(get(st2.get(), 1), big);
+  EXPECT_EQ(get(st2.get(), 2), "another-long-string-here");
+  std::vector<size_t> sizes;
+  for (uint32_t b = 0; b < st->nbuffers; b++) sizes.push_back(lm_buffer_size(st->buffers[b]));
+  EXPECT_EQ(lm_views_validate(st->views, st->n, st->buffer_data, sizes.data(), st->nbuffers), LM_OK);
+}
+
+TEST(Builder, RejectsBadInput) {
+  lm_builder *b = nullptr;
+  EXPECT_EQ(lm_builder_create(0, 0x80, &b), LM_EINVAL);
+  EXPECT_EQ(lm_builder_create(0, LM_BUILDER_VALIDATE_UTF8, nullptr), LM_EINVAL);
+  ASSERT_EQ(lm_builder_create(0, LM_BUILDER_VALIDATE_UTF8, &b), LM_OK);
+  EXPECT_EQ(lm_builder_append(b, nullptr, 3), LM_EINVAL);
+  EXPECT_EQ(lm_builder_append(b, u8(std::string("\xff")), 1), LM_EUTF8);
+  EXPECT_EQ(lm_builder_append(b, u8(std::string("ok")), (size_t)LM_MAX_STRING_LEN + 1), LM_EOVERFLOW);
+  EXPECT_EQ(lm_builder_append(b, u8(std::string("ok")), 2), LM_OK);
+  lm_string_tensor *st = nullptr;
+  ASSERT_EQ(lm_builder_finish(b, &st), LM_OK);
+  EXPECT_EQ(st->n, 1u);  // the rejected appends left nothing behind
+  lm_st_destroy(st);
+  lm_builder_destroy(b);
+}
+
+TEST(Utf8, ValidatesLikeTheStandard) {
+  struct Case { std::string s; bool ok; size_t pos; };
+  std::vector<Case> cases = {
+      {"", true, 0}, {"plain ascii text", true, 0}, {"\xc3\xa9", true, 0}, {"\xe6\x97\xa5", true, 0},
+      {"\xf0\x9f\x98\x80", true, 0}, {"\xf4\x8f\xbf\xbf", true, 0},
+      {"ab\xc0\xaf", false, 2},        // overlong
+      {"\xe0\x80\xaf", false, 0},      // overlong 3-byte
+      {"\xed\xa0\x80", false, 0},      // surrogate
+      {"\xf4\x90\x80\x80", false, 0},  // > U+10FFFF
+      {"abc\xe6\x97", false, 3},       // truncated at end
+      {"\x80", false, 0}, {"\xff", false, 0}, {"abcdefgh\xc3(", false, 8},
+  };
+  for (const auto &c : cases) {
+    size_t pos = 99;
+    lm_status s = lm_utf8_validate(u8(c.s), c.s.size(), &pos);
+    EXPECT_EQ(s == LM_OK, c.ok) << c.s;
+    if (!c.ok) {
+      EXPECT_EQ(pos, c.pos) << c.s;
+    }
+  }
+}
+
+TEST(Layout, OffsetsRoundTripOnRandomInput) {
+  std::mt19937_64 rng(1);
+  for (int round = 0; round < 20; round++) {
+    auto items = random_strings(rng, 1 + rng() % 500);
+    auto st = build(items, 1024);
+    uint64_t total = 0;
+    ASSERT_EQ(lm_views_total_bytes(st->views, st->n, &total), LM_OK);
+    std::vector<int32_t> off(st->n + 1);
+    std::vector<uint8_t> data(total + 1);
+    lm_exec ex = {2, 16};
+    ASSERT_EQ(lm_views_to_offsets32(st->views, st->n, st->buffer_data, off.data(), data.data(), &ex), LM_OK);
+    std::string ref;
+    auto ref_off = offsets32_of(items, ref);
+    EXPECT_EQ(off, ref_off);
+    EXPECT_EQ(std::memcmp(data.data(), ref.data(), ref.size()), 0);
+    std::vector<int64_t> off64(st->n + 1);
+    ASSERT_EQ(lm_views_to_offsets64(st->views, st->n, st->buffer_data, off64.data(), data.data(), nullptr), LM_OK);
+    for (size_t i = 0; i <= st->n; i++) EXPECT_EQ(off64[i], off[i]);
+    // offsets -> views: zero copy (long views point into `data` as buffer 5)
+    std::vector<lm_string_view> views(st->n);
+    ASSERT_EQ(lm_views_from_offsets32(off.data(), st->n, data.data(), total, 5, views.data(), &ex), LM_OK);
+    const uint8_t *bufs[6] = {nullptr, nullptr, nullptr, nullptr, nullptr, data.data()};
+    for (size_t i = 0; i < st->n; i++) {
+      EXPECT_EQ(std::string(reinterpret_cast<const char *>(lm_sv_data(&views[i], bufs)), views[i].len), items[i]);
+      if (views[i].len > 12) {
+        EXPECT_EQ(lm_sv_buffer_index(&views[i]), 5u);
+        EXPECT_EQ(lm_sv_data(&views[i], bufs), data.data() + off[i]);  // points into data: no copy
+      }
+    }
+  }
+}
+
+TEST(Layout, RejectsBadOffsets) {
+  std::string data = "abcdef";
+  std::vector<lm_string_view> views(3);
+  int32_t non_monotone[] = {0, 4, 2, 6};
+  EXPECT_EQ(lm_views_from_offsets32(non_monotone, 3, u8(data), 6, 0, views.data(), nullptr), LM_EINVAL);
+  int32_t past_end[] = {0, 2, 4, 7};
+  EXPECT_EQ(lm_views_from_offsets32(past_end, 3, u8(data), 6, 0, views.data(), nullptr), LM_ERANGE);
+  int32_t negative[] = {-1, 2, 4, 6};
+  EXPECT_EQ(lm_views_from_offsets32(negative, 3, u8(data), 6, 0, views.data(), nullptr), LM_EINVAL);
+  int64_t ok[] = {0, 2, 4, 6};
+  EXPECT_EQ(lm_views_from_offsets64(ok, 3, u8(data), 6, 0, views.data(), nullptr), LM_OK);
+  EXPECT_EQ(lm_views_from_offsets64(ok, 3, nullptr, 6, 0, views.data(), nullptr), LM_EINVAL);
+}
+
+TEST(Layout, ValidateViewsCatchesCorruption) {
+  auto st = build({"short", "a string longer than twelve", "another long string!"});
+  std::vector<size_t> sizes = {lm_buffer_size(st->buffers[0])};
+  ASSERT_EQ(lm_views_validate(st->views, 3, st->buffer_data, sizes.data(), 1), LM_OK);
+  std::vector<lm_string_view> v(st->views, st->views + 3);
+  v[0].suffix_or_offset[7] = 1;  // non-zero inline padding
+  EXPECT_EQ(lm_views_validate(v.data(), 3, st->buffer_data, sizes.data(), 1), LM_ECORRUPT);
+  v.assign(st->views, st->views + 3);
+  v[1].suffix_or_offset[0] = 9;  // buffer index out of range
+  EXPECT_EQ(lm_views_validate(v.data(), 3, st->buffer_data, sizes.data(), 1), LM_ECORRUPT);
+  v.assign(st->views, st->views + 3);
+  uint32_t off = 0xFFFFFF00u;  // offset past the buffer
+  std::memcpy(v[2].suffix_or_offset + 4, &off, 4);
+  EXPECT_EQ(lm_views_validate(v.data(), 3, st->buffer_data, sizes.data(), 1), LM_ECORRUPT);
+  v.assign(st->views, st->views + 3);
+  v[1].prefix_or_inline[0] ^= 1;  // prefix disagrees with the payload
+  EXPECT_EQ(lm_views_validate(v.data(), 3, st->buffer_data, sizes.data(), 1), LM_ECORRUPT);
+  v.assign(st->views, st->views + 3);
+  v[1].len = 0x80000000u;
+  EXPECT_EQ(lm_views_validate(v.data(), 3, st->buffer_data, sizes.data(), 1), LM_ECORRUPT);
+}
+
+TEST(Layout, BeyondTwoGibSwitchesToInt64) {
+  // 40 views of one 64 MiB string: 2.5 GiB of strings without 2.5 GiB of memory.
+  const size_t len = size_t(64) << 20, n = 40;
+  std::vector<uint8_t> big(len, 'x');
+  std::memcpy(big.data(), "head", 4);
+  std::vector<lm_string_view> views(n);
+  for (auto &v : views) lm_sv_make(&v, big.data(), uint32_t(len), 0, 0);
+  const uint8_t *bufs[1] = {big.data()};
+  uint64_t total = 0;
+  ASSERT_EQ(lm_views_total_bytes(views.data(), n, &total), LM_OK);
+  EXPECT_EQ(total, uint64_t(len) * n);
+  std::vector<int32_t> off32(n + 1);
+  EXPECT_EQ(lm_views_to_offsets32(views.data(), n, bufs, off32.data(), nullptr, nullptr), LM_EOVERFLOW);
+  // int64 offsets describe it (data pointer only needed for the copy: check the offsets pass).
+  std::vector<int64_t> off64(n + 1);
+  std::vector<uint8_t> out(total);
+  ASSERT_EQ(lm_views_to_offsets64(views.data(), n, bufs, off64.data(), out.data(), nullptr), LM_OK);
+  EXPECT_EQ(off64[n], int64_t(total));
+  EXPECT_EQ(std::memcmp(out.data() + (total - len), "head", 4), 0);
+  // offsets64 -> views over > 2 GiB uses overlapping 2 GiB windows.
+  std::vector<lm_string_view> back(n);
+  ASSERT_EQ(lm_views_from_offsets64(off64.data(), n, out.data(), total, 0, back.data(), nullptr), LM_OK);
+  uint32_t windows = lm_window_count(total);
+  EXPECT_EQ(windows, uint32_t((total >> 31) + 1));
+  std::vector<const uint8_t *> wb(windows);
+  for (uint32_t w = 0; w < windows; w++) wb[w] = out.data() + (uint64_t(w) << 31);
+  for (size_t i = 0; i < n; i++) {
+    EXPECT_EQ(lm_sv_data(&back[i], wb.data()), out.data() + off64[i]) << i;
+    EXPECT_LE(lm_sv_offset(&back[i]), 0x7fffffffu);
+  }
+  // gather into int32 offsets refuses instead of overflowing
+  std::vector<int64_t> idx(n);
+  for (size_t i = 0; i < n; i++) idx[i] = int64_t(i);
+  std::vector<int32_t> small_off{0, int32_t(len)};
+  std::vector<int32_t> gout(n + 1);
+  EXPECT_EQ(lm_o32_gather_offsets(small_off.data(), 1, std::vector<int64_t>(n, 0).data(), n, gout.data()), LM_EOVERFLOW);
+}
+
+TEST(Container, SliceTakeCompactShareThePayload) {
+  std::mt19937_64 rng(7);
+  auto items = random_strings(rng, 300);
+  auto st = build(items, 512);
+  lm_string_tensor *sl = nullptr, *tk = nullptr, *cp = nullptr;
+  ASSERT_EQ(lm_st_slice(st.get(), 10, 110, &sl), LM_OK);
+  StPtr slp(sl);
+  EXPECT_EQ(to_vec(sl), std::vector<std::string>(items.begin() + 10, items.begin() + 110));
+  std::vector<int64_t> idx;
+  for (int i = 0; i < 500; i++) idx.push_back(int64_t(rng() % items.size()));
+  ASSERT_EQ(lm_st_take(st.get(), idx.data(), idx.size(), &tk), LM_OK);
+  StPtr tkp(tk);
+  for (size_t k = 0; k < idx.size(); k++) EXPECT_EQ(get(tk, k), items[idx[k]]);
+  std::vector<uint8_t> mask(items.size());
+  std::vector<std::string> kept;
+  for (size_t i = 0; i < items.size(); i++) {
+    mask[i] = uint8_t(rng() % 2);
+    if (mask[i]) kept.push_back(items[i]);
+  }
+  ASSERT_EQ(lm_st_compact(st.get(), mask.data(), &cp), LM_OK);
+  StPtr cpp(cp);
+  EXPECT_EQ(to_vec(cp), kept);
+  // No payload copy: long strings point at the very same bytes.
+  for (size_t k = 0; k < idx.size(); k++) {
+    const uint8_t *a, *b;
+    uint32_t la, lb;
+    lm_st_get(tk, k, &a, &la);
+    lm_st_get(st.get(), size_t(idx[k]), &b, &lb);
+    if (la > 12) {
+      EXPECT_EQ(a, b);
+    }
+  }
+  // The derived tensors outlive the original (reference-counted buffers).
+  st.reset();
+  EXPECT_EQ(to_vec(cp), kept);
+  EXPECT_EQ(to_vec(sl), std::vector<std::string>(items.begin() + 10, items.begin() + 110));
+}
+
+TEST(Container, RejectsOutOfRange) {
+  auto st = build({"a", "b"});
+  lm_string_tensor *out = nullptr;
+  EXPECT_EQ(lm_st_slice(st.get(), 2, 1, &out), LM_ERANGE);
+  EXPECT_EQ(lm_st_slice(st.get(), 0, 3, &out), LM_ERANGE);
+  int64_t bad[] = {0, 2};
+  EXPECT_EQ(lm_st_take(st.get(), bad, 2, &out), LM_ERANGE);
+  int64_t neg[] = {-1};
+  EXPECT_EQ(lm_st_take(st.get(), neg, 1, &out), LM_ERANGE);
+  EXPECT_EQ(out, nullptr);
+  const uint8_t *d;
+  uint32_t len;
+  EXPECT_EQ(lm_st_get(st.get(), 2, &d, &len), LM_ERANGE);
+}
+
+TEST(Buffer, WrapCallsReleaseOnce) {
+  static int released = 0;
+  released = 0;
+  uint8_t mem[4] = {1, 2, 3, 4};
+  lm_buffer *b = nullptr;
+  ASSERT_EQ(lm_buffer_wrap(mem, 4, [](void *) { released++; }, nullptr, &b), LM_OK);
+  lm_buffer_retain(b);
+  lm_buffer_release(b);
+  EXPECT_EQ(released, 0);
+  EXPECT_EQ(lm_buffer_data(b), mem);
+  lm_buffer_release(b);
+  EXPECT_EQ(released, 1);
+  EXPECT_EQ(lm_buffer_wrap(nullptr, 4, nullptr, nullptr, &b), LM_EINVAL);
+}
+
+// ---- every op against a naive reference, on random input, both layouts, 1 and 2 threads
+
+class OpsRandom : public ::testing::TestWithParam<int> {};
+
+TEST_P(OpsRandom, MatchNaiveReference) {
+  std::mt19937_64 rng(uint64_t(GetParam()) * 7919 + 1);
+  lm_exec ex = {GetParam() % 2 ? 2 : 1, 8};
+  auto items = random_strings(rng, 1 + rng() % 400);
+  auto others = random_strings(rng, items.size());
+  for (size_t i = 0; i < items.size(); i++)
+    if (rng() % 3 == 0) others[i] = items[i];
+  auto st = build(items, 700), so = build(others, 300);
+  const size_t n = items.size();
+  std::string data, odata;
+  auto off = offsets32_of(items, data);
+  auto ooff = offsets32_of(others, odata);
+  std::vector<int64_t> off64(off.begin(), off.end()), ooff64(ooff.begin(), ooff.end());
+
+  std::vector<std::string> probes = {"", "p", "pre", "pref", "prefix", "prefix-1", "abcdefghijkl", "abcdefghijklm"};
+  probes.push_back(items[rng() % n]);
+  probes.push_back(items[rng() % n].substr(0, 5));
+  std::vector<uint8_t> a(n), b(n), c(n);
+  for (const auto &p : probes) {
+    ASSERT_EQ(lm_views_prefix_match(st->views, n, st->buffer_data, u8(p), p.size(), a.data(), &ex), LM_OK);
+    ASSERT_EQ(lm_o32_prefix_match(off.data(), n, u8(data), u8(p), p.size(), b.data(), &ex), LM_OK);
+    ASSERT_EQ(lm_o64_prefix_match(off64.data(), n, u8(data), u8(p), p.size(), c.data(), &ex), LM_OK);
+    for (size_t i = 0; i < n; i++) {
+      bool want = items[i].compare(0, p.size(), p) == 0 && items[i].size() >= p.size();
+      ASSERT_EQ(a[i], want) << "views prefix '" << p << "' item " << i;
+      ASSERT_EQ(b[i], want);
+      ASSERT_EQ(c[i], want);
+    }
+    ASSERT_EQ(lm_views_equal_scalar(st->views, n, st->buffer_data, u8(p), p.size(), a.data(), &ex), LM_OK);
+    ASSERT_EQ(lm_o32_equal_scalar(off.data(), n, u8(data), u8(p), p.size(), b.data(), &ex), LM_OK);
+    ASSERT_EQ(lm_o64_equal_scalar(off64.data(), n, u8(data), u8(p), p.size(), c.data(), &ex), LM_OK);
+    for (size_t i = 0; i < n; i++) {
+      ASSERT_EQ(a[i], items[i] == p);
+      ASSERT_EQ(b[i], items[i] == p);
+      ASSERT_EQ(c[i], items[i] == p);
+    }
+  }
+  ASSERT_EQ(lm_views_equal(st->views, st->buffer_data, so->views, so->buffer_data, n, a.data(), &ex), LM_OK);
+  ASSERT_EQ(lm_o32_equal(off.data(), u8(data), ooff.data(), u8(odata), n, b.data(), &ex), LM_OK);
+  ASSERT_EQ(lm_o64_equal(off64.data(), u8(data), ooff64.data(), u8(odata), n, c.data(), &ex), LM_OK);
+  for (size_t i = 0; i < n; i++) {
+    ASSERT_EQ(a[i], items[i] == others[i]);
+    ASSERT_EQ(b[i], items[i] == others[i]);
+    ASSERT_EQ(c[i], items[i] == others[i]);
+  }
+  std::vector<uint64_t> h1(n), h2(n), h3(n);
+  uint64_t seed = rng();
+  ASSERT_EQ(lm_views_hash64(st->views, n, st->buffer_data, seed, h1.data(), &ex), LM_OK);
+  ASSERT_EQ(lm_o32_hash64(off.data(), n, u8(data), seed, h2.data(), &ex), LM_OK);
+  ASSERT_EQ(lm_o64_hash64(off64.data(), n, u8(data), seed, h3.data(), &ex), LM_OK);
+  for (size_t i = 0; i < n; i++) {
+    uint64_t want = XXH3_64bits_withSeed(items[i].data(), items[i].size(), seed);
+    ASSERT_EQ(h1[i], want);
+    ASSERT_EQ(h2[i], want);
+    ASSERT_EQ(h3[i], want);
+  }
+  // pad_bytes
+  for (int64_t bos : {-1, 1}) {
+    for (int64_t eos : {-1, 2}) {
+      size_t max_len = 1 + rng() % 40;
+      std::vector<int64_t> tok(n * max_len), len(n);
+      ASSERT_EQ(lm_o32_pad_bytes(off.data(), n, u8(data), max_len, 0, bos, eos, tok.data(), len.data(), &ex), LM_OK);
+      for (size_t i = 0; i < n; i++) {
+        std::vector<int64_t> want;
+        if (bos >= 0) want.push_back(bos);
+        size_t room = max_len - std::min(max_len, size_t(bos >= 0) + size_t(eos >= 0));
+        for (size_t k = 0; k < std::min(room, items[i].size()); k++) want.push_back(uint8_t(items[i][k]));
+        if (eos >= 0) want.push_back(eos);
+        want.resize(std::min(want.size(), max_len));
+        ASSERT_EQ(len[i], int64_t(want.size()));
+        want.resize(max_len, 0);
+        ASSERT_EQ(std::vector<int64_t>(tok.begin() + i * max_len, tok.begin() + (i + 1) * max_len), want);
+      }
+    }
+  }
+  // gather
+  std::vector<int64_t> idx;
+  for (size_t k = 0, m = rng() % (2 * n); k < m; k++) idx.push_back(int64_t(rng() % n));
+  std::vector<int32_t> goff(idx.size() + 1);
+  ASSERT_EQ(lm_o32_gather_offsets(off.data(), n, idx.data(), idx.size(), goff.data()), LM_OK);
+  std::vector<uint8_t> gdata(size_t(goff.back()) + 1);
+  ASSERT_EQ(lm_o32_gather_data(off.data(), u8(data), idx.data(), idx.size(), goff.data(), gdata.data(), &ex), LM_OK);
+  std::string gref;
+  for (size_t k = 0; k < idx.size(); k++) {
+    gref += items[size_t(idx[k])];
+    ASSERT_EQ(goff[k + 1], int32_t(gref.size()));
+  }
+  ASSERT_EQ(std::memcmp(gdata.data(), gref.data(), gref.size()), 0);
+  // compact
+  std::vector<uint8_t> mask(n);
+  std::string cref;
+  std::vector<int64_t> cref_off{0};
+  for (size_t i = 0; i < n; i++) {
+    mask[i] = rng() % 2;
+    if (mask[i]) {
+      cref += items[i];
+      cref_off.push_back(int64_t(cref.size()));
+    }
+  }
+  size_t kn = 0;
+  uint64_t kb = 0;
+  ASSERT_EQ(lm_o64_compact_count(off64.data(), n, mask.data(), &kn, &kb), LM_OK);
+  ASSERT_EQ(kn, cref_off.size() - 1);
+  ASSERT_EQ(kb, cref.size());
+  std::vector<int64_t> coff(kn + 1);
+  std::vector<uint8_t> cdata(kb + 1);
+  ASSERT_EQ(lm_o64_compact(off64.data(), n, u8(data), mask.data(), coff.data(), cdata.data()), LM_OK);
+  ASSERT_EQ(coff, cref_off);
+  ASSERT_EQ(std::memcmp(cdata.data(), cref.data(), cref.size()), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Seeds, OpsRandom, ::testing::Range(0, 24));
+
+TEST(Ops, GatherRejectsOutOfRangeIndex) {
+  int32_t off[] = {0, 1, 2};
+  int64_t idx[] = {0, 2};
+  int32_t out[3];
+  EXPECT_EQ(lm_o32_gather_offsets(off, 2, idx, 2, out), LM_ERANGE);
+  int64_t neg[] = {-1};
+  EXPECT_EQ(lm_o32_gather_offsets(off, 2, neg, 1, out), LM_ERANGE);
+}
+
+TEST(Hash, MatchesLibxxhash) {
+  std::string s(1000, 'a');
+  for (size_t len : {0, 1, 3, 4, 8, 9, 16, 17, 128, 129, 240, 241, 1000}) {
+    EXPECT_EQ(lm_hash64(s.data(), len, 42), XXH3_64bits_withSeed(s.data(), len, 42));
+    XXH128_hash_t h = XXH3_128bits_withSeed(s.data(), len, 42);
+    lm_hash128_t m = lm_hash128(s.data(), len, 42);
+    EXPECT_EQ(m.lo, h.low64);
+    EXPECT_EQ(m.hi, h.high64);
+  }
+  EXPECT_EQ(lm_hash64(nullptr, 0, 0), XXH3_64bits_withSeed("", 0, 0));
+}
+
+TEST(Parallel, CoversTheRangeExactlyOnce) {
+  std::vector<int> hits(100000, 0);
+  lm_exec ex = {4, 1000};
+  auto fn = [](void *ctx, size_t b, size_t e) -> lm_status {
+    auto *h = static_cast<std::vector<int> *>(ctx);
+    for (size_t i = b; i < e; i++) (*h)[i]++;
+    return LM_OK;
+  };
+  ASSERT_EQ(lm_parallel_for(&ex, hits.size(), fn, &hits), LM_OK);
+  for (int h : hits) ASSERT_EQ(h, 1);
+  EXPECT_EQ(lm_parallel_for(&ex, 10, nullptr, nullptr), LM_EINVAL);
+  auto fail = [](void *, size_t b, size_t) -> lm_status { return b == 0 ? LM_EIO : LM_OK; };
+  EXPECT_EQ(lm_parallel_for(&ex, 100000, fail, nullptr), LM_EIO);
+}
+
+TEST(Status, EveryCodeHasANameAndText) {
+  for (int s = 0; s < LM_STATUS_COUNT_; s++) {
+    EXPECT_STRNE(lm_status_name(lm_status(s)), "LM_UNKNOWN");
+    EXPECT_STRNE(lm_status_str(lm_status(s)), "unknown status");
+  }
+}
