@@ -1,0 +1,743 @@
+"""Resumable data sources.
+
+Every source is an iterable of records (dicts holding at least the text field)
+with a position protocol:
+
+* ``source.position()`` -- a small JSON-serialisable dict: the position *after
+  the last record this source yielded*.
+* ``source.seek(position)`` or ``Source(..., position=position)`` -- the next
+  iteration starts exactly after that record.  ``iter(source)`` always continues
+  from the current position (a fresh source starts at the beginning).
+* ``source.skipped`` -- records dropped because of ``on_error="skip"``.
+
+Bad input: a missing file raises ``FileNotFoundError`` naming the path; a
+malformed JSON line, a missing/non-string text field or non-UTF-8 bytes raise
+``ValueError`` naming the file and line (row for Parquet) unless
+``on_error="skip"``.
+
+What a resume costs (``bench/bench_source_resume.py`` measures it):
+
+* plain JSONL / text: a ``seek`` to the byte offset of the next line -- O(1).
+* Parquet: open the file, read one row group, slice -- O(row group).
+* gzip: with ``indexed_gzip`` installed (default when importable) a zran-style
+  index of inflate checkpoints (one every ``gzip_spacing`` bytes, 32 KiB window
+  each) is built once per file, cached under ``index_dir`` (default
+  ``$LUMINAMOON_INDEX_DIR`` or ``~/.cache/luminamoon/gzindex``, keyed by path,
+  size and mtime), and a resume inflates at most ``gzip_spacing`` bytes -- O(1)
+  in the position.  Building the index costs one extra decompression pass the
+  first time a file is opened.  Without ``indexed_gzip`` the reader resumes at
+  the start of the gzip *member* holding the position (multi-member files, e.g.
+  written by :func:`write_jsonl`, resume in O(member)); a single-member file
+  then costs O(position).
+* zstd: resumes at the start of the zstd *frame* holding the position and
+  decompresses at most one frame.  Files written by :func:`write_jsonl` with
+  ``frame_bytes`` have bounded frames; a single-frame ``.zst`` (what the zstd CLI
+  writes) costs O(position).  zstd keeps no checkpointable decoder state, so
+  bounded frames are the honest way to O(1).
+* :class:`IterableSource`: replays the iterable from a factory and skips N
+  records -- O(N), by construction.
+
+Sharding: ``rank``/``world_size`` split the files among ranks (file ``i`` goes to
+rank ``i % world_size``) when there are at least ``world_size`` files, and the
+records (record ``j`` of each file to rank ``j % world_size``) otherwise.
+This module depends only on the standard library, pyarrow (Parquet) and,
+optionally, ``zstandard``, ``indexed_gzip`` and ``datasets``.
+"""
+from __future__ import annotations
+
+import glob as _glob
+import hashlib
+import json
+import os
+import zlib
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Union
+
+__all__ = [
+    "Source", "IterableSource", "JsonlSource", "TextSource", "ParquetSource",
+    "HFIterableSource", "expand_paths", "write_jsonl",
+]
+
+PathsArg = Union[str, os.PathLike, Sequence[Union[str, os.PathLike]]]
+_CHUNK = 1 << 16
+
+
+def expand_paths(paths_or_glob: PathsArg) -> List[str]:
+    """Deterministic file list: each glob expands sorted, a directory to its
+    sorted regular files, explicit lists keep their order.  Raises
+    FileNotFoundError naming the first path or pattern that matches nothing."""
+    items = [paths_or_glob] if isinstance(paths_or_glob, (str, os.PathLike)) else list(paths_or_glob)
+    if not items:
+        raise ValueError("no paths given")
+    out: List[str] = []
+    for item in items:
+        p = os.fspath(item)
+        if any(ch in p for ch in "*?["):
+            found = sorted(f for f in _glob.glob(p, recursive=True) if os.path.isfile(f))
+            if not found:
+                raise FileNotFoundError(f"no file matches {p!r}")
+            out.extend(found)
+        elif os.path.isdir(p):
+            found = sorted(os.path.join(p, f) for f in os.listdir(p) if os.path.isfile(os.path.join(p, f)))
+            if not found:
+                raise FileNotFoundError(f"directory {p!r} holds no file")
+            out.extend(found)
+        elif os.path.isfile(p):
+            out.append(p)
+        else:
+            raise FileNotFoundError(f"no such file: {p!r}")
+    return out
+
+
+def _compression(path: str) -> str:
+    if path.endswith(".gz") or path.endswith(".gzip"):
+        return "gzip"
+    if path.endswith(".zst") or path.endswith(".zstd"):
+        return "zstd"
+    return "plain"
+
+
+def _zstd():
+    try:
+        import zstandard
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise ImportError("reading .zst files needs the 'zstandard' package (pip install zstandard)") from e
+    return zstandard
+
+
+def write_jsonl(path: str, records: Iterable[Any], frame_bytes: int = 1 << 20, level: int = 3) -> None:
+    """Writes records (dicts, or str lines written verbatim) as JSONL, plain,
+    gzip or zstd by suffix.  Compressed output is cut into independent gzip
+    members / zstd frames of about ``frame_bytes`` uncompressed bytes so that a
+    resume never decompresses more than one of them."""
+    comp = _compression(path)
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        pending: List[bytes] = []
+        size = 0
+
+        def flush() -> None:
+            nonlocal pending, size
+            if not pending:
+                return
+            data = b"".join(pending)
+            if comp == "gzip":
+                c = zlib.compressobj(level, zlib.DEFLATED, 31)
+                f.write(c.compress(data) + c.flush())
+            elif comp == "zstd":
+                f.write(_zstd().ZstdCompressor(level=level).compress(data))
+            else:
+                f.write(data)
+            pending, size = [], 0
+
+        for r in records:
+            line = (r if isinstance(r, str) else json.dumps(r, ensure_ascii=False)).encode("utf-8") + b"\n"
+            pending.append(line)
+            size += len(line)
+            if size >= frame_bytes:
+                flush()
+        flush()
+    os.replace(tmp, path)
+
+
+# ---------------------------------------------------------------------------
+# line readers: readline() -> bytes (b"" at EOF); .offset = uncompressed offset
+# of the next line; .frame / .frame_uoff = compressed offset and uncompressed
+# offset of the member/frame holding .offset (0, 0 when not applicable).
+
+
+class _PlainReader:
+    def __init__(self, path: str, offset: int):
+        self._f = open(path, "rb")
+        self._f.seek(offset)
+        self.offset = offset
+        self.frame = 0
+        self.frame_uoff = 0
+
+    def readline(self) -> bytes:
+        line = self._f.readline()
+        self.offset += len(line)
+        return line
+
+    def close(self) -> None:
+        self._f.close()
+
+
+class _IndexedGzipReader(_PlainReader):
+    """gzip through indexed_gzip with a cached full index (see module doc)."""
+
+    def __init__(self, path: str, offset: int, index_dir: str, spacing: int):
+        import indexed_gzip
+
+        st = os.stat(path)
+        key = hashlib.sha1(f"{os.path.abspath(path)}\0{st.st_size}\0{st.st_mtime_ns}\0{spacing}".encode()).hexdigest()
+        index_path = os.path.join(index_dir, key + ".gzidx")
+        self._f = indexed_gzip.IndexedGzipFile(path, spacing=spacing, drop_handles=False)
+        try:
+            loaded = False
+            if os.path.exists(index_path):
+                try:
+                    self._f.import_index(index_path)
+                    loaded = True
+                except Exception:  # a stale or damaged cache entry: rebuild it
+                    self._f.close()
+                    self._f = indexed_gzip.IndexedGzipFile(path, spacing=spacing, drop_handles=False)
+            if not loaded:
+                self._f.build_full_index()
+                os.makedirs(index_dir, exist_ok=True)
+                tmp = f"{index_path}.{os.getpid()}.tmp"
+                self._f.export_index(tmp)
+                os.replace(tmp, index_path)
+            self._f.seek(offset)
+        except Exception as e:
+            self._f.close()
+            if isinstance(e, (OSError, ValueError)):
+                raise
+            raise ValueError(f"{path}: not a readable gzip file: {e}") from e
+        self.offset = offset
+        self.frame = 0
+        self.frame_uoff = 0
+
+
+class _FramedReader:
+    """gzip members (zlib) or zstd frames, each decompressed independently.
+    A resume seeks to the compressed start of the member/frame holding the
+    position and discards at most that member's bytes before it."""
+
+    def __init__(self, path: str, comp: str, offset: int, frame: int, frame_uoff: int):
+        if not (frame_uoff <= offset and frame >= 0):
+            raise ValueError(f"{path}: inconsistent position (frame_uoff {frame_uoff} > offset {offset})")
+        self._path = path
+        self._comp = comp
+        self._f = open(path, "rb")
+        self._f.seek(frame)
+        self._cpos = frame          # compressed offset of the next byte in self._in
+        self._in = b""              # compressed bytes not yet fed
+        self._dec = None
+        self._eof = False
+        self._buf = bytearray()     # decompressed, not yet returned
+        self._buf_uoff = frame_uoff  # uncompressed offset of self._buf[0]
+        self._bounds = [(frame_uoff, frame)]  # (uoff, coff) of member starts not yet passed
+        self.offset = frame_uoff
+        self.frame, self.frame_uoff = frame, frame_uoff
+        skip = offset - frame_uoff
+        while skip > 0:
+            if not self._buf and not self._fill():
+                raise ValueError(f"{path}: position {offset} is past the end of the file")
+            n = min(skip, len(self._buf))
+            del self._buf[:n]
+            self._buf_uoff += n
+            self.offset += n
+            skip -= n
+        self._update_frame()
+
+    def _new_decoder(self):
+        if self._comp == "gzip":
+            return zlib.decompressobj(31)
+        return _zstd().ZstdDecompressor().decompressobj()
+
+    def _fill(self) -> bool:
+        """Decompresses more bytes into self._buf; False at end of file."""
+        while not self._eof:
+            if not self._in:
+                self._in = self._f.read(_CHUNK)
+                if not self._in:
+                    if self._dec is not None:
+                        raise ValueError(f"{self._path}: truncated {self._comp} stream")
+                    self._eof = True
+                    return False
+            if self._dec is None:
+                if self._comp == "zstd" and len(self._in) >= 4:
+                    magic = int.from_bytes(self._in[:4], "little")
+                    if magic & 0xFFFFFFF0 == 0x184D2A50:  # skippable frame (e.g. a seek table)
+                        need = 8
+                        while len(self._in) < need:
+                            more = self._f.read(_CHUNK)
+                            if not more:
+                                raise ValueError(f"{self._path}: truncated zstd skippable frame")
+                            self._in += more
+                        size = int.from_bytes(self._in[4:8], "little") + 8
+                        while len(self._in) < size:
+                            more = self._f.read(_CHUNK)
+                            if not more:
+                                raise ValueError(f"{self._path}: truncated zstd skippable frame")
+                            self._in += more
+                        self._in = self._in[size:]
+                        self._cpos += size
+                        continue
+                if self._comp == "gzip" and not self._in.strip(b"\0"):
+                    self._cpos += len(self._in)  # zero padding after the last member
+                    self._in = b""
+                    continue
+                self._dec = self._new_decoder()
+                self._bounds.append((self._buf_uoff + len(self._buf), self._cpos))
+            fed = len(self._in)
+            try:
+                out = self._dec.decompress(self._in)
+            except Exception as e:
+                raise ValueError(f"{self._path}: corrupt {self._comp} data near byte {self._cpos}: {e}") from e
+            if self._dec.eof:
+                rest = self._dec.unused_data
+                self._cpos += fed - len(rest)
+                self._in = rest
+                self._dec = None
+            else:
+                self._cpos += fed
+                self._in = b""
+            if out:
+                self._buf += out
+                return True
+        return False
+
+    def _update_frame(self) -> None:
+        b = self._bounds
+        i = 0
+        while i + 1 < len(b) and b[i + 1][0] <= self.offset:
+            i += 1
+        # A member that starts exactly at the offset but has produced nothing
+        # yet is also a valid (and cheaper) resume point.
+        del b[:i]
+        self.frame_uoff, self.frame = b[0]
+
+    def readline(self) -> bytes:
+        start = 0
+        while True:
+            nl = self._buf.find(b"\n", start)
+            if nl >= 0:
+                line = bytes(self._buf[: nl + 1])
+                del self._buf[: nl + 1]
+                break
+            start = len(self._buf)
+            if not self._fill():
+                line = bytes(self._buf)
+                self._buf.clear()
+                break
+        self._buf_uoff += len(line)
+        self.offset += len(line)
+        self._update_frame()
+        return line
+
+    def close(self) -> None:
+        self._f.close()
+
+
+# ---------------------------------------------------------------------------
+
+
+class Source:
+    """Base class: subclasses implement ``_records()`` (a generator that keeps
+    ``self._pos`` equal to the position after the record it just yielded),
+    ``position()`` and ``seek()``."""
+
+    def __init__(self, on_error: str = "raise", rank: int = 0, world_size: int = 1):
+        if on_error not in ("raise", "skip"):
+            raise ValueError(f"on_error must be 'raise' or 'skip', not {on_error!r}")
+        if world_size < 1 or not 0 <= rank < world_size:
+            raise ValueError(f"need 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
+        self.on_error = on_error
+        self.rank, self.world_size = rank, world_size
+        self.skipped = 0
+
+    def __iter__(self) -> Iterator[Dict[str, Any]]:
+        return self._records()
+
+    def _records(self) -> Iterator[Dict[str, Any]]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def position(self) -> Dict[str, Any]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def seek(self, position: Dict[str, Any]) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _bad(self, msg: str, cause: Optional[BaseException] = None) -> None:
+        if self.on_error == "skip":
+            self.skipped += 1
+            return
+        raise ValueError(msg) from cause
+
+    def _check_kind(self, position: Dict[str, Any], kind: str) -> None:
+        if not isinstance(position, dict) or position.get("kind") != kind:
+            raise ValueError(f"not a {kind} position: {position!r}")
+
+
+class IterableSource(Source):
+    """Any Python iterable.  Resuming replays the iterable from the beginning
+    and skips the records already consumed (O(position)), so it needs a way to
+    replay: pass a re-iterable object (list, range, a class with ``__iter__``)
+    or a zero-argument factory returning a fresh iterator.  A one-shot iterator
+    or generator object can be read once but not resumed: ``seek`` to a non-zero
+    position and a second pass raise ValueError.  Items that are str become
+    ``{"text": item}``; dicts are yielded as they are."""
+
+    def __init__(self, iterable_or_factory: Union[Iterable[Any], Callable[[], Iterable[Any]]],
+                 text_key: str = "text", position: Optional[Dict[str, Any]] = None, **kw: Any):
+        super().__init__(**kw)
+        self._src = iterable_or_factory
+        self.text_key = text_key
+        self._one_shot = not callable(iterable_or_factory) and iter(iterable_or_factory) is iterable_or_factory
+        self._used = False
+        self._consumed = 0
+        self._live: Optional[list] = None  # [iterator, records it has consumed]
+        if position is not None:
+            self.seek(position)
+
+    def _fresh(self) -> Iterator[Any]:
+        if self._one_shot:
+            if self._used:
+                raise ValueError("IterableSource over a one-shot iterator cannot be replayed or resumed; "
+                                 "pass a list, a re-iterable object or a factory (lambda: make_iter())")
+            self._used = True
+            return self._src  # type: ignore[return-value]
+        it = self._src() if callable(self._src) else self._src
+        return iter(it)
+
+    def position(self) -> Dict[str, Any]:
+        return {"kind": "iterable", "consumed": self._consumed}
+
+    def seek(self, position: Dict[str, Any]) -> None:
+        self._check_kind(position, "iterable")
+        n = int(position["consumed"])
+        if n < 0:
+            raise ValueError(f"negative position {n}")
+        if self._one_shot and n != 0 and not (self._live is not None and self._live[1] == n):
+            raise ValueError("IterableSource over a one-shot iterator cannot be resumed; pass a factory")
+        self._consumed = n
+
+    def _records(self) -> Iterator[Dict[str, Any]]:
+        live = self._live
+        if live is not None and live[1] == self._consumed:
+            it = live[0]  # continue the iterator a previous pass left off (no replay)
+        else:
+            it = self._fresh()
+            for i in range(self._consumed):  # replay and skip
+                try:
+                    next(it)
+                except StopIteration:
+                    self._live = None
+                    return
+        self._live = [it, self._consumed]
+        while True:
+            try:
+                item = next(it)
+            except StopIteration:
+                self._live = None
+                return
+            idx = self._consumed
+            self._consumed += 1
+            self._live[1] = self._consumed
+            if self.world_size > 1 and idx % self.world_size != self.rank:
+                continue
+            if isinstance(item, str):
+                yield {self.text_key: item}
+            elif isinstance(item, dict) and isinstance(item.get(self.text_key), str):
+                yield item
+            else:
+                self._bad(f"item {idx}: expected str or a dict with a str {self.text_key!r}, got {type(item).__name__}")
+
+
+class _FileSource(Source):
+    """Shared logic of the line-oriented file sources (JSONL, text)."""
+
+    kind = ""
+
+    def __init__(self, paths_or_glob: PathsArg, position: Optional[Dict[str, Any]], index_dir: Optional[str],
+                 gzip_index: Union[bool, str], gzip_spacing: int, **kw: Any):
+        super().__init__(**kw)
+        self.paths = expand_paths(paths_or_glob)
+        self._file_split = self.world_size > 1 and len(self.paths) >= self.world_size
+        self.index_dir = index_dir or os.environ.get("LUMINAMOON_INDEX_DIR") or os.path.join(
+            os.path.expanduser("~"), ".cache", "luminamoon", "gzindex")
+        if gzip_index == "auto":
+            try:
+                import indexed_gzip  # noqa: F401
+                gzip_index = True
+            except ImportError:
+                gzip_index = False
+        self.gzip_index = bool(gzip_index)
+        self.gzip_spacing = int(gzip_spacing)
+        if self.gzip_index and self.gzip_spacing <= 32768:
+            raise ValueError(f"gzip_spacing must exceed the 32 KiB inflate window, got {gzip_spacing}")
+        self._pos = self._start_pos(0)
+        if position is not None:
+            self.seek(position)
+
+    def _start_pos(self, shard: int) -> Dict[str, Any]:
+        return {"kind": self.kind, "nfiles": len(self.paths), "shard": shard, "offset": 0,
+                "line": 0, "record": 0, "frame": 0, "frame_uoff": 0}
+
+    def position(self) -> Dict[str, Any]:
+        return dict(self._pos)
+
+    def seek(self, position: Dict[str, Any]) -> None:
+        self._check_kind(position, self.kind)
+        if position.get("nfiles") != len(self.paths):
+            raise ValueError(f"position was taken over {position.get('nfiles')} files, this source has {len(self.paths)}")
+        pos = self._start_pos(0)
+        for k in ("shard", "offset", "line", "record", "frame", "frame_uoff"):
+            v = int(position.get(k, 0))
+            if v < 0:
+                raise ValueError(f"negative {k} in position {position!r}")
+            pos[k] = v
+        if pos["shard"] > len(self.paths):
+            raise ValueError(f"shard {pos['shard']} out of range in position {position!r}")
+        self._pos = pos
+
+    def _open(self, path: str, pos: Dict[str, Any]):
+        comp = _compression(path)
+        if comp == "plain":
+            return _PlainReader(path, pos["offset"])
+        if comp == "gzip" and self.gzip_index:
+            return _IndexedGzipReader(path, pos["offset"], self.index_dir, self.gzip_spacing)
+        return _FramedReader(path, comp, pos["offset"], pos["frame"], pos["frame_uoff"])
+
+    def _mine(self, shard: int) -> bool:
+        return not self._file_split or shard % self.world_size == self.rank
+
+    def _lines(self) -> Iterator[tuple]:
+        """Yields (path, line_number (1-based), record_index, raw bytes) and keeps
+        self._pos at the position after that line."""
+        while self._pos["shard"] < len(self.paths):
+            shard = self._pos["shard"]
+            path = self.paths[shard]
+            if not self._mine(shard):
+                self._pos = self._start_pos(shard + 1)
+                continue
+            reader = self._open(path, self._pos)
+            try:
+                while True:
+                    raw = reader.readline()
+                    if not raw:
+                        break
+                    pos = self._pos
+                    pos["offset"], pos["frame"], pos["frame_uoff"] = reader.offset, reader.frame, reader.frame_uoff
+                    pos["line"] += 1
+                    yield path, pos["line"], raw
+            finally:
+                reader.close()
+            self._pos = self._start_pos(shard + 1)
+
+    def _take_record(self) -> bool:
+        """Record-level sharding: counts a record and says if it is this rank's."""
+        idx = self._pos["record"]
+        self._pos["record"] = idx + 1
+        return self._file_split or self.world_size == 1 or idx % self.world_size == self.rank
+
+
+class JsonlSource(_FileSource):
+    """JSON Lines files (plain, ``.gz``, ``.zst``), resumed by (shard, offset).
+    Blank lines are ignored.  Each record is the parsed JSON object."""
+
+    kind = "jsonl"
+
+    def __init__(self, paths_or_glob: PathsArg, text_key: str = "text", position: Optional[Dict[str, Any]] = None,
+                 index_dir: Optional[str] = None, gzip_index: Union[bool, str] = "auto",
+                 gzip_spacing: int = 1 << 20, **kw: Any):
+        self.text_key = text_key
+        super().__init__(paths_or_glob, position, index_dir, gzip_index, gzip_spacing, **kw)
+
+    def _records(self) -> Iterator[Dict[str, Any]]:
+        for path, lineno, raw in self._lines():
+            if not raw.strip():
+                continue
+            if not self._take_record():
+                continue
+            try:
+                obj = json.loads(raw.decode("utf-8"))
+            except UnicodeDecodeError as e:
+                self._bad(f"{path}:{lineno}: invalid UTF-8 at byte {e.start}", e)
+                continue
+            except json.JSONDecodeError as e:
+                self._bad(f"{path}:{lineno}: malformed JSON: {e.msg} (column {e.colno})", e)
+                continue
+            if not isinstance(obj, dict):
+                self._bad(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
+                continue
+            text = obj.get(self.text_key)
+            if not isinstance(text, str):
+                what = "missing" if text is None and self.text_key not in obj else f"not a string ({type(text).__name__})"
+                self._bad(f"{path}:{lineno}: text field {self.text_key!r} is {what}")
+                continue
+            yield obj
+
+
+class TextSource(_FileSource):
+    """Plain-text files (plain, ``.gz``, ``.zst``).  ``per="line"``: one record per
+    line (newline stripped; empty lines are records too), resumed by (shard,
+    byte offset).  ``per="file"``: one record per file, resumed by shard."""
+
+    kind = "text"
+
+    def __init__(self, paths_or_glob: PathsArg, per: str = "line", text_key: str = "text",
+                 position: Optional[Dict[str, Any]] = None, index_dir: Optional[str] = None,
+                 gzip_index: Union[bool, str] = "auto", gzip_spacing: int = 1 << 20, **kw: Any):
+        if per not in ("line", "file"):
+            raise ValueError(f"per must be 'line' or 'file', not {per!r}")
+        self.per, self.text_key = per, text_key
+        super().__init__(paths_or_glob, position, index_dir, gzip_index, gzip_spacing, **kw)
+
+    def _records(self) -> Iterator[Dict[str, Any]]:
+        if self.per == "file":
+            yield from self._files()
+            return
+        for path, lineno, raw in self._lines():
+            if not self._take_record():
+                continue
+            if raw.endswith(b"\n"):
+                raw = raw[:-2] if raw.endswith(b"\r\n") else raw[:-1]
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                self._bad(f"{path}:{lineno}: invalid UTF-8 at byte {e.start}", e)
+                continue
+            yield {self.text_key: text}
+
+    def _files(self) -> Iterator[Dict[str, Any]]:
+        while self._pos["shard"] < len(self.paths):
+            shard = self._pos["shard"]
+            path = self.paths[shard]
+            self._pos = self._start_pos(shard + 1)
+            if not self._mine(shard) or not self._take_file(shard):
+                continue
+            reader = self._open(path, self._start_pos(shard))
+            try:
+                chunks = []
+                while True:
+                    line = reader.readline()
+                    if not line:
+                        break
+                    chunks.append(line)
+            finally:
+                reader.close()
+            try:
+                yield {self.text_key: b"".join(chunks).decode("utf-8")}
+            except UnicodeDecodeError as e:
+                self._bad(f"{path}: invalid UTF-8 at byte {e.start}", e)
+
+    def _take_file(self, shard: int) -> bool:
+        return self._file_split or self.world_size == 1 or shard % self.world_size == self.rank
+
+
+class ParquetSource(Source):
+    """Parquet files through pyarrow, read row group by row group and resumed by
+    (file, row group, row).  Each record is a dict of the selected ``columns``
+    (all by default; the text column is always included)."""
+
+    def __init__(self, paths_or_glob: PathsArg, text_column: str = "text", columns: Optional[List[str]] = None,
+                 position: Optional[Dict[str, Any]] = None, **kw: Any):
+        super().__init__(**kw)
+        self.paths = expand_paths(paths_or_glob)
+        self.text_column = text_column
+        self.columns = None if columns is None else list(dict.fromkeys([text_column, *columns]))
+        self._file_split = self.world_size > 1 and len(self.paths) >= self.world_size
+        self._pos = self._start(0)
+        if position is not None:
+            self.seek(position)
+
+    def _start(self, shard: int) -> Dict[str, Any]:
+        return {"kind": "parquet", "nfiles": len(self.paths), "shard": shard, "row_group": 0, "row": 0, "record": 0}
+
+    def position(self) -> Dict[str, Any]:
+        return dict(self._pos)
+
+    def seek(self, position: Dict[str, Any]) -> None:
+        self._check_kind(position, "parquet")
+        if position.get("nfiles") != len(self.paths):
+            raise ValueError(f"position was taken over {position.get('nfiles')} files, this source has {len(self.paths)}")
+        pos = self._start(0)
+        for k in ("shard", "row_group", "row", "record"):
+            v = int(position.get(k, 0))
+            if v < 0:
+                raise ValueError(f"negative {k} in position {position!r}")
+            pos[k] = v
+        self._pos = pos
+
+    def _records(self) -> Iterator[Dict[str, Any]]:
+        import pyarrow.parquet as pq
+
+        while self._pos["shard"] < len(self.paths):
+            shard = self._pos["shard"]
+            path = self.paths[shard]
+            if self._file_split and shard % self.world_size != self.rank:
+                self._pos = self._start(shard + 1)
+                continue
+            try:
+                pf = pq.ParquetFile(path)
+            except Exception as e:
+                raise ValueError(f"{path}: not a readable Parquet file: {e}") from e
+            if self.text_column not in pf.schema_arrow.names:
+                raise ValueError(f"{path}: no column {self.text_column!r} (columns: {pf.schema_arrow.names})")
+            while self._pos["row_group"] < pf.num_row_groups:
+                g = self._pos["row_group"]
+                rows = pf.read_row_group(g, columns=self.columns).to_pylist()
+                for r in range(self._pos["row"], len(rows)):
+                    self._pos["row"] = r + 1
+                    idx = self._pos["record"]
+                    self._pos["record"] = idx + 1
+                    if self.world_size > 1 and not self._file_split and idx % self.world_size != self.rank:
+                        continue
+                    row = rows[r]
+                    if not isinstance(row.get(self.text_column), str):
+                        self._bad(f"{path}: row group {g}, row {r}: text column {self.text_column!r} is null")
+                        continue
+                    yield row
+                self._pos["row_group"] = g + 1
+                self._pos["row"] = 0
+            self._pos = self._start(shard + 1)
+
+
+class HFIterableSource(Source):
+    """A HuggingFace ``datasets.IterableDataset``, resumed through its own
+    ``state_dict()`` / ``load_state_dict()`` (datasets >= 2.18).  The position is
+    ``{"kind": "hf", "state": ds.state_dict()}``; it is JSON-serialisable when
+    the dataset's state is (true for the built-in file-based builders)."""
+
+    def __init__(self, ds: Any, text_key: str = "text", position: Optional[Dict[str, Any]] = None, **kw: Any):
+        super().__init__(**kw)
+        try:
+            import datasets
+        except ImportError as e:
+            raise ImportError("HFIterableSource needs the 'datasets' package (pip install datasets)") from e
+        if not isinstance(ds, datasets.IterableDataset):
+            raise TypeError(f"HFIterableSource wraps a datasets.IterableDataset, got {type(ds).__name__}")
+        if not hasattr(ds, "state_dict"):
+            raise ImportError("HFIterableSource needs datasets >= 2.18 (IterableDataset.state_dict)")
+        if self.world_size > 1:
+            from datasets.distributed import split_dataset_by_node
+            ds = split_dataset_by_node(ds, rank=self.rank, world_size=self.world_size)
+        self.ds = ds
+        self.text_key = text_key
+        self._loaded: Optional[Dict[str, Any]] = None  # state set by seek, not yet iterated from
+        if position is not None:
+            self.seek(position)
+
+    def position(self) -> Dict[str, Any]:
+        # Between two yields the dataset's state is the one after the last
+        # example it yielded (datasets documents state_dict() mid-iteration).
+        state = self._loaded if self._loaded is not None else self.ds.state_dict()
+        return {"kind": "hf", "state": _jsonable(state)}
+
+    def seek(self, position: Dict[str, Any]) -> None:
+        self._check_kind(position, "hf")
+        self._loaded = position["state"]
+        self.ds.load_state_dict(self._loaded)
+
+    def _records(self) -> Iterator[Dict[str, Any]]:
+        if self._loaded is None:
+            # A new pass continues from the current state, not from the start.
+            self.ds.load_state_dict(self.ds.state_dict())
+        it = iter(self.ds)
+        self._loaded = None
+        for idx, ex in enumerate(it):
+            if not isinstance(ex.get(self.text_key), str):
+                self._bad(f"example {idx}: text field {self.text_key!r} is missing or not a string")
+                continue
+            yield ex
+
+
+def _jsonable(obj: Any) -> Any:
+    """A deep copy made of dict/list/str/int/float/bool/None (tuples become lists)."""
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    return obj
