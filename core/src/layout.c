@@ -50,6 +50,19 @@ lm_status lm_views_validate(const lm_string_view *views, size_t n, const uint8_t
   return LM_OK;
 }
 
+lm_status lm_views_check_bounds(const lm_string_view *views, size_t n, const size_t *buffer_sizes,
+                                uint32_t nbuffers) {
+  if ((n && !views) || (nbuffers && !buffer_sizes)) return LM_EINVAL;
+  for (size_t i = 0; i < n; i++) {
+    const lm_string_view *v = &views[i];
+    if (v->len <= LM_INLINE_MAX) continue;
+    if (v->len > LM_MAX_STRING_LEN) return LM_ERANGE;
+    uint32_t b = lm_sv_buffer_index(v);
+    if (b >= nbuffers || (uint64_t)lm_sv_offset(v) + v->len > (uint64_t)buffer_sizes[b]) return LM_ERANGE;
+  }
+  return LM_OK;
+}
+
 lm_status lm_views_total_bytes(const lm_string_view *views, size_t n, uint64_t *total) {
   if ((n && !views) || !total) return LM_EINVAL;
   uint64_t t = 0;

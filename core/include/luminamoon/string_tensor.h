@@ -118,6 +118,12 @@ lm_status lm_offsets64_validate(const int64_t *offsets, size_t n, size_t data_le
 lm_status lm_views_validate(const lm_string_view *views, size_t n, const uint8_t *const *buffers,
                             const size_t *buffer_sizes, uint32_t nbuffers);
 
+/* Views bounds only (no payload access): len <= 2^31-1 and every long view
+ * inside its buffer.  Cheap enough to run before every views-layout op.
+ * LM_ERANGE otherwise. */
+lm_status lm_views_check_bounds(const lm_string_view *views, size_t n, const size_t *buffer_sizes,
+                                uint32_t nbuffers);
+
 /* ------------------------------------------------------ layout conversion */
 
 /* Total payload bytes of the views (sum of lengths) into *total. */

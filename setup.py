@@ -1,0 +1,109 @@
+"""Build luminamoon: the C core (core/, C11) as a static library, and the torch
+extension luminamoon._C (torch_ops/ + csrc/ when CUDA is available).
+
+Install with `pip install --no-build-isolation -e .` after torch is installed
+(an isolated build environment would fetch a multi-gigabyte CUDA torch).
+
+Environment:
+  LM_FORCE_CPU=1          build the CPU-only extension even when CUDA is found
+  TORCH_CUDA_ARCH_LIST    CUDA architectures (default "9.0+PTX": sm_90 and PTX)
+  MAX_JOBS                parallel compile jobs (honoured by torch's ninja build)
+  LM_DEPS_PREFIX          a folder with usr/include and usr/lib/<triplet> holding
+                          xxhash.h and utf8proc (Debian's packages unpacked there
+                          with dpkg -x) for machines without them installed
+"""
+import glob
+import os
+import shutil
+import sys
+
+from setuptools import find_packages, setup
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, ROOT)
+
+import torch  # noqa: E402  (torch must be installed first: see the docstring)
+from torch.utils.cpp_extension import BuildExtension, CppExtension, CUDAExtension, CUDA_HOME  # noqa: E402
+
+
+def rel(pattern):
+    return sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, pattern)))
+
+
+def dep_dirs():
+    inc, lib = [], []
+    prefix = os.environ.get("LM_DEPS_PREFIX")
+    if prefix:
+        prefix = os.path.abspath(prefix)
+        inc.append(os.path.join(prefix, "usr", "include"))
+        lib += glob.glob(os.path.join(prefix, "usr", "lib", "*-linux-gnu")) + [os.path.join(prefix, "usr", "lib")]
+    return inc, lib
+
+
+def find_header(name, inc_dirs):
+    for d in inc_dirs + ["/usr/include", "/usr/local/include"]:
+        if os.path.exists(os.path.join(d, name)):
+            return d
+    raise SystemExit(
+        f"luminamoon: {name} not found. Install it (Debian: apt-get install libxxhash-dev libutf8proc-dev) "
+        "or set LM_DEPS_PREFIX to a folder holding usr/include/" + name)
+
+
+def want_cuda():
+    if os.environ.get("LM_FORCE_CPU") == "1":
+        return False
+    return torch.version.cuda is not None and CUDA_HOME is not None and shutil.which("nvcc") is not None
+
+
+dep_inc, dep_lib = dep_dirs()
+find_header("xxhash.h", dep_inc)
+find_header("utf8proc.h", dep_inc)
+core_include = os.path.join(ROOT, "core", "include")
+c_flags = ["-std=c11", "-O3", "-Wall", "-Wextra", "-Werror", "-fPIC", "-fvisibility=hidden"]
+core_lib = ("luminamoon_core", {
+    "sources": rel("core/src/*.c"),
+    "include_dirs": [core_include] + dep_inc,
+    "cflags": c_flags,
+})
+
+use_cuda = want_cuda()
+sources = rel("torch_ops/*.cpp")
+cxx_flags = ["-O3", "-std=c++17", "-Wall", "-Wno-unused-parameter"]
+define_macros = []
+ext_kwargs = {}
+if use_cuda:
+    os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "9.0+PTX")
+    sources += rel("torch_ops/*.cu") + rel("csrc/*.cu")
+    define_macros.append(("LM_WITH_CUDA", "1"))
+    ext_kwargs["extra_compile_args"] = {"cxx": cxx_flags, "nvcc": ["-O3", "-std=c++17", "--expt-relaxed-constexpr"]}
+    Ext = CUDAExtension
+else:
+    ext_kwargs["extra_compile_args"] = {"cxx": cxx_flags}
+    Ext = CppExtension
+
+ext = Ext(
+    name="luminamoon._C",
+    sources=sources,
+    include_dirs=[core_include, os.path.join(ROOT, "torch_ops"), os.path.join(ROOT, "csrc")] + dep_inc,
+    library_dirs=dep_lib,
+    libraries=["luminamoon_core", "utf8proc"],
+    runtime_library_dirs=dep_lib,
+    define_macros=define_macros,
+    **ext_kwargs,
+)
+
+setup(
+    name="luminamoon",
+    version="0.1.0",
+    description="The fastest, most trustworthy text-data path into PyTorch training",
+    package_dir={"": "python"},
+    packages=find_packages("python"),
+    libraries=[core_lib],
+    ext_modules=[ext],
+    cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
+    python_requires=">=3.10",
+    install_requires=["numpy", "pyarrow>=15"],
+    extras_require={"polars": ["polars"], "test": ["pytest", "hypothesis", "polars"]},
+    entry_points={"console_scripts": ["luminamoon=luminamoon.cli:main"]},
+    zip_safe=False,
+)

@@ -1,0 +1,59 @@
+// Shared argument checks and status mapping for the luminamoon torch ops.
+// Thin layer: check arguments, take pointers from tensors, call core/ or csrc/.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+
+#include <string>
+
+extern "C" {
+#include "luminamoon/parallel.h"
+#include "luminamoon/status.h"
+#include "luminamoon/string_tensor.h"
+}
+
+namespace luminamoon {
+
+// Raise the Python exception that fits a core status, naming the operation.
+[[noreturn]] inline void throw_status(lm_status s, const char *what) {
+  std::string msg = std::string(what) + ": " + lm_status_str(s);
+  switch (s) {
+    case LM_EINVAL:
+    case LM_EUTF8:
+    case LM_ECORRUPT:
+    case LM_EOVERFLOW:
+    case LM_ETOOBIG:
+      TORCH_CHECK_VALUE(false, msg);
+    case LM_ERANGE:
+      TORCH_CHECK_INDEX(false, msg);
+    default:
+      TORCH_CHECK(false, msg);
+  }
+}
+
+inline void check(lm_status s, const char *what) {
+  if (s != LM_OK) throw_status(s, what);
+}
+
+// The exec config for CPU kernels: torch's intra-op thread count.
+lm_exec cpu_exec();
+
+// offsets: 1-D int32/int64 contiguous, >= 1 entry; data: 1-D uint8 contiguous;
+// same device.  On the CPU also monotone, non-negative and within data.
+// `op` and the argument names go into the messages.
+void check_strings(const char *op, const at::Tensor &offsets, const at::Tensor &data,
+                   const char *offsets_name = "offsets", const char *data_name = "data");
+
+// views: [N,16] uint8 contiguous on the CPU; buffers: 1-D uint8 contiguous CPU
+// tensors; every long view inside its buffer.
+void check_views(const char *op, const at::Tensor &views, const at::TensorList buffers,
+                 const char *views_name = "views");
+
+inline const lm_string_view *views_ptr(const at::Tensor &views) {
+  return reinterpret_cast<const lm_string_view *>(views.data_ptr<uint8_t>());
+}
+
+std::vector<const uint8_t *> buffer_ptrs(const at::TensorList buffers);
+
+}  // namespace luminamoon

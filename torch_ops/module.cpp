@@ -1,0 +1,199 @@
+// The pybind11 module luminamoon._C: building StringTensors from Python objects
+// and back, UTF-8 validation, and (in stages.cpp) the stateful core objects.
+// Hot loops run with the GIL released; Python objects are touched only to read
+// or create the strings themselves.
+#include <torch/extension.h>
+
+#include <cstring>
+#include <vector>
+
+#include "common.h"
+
+namespace py = pybind11;
+
+namespace luminamoon {
+namespace {
+
+struct Piece {
+  const char *p;
+  Py_ssize_t n;
+};
+
+// list/tuple/sequence of str (or bytes when allow_bytes) -> (offsets, data).
+py::tuple from_list(py::handle seq, bool allow_bytes, bool validate) {
+  // A tuple holds a reference to every item, so the GIL can be released while copying.
+  py::object items = py::reinterpret_steal<py::object>(PySequence_Tuple(seq.ptr()));
+  if (!items) throw py::error_already_set();
+  const Py_ssize_t n = PyTuple_GET_SIZE(items.ptr());
+  std::vector<Piece> pieces(size_t(n) + (n == 0));
+  uint64_t total = 0;
+  for (Py_ssize_t i = 0; i < n; i++) {
+    PyObject *o = PyTuple_GET_ITEM(items.ptr(), i);
+    Piece pc;
+    if (PyUnicode_Check(o)) {
+      pc.p = PyUnicode_AsUTF8AndSize(o, &pc.n);
+      if (!pc.p) {
+        PyErr_Clear();
+        throw py::value_error("strings[" + std::to_string(i) +
+                              "] cannot be encoded as UTF-8 (it holds a lone surrogate)");
+      }
+    } else if (allow_bytes && PyBytes_Check(o)) {
+      char *p;
+      if (PyBytes_AsStringAndSize(o, &p, &pc.n) < 0) throw py::error_already_set();
+      pc.p = p;
+    } else {
+      std::string tn = Py_TYPE(o)->tp_name;
+      throw py::type_error("strings[" + std::to_string(i) + "] must be str" +
+                           std::string(allow_bytes ? " or bytes" : "") + ", got " + tn);
+    }
+    if (uint64_t(pc.n) > LM_MAX_STRING_LEN)
+      throw py::value_error("strings[" + std::to_string(i) + "] is longer than 2^31-1 bytes");
+    pieces[size_t(i)] = pc;
+    total += uint64_t(pc.n);
+  }
+  const bool large = total > uint64_t(INT32_MAX);
+  auto offsets = at::empty({n + 1}, at::TensorOptions().dtype(large ? at::kLong : at::kInt));
+  auto data = at::empty({int64_t(total)}, at::TensorOptions().dtype(at::kByte));
+  int64_t bad = -1;
+  size_t bad_pos = 0;
+  {
+    py::gil_scoped_release nogil;
+    uint8_t *d = data.data_ptr<uint8_t>();
+    uint64_t pos = 0;
+    if (large) {
+      int64_t *o = offsets.data_ptr<int64_t>();
+      for (Py_ssize_t i = 0; i < n; i++) {
+        o[i] = int64_t(pos);
+        if (pieces[i].n) std::memcpy(d + pos, pieces[i].p, size_t(pieces[i].n));
+        pos += uint64_t(pieces[i].n);
+      }
+      o[n] = int64_t(pos);
+    } else {
+      int32_t *o = offsets.data_ptr<int32_t>();
+      for (Py_ssize_t i = 0; i < n; i++) {
+        o[i] = int32_t(pos);
+        if (pieces[i].n) std::memcpy(d + pos, pieces[i].p, size_t(pieces[i].n));
+        pos += uint64_t(pieces[i].n);
+      }
+      o[n] = int32_t(pos);
+    }
+    // str items are valid UTF-8 by construction; bytes items are checked here.
+    if (allow_bytes && validate) {
+      for (Py_ssize_t i = 0; i < n && bad < 0; i++) {
+        if (PyUnicode_Check(PyTuple_GET_ITEM(items.ptr(), i))) continue;
+        if (lm_utf8_validate(reinterpret_cast<const uint8_t *>(pieces[i].p), size_t(pieces[i].n), &bad_pos) != LM_OK)
+          bad = i;
+      }
+    }
+  }
+  if (bad >= 0)
+    throw py::value_error("strings[" + std::to_string(bad) + "] is not valid UTF-8 (first bad byte at offset " +
+                          std::to_string(bad_pos) + "); pass validate=False for bytes semantics");
+  return py::make_tuple(offsets, data);
+}
+
+template <typename OffT>
+py::list to_list_impl(const OffT *off, const uint8_t *d, int64_t n, bool as_bytes) {
+  py::list out(n);
+  for (int64_t i = 0; i < n; i++) {
+    const char *p = reinterpret_cast<const char *>(d + off[i]);
+    Py_ssize_t len = Py_ssize_t(off[i + 1] - off[i]);
+    PyObject *s = as_bytes ? PyBytes_FromStringAndSize(p, len) : PyUnicode_DecodeUTF8(p, len, "strict");
+    if (!s) {
+      PyErr_Clear();
+      throw py::value_error("element " + std::to_string(i) + " is not valid UTF-8; use to_pylist(bytes=True)");
+    }
+    PyList_SET_ITEM(out.ptr(), i, s);
+  }
+  return out;
+}
+
+py::list to_list(const at::Tensor &offsets, const at::Tensor &data, bool as_bytes) {
+  check_strings("to_list", offsets, data);
+  TORCH_CHECK_VALUE(offsets.is_cpu(), "to_list: the strings must be on the CPU");
+  const int64_t n = offsets.numel() - 1;
+  const uint8_t *d = data.data_ptr<uint8_t>();
+  if (offsets.scalar_type() == at::kInt) return to_list_impl(offsets.data_ptr<int32_t>(), d, n, as_bytes);
+  return to_list_impl(offsets.data_ptr<int64_t>(), d, n, as_bytes);
+}
+
+py::list views_to_list(const at::Tensor &views, const std::vector<at::Tensor> &buffers, bool as_bytes) {
+  check_views("views_to_list", views, buffers);
+  auto ptrs = buffer_ptrs(buffers);
+  const lm_string_view *v = views_ptr(views);
+  const int64_t n = views.size(0);
+  py::list out(n);
+  for (int64_t i = 0; i < n; i++) {
+    const char *p = reinterpret_cast<const char *>(lm_sv_data(&v[i], ptrs.data()));
+    PyObject *s = as_bytes ? PyBytes_FromStringAndSize(p, v[i].len) : PyUnicode_DecodeUTF8(p, v[i].len, "strict");
+    if (!s) {
+      PyErr_Clear();
+      throw py::value_error("element " + std::to_string(i) + " is not valid UTF-8; use to_pylist(bytes=True)");
+    }
+    PyList_SET_ITEM(out.ptr(), i, s);
+  }
+  return out;
+}
+
+// Raise ValueError naming the first string whose bytes are not UTF-8.
+void validate_utf8(const at::Tensor &offsets, const at::Tensor &data) {
+  check_strings("validate_utf8", offsets, data);
+  TORCH_CHECK_VALUE(offsets.is_cpu(), "validate_utf8: the strings must be on the CPU");
+  const int64_t n = offsets.numel() - 1;
+  int64_t start = 0, end = 0;
+  if (n) {
+    start = offsets.scalar_type() == at::kInt ? offsets.data_ptr<int32_t>()[0] : offsets.data_ptr<int64_t>()[0];
+    end = offsets.scalar_type() == at::kInt ? offsets.data_ptr<int32_t>()[n] : offsets.data_ptr<int64_t>()[n];
+  }
+  size_t pos = 0;
+  lm_status s;
+  {
+    py::gil_scoped_release nogil;
+    s = lm_utf8_validate(data.data_ptr<uint8_t>() + start, size_t(end - start), &pos);
+  }
+  if (s == LM_OK) return;
+  // Find the string holding the bad byte.
+  at::Tensor off64 = offsets.to(at::kLong);
+  const int64_t *o = off64.data_ptr<int64_t>();
+  const int64_t at_byte = start + int64_t(pos);
+  int64_t lo = 0, hi = n - 1;
+  while (lo < hi) {
+    int64_t mid = (lo + hi + 1) / 2;
+    if (o[mid] <= at_byte) lo = mid;
+    else hi = mid - 1;
+  }
+  throw py::value_error("string " + std::to_string(lo) + " is not valid UTF-8 (bad byte at offset " +
+                        std::to_string(at_byte - o[lo]) + "); pass validate=False for bytes semantics");
+}
+
+// Views from an Arrow string_view array: full validation (bounds, padding, prefixes).
+void validate_views(const at::Tensor &views, const std::vector<at::Tensor> &buffers) {
+  check_views("validate_views", views, buffers);
+  auto ptrs = buffer_ptrs(buffers);
+  std::vector<size_t> sizes;
+  for (const auto &b : buffers) sizes.push_back(size_t(b.numel()));
+  lm_status s;
+  {
+    py::gil_scoped_release nogil;
+    s = lm_views_validate(views_ptr(views), size_t(views.size(0)), ptrs.data(), sizes.data(), uint32_t(sizes.size()));
+  }
+  if (s != LM_OK) throw py::value_error("views: not a valid string-view array (" + std::string(lm_status_str(s)) + ")");
+}
+
+}  // namespace
+
+void register_stages(py::module_ &m);  // stages.cpp
+
+}  // namespace luminamoon
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  using namespace luminamoon;
+  m.doc() = "luminamoon native core: StringTensor construction/export and the text stages";
+  m.def("from_list", &from_list, py::arg("strings"), py::arg("allow_bytes") = false, py::arg("validate") = true);
+  m.def("to_list", &to_list, py::arg("offsets"), py::arg("data"), py::arg("as_bytes") = false);
+  m.def("views_to_list", &views_to_list, py::arg("views"), py::arg("buffers"), py::arg("as_bytes") = false);
+  m.def("validate_utf8", &validate_utf8, py::arg("offsets"), py::arg("data"));
+  m.def("validate_views", &validate_views, py::arg("views"), py::arg("buffers"));
+  m.def("cpu_count", &lm_cpu_count);
+  register_stages(m);
+}

@@ -1,0 +1,343 @@
+// TORCH_LIBRARY(luminamoon): the operator schemas (design.md §3) and their CPU
+// kernels.  CUDA kernels for the same schemas live in ops_cuda.cu.
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include <cstring>
+
+#include "common.h"
+
+namespace luminamoon {
+
+lm_exec cpu_exec() {
+  lm_exec e;
+  e.num_threads = at::get_num_threads();
+  e.min_items_per_thread = 0;
+  return e;
+}
+
+void check_strings(const char *op, const at::Tensor &offsets, const at::Tensor &data, const char *on,
+                   const char *dn) {
+  TORCH_CHECK_TYPE(offsets.scalar_type() == at::kInt || offsets.scalar_type() == at::kLong,
+                   "luminamoon.", op, ": ", on, " must be an int32 or int64 tensor, got ", offsets.scalar_type());
+  TORCH_CHECK_TYPE(data.scalar_type() == at::kByte, "luminamoon.", op, ": ", dn,
+                   " must be a uint8 tensor, got ", data.scalar_type());
+  TORCH_CHECK_VALUE(offsets.dim() == 1 && offsets.numel() >= 1, "luminamoon.", op, ": ", on,
+                    " must be 1-D with N+1 >= 1 entries, got shape ", offsets.sizes());
+  TORCH_CHECK_VALUE(data.dim() == 1, "luminamoon.", op, ": ", dn, " must be 1-D, got shape ", data.sizes());
+  TORCH_CHECK_VALUE(offsets.is_contiguous(), "luminamoon.", op, ": ", on, " must be contiguous");
+  TORCH_CHECK_VALUE(data.is_contiguous(), "luminamoon.", op, ": ", dn, " must be contiguous");
+  TORCH_CHECK_VALUE(offsets.device() == data.device(), "luminamoon.", op, ": ", on, " and ", dn,
+                    " must be on the same device, got ", offsets.device(), " and ", data.device());
+  if (!offsets.is_cpu()) return;
+  const size_t n = size_t(offsets.numel() - 1), len = size_t(data.numel());
+  lm_status s = offsets.scalar_type() == at::kInt ? lm_offsets32_validate(offsets.data_ptr<int32_t>(), n, len)
+                                                  : lm_offsets64_validate(offsets.data_ptr<int64_t>(), n, len);
+  TORCH_CHECK_VALUE(s != LM_EINVAL, "luminamoon.", op, ": ", on, " must be non-negative and non-decreasing");
+  TORCH_CHECK_VALUE(s != LM_ERANGE, "luminamoon.", op, ": ", on, " point past the end of ", dn, " (",
+                    dn, " has ", len, " bytes)");
+}
+
+std::vector<const uint8_t *> buffer_ptrs(const at::TensorList buffers) {
+  std::vector<const uint8_t *> p;
+  p.reserve(buffers.size());
+  for (const auto &b : buffers) p.push_back(b.numel() ? b.data_ptr<uint8_t>() : nullptr);
+  return p;
+}
+
+void check_views(const char *op, const at::Tensor &views, const at::TensorList buffers, const char *vn) {
+  TORCH_CHECK_TYPE(views.scalar_type() == at::kByte, "luminamoon.", op, ": ", vn, " must be uint8, got ",
+                   views.scalar_type());
+  TORCH_CHECK_VALUE(views.dim() == 2 && views.size(1) == 16, "luminamoon.", op, ": ", vn,
+                    " must have shape [N, 16], got ", views.sizes());
+  TORCH_CHECK_VALUE(views.is_cpu(), "luminamoon.", op, ": ", vn, " must be on the CPU (the views layout is CPU-only)");
+  TORCH_CHECK_VALUE(views.is_contiguous(), "luminamoon.", op, ": ", vn, " must be contiguous");
+  std::vector<size_t> sizes;
+  for (size_t i = 0; i < buffers.size(); i++) {
+    const auto &b = buffers[i];
+    TORCH_CHECK_TYPE(b.scalar_type() == at::kByte, "luminamoon.", op, ": buffers[", i, "] must be uint8");
+    TORCH_CHECK_VALUE(b.dim() == 1 && b.is_cpu() && b.is_contiguous(), "luminamoon.", op, ": buffers[", i,
+                      "] must be a contiguous 1-D CPU tensor");
+    sizes.push_back(size_t(b.numel()));
+  }
+  TORCH_CHECK_VALUE(buffers.size() <= UINT32_MAX, "luminamoon.", op, ": too many buffers");
+  lm_status s = lm_views_check_bounds(views_ptr(views), size_t(views.size(0)), sizes.data(), uint32_t(sizes.size()));
+  TORCH_CHECK_INDEX(s == LM_OK, "luminamoon.", op, ": ", vn,
+                    " holds a view outside its payload buffer (bad buffer index, offset or length)");
+}
+
+namespace {
+
+template <typename Fn32, typename Fn64>
+void dispatch_offsets(const at::Tensor &offsets, Fn32 f32, Fn64 f64) {
+  if (offsets.scalar_type() == at::kInt) f32(offsets.data_ptr<int32_t>());
+  else f64(offsets.data_ptr<int64_t>());
+}
+
+at::Tensor prefix_match_cpu(const at::Tensor &offsets, const at::Tensor &data, c10::string_view prefix) {
+  check_strings("prefix_match", offsets, data);
+  const int64_t n = offsets.numel() - 1;
+  auto out = at::empty({n}, offsets.options().dtype(at::kBool));
+  const auto *p = reinterpret_cast<const uint8_t *>(prefix.data());
+  lm_exec e = cpu_exec();
+  auto *o = reinterpret_cast<uint8_t *>(out.data_ptr<bool>());
+  const uint8_t *d = data.data_ptr<uint8_t>();
+  dispatch_offsets(
+      offsets, [&](const int32_t *off) { check(lm_o32_prefix_match(off, n, d, p, prefix.size(), o, &e), "prefix_match"); },
+      [&](const int64_t *off) { check(lm_o64_prefix_match(off, n, d, p, prefix.size(), o, &e), "prefix_match"); });
+  return out;
+}
+
+at::Tensor equal_scalar_cpu(const at::Tensor &offsets, const at::Tensor &data, c10::string_view s) {
+  check_strings("equal_scalar", offsets, data);
+  const int64_t n = offsets.numel() - 1;
+  auto out = at::empty({n}, offsets.options().dtype(at::kBool));
+  const auto *p = reinterpret_cast<const uint8_t *>(s.data());
+  lm_exec e = cpu_exec();
+  auto *o = reinterpret_cast<uint8_t *>(out.data_ptr<bool>());
+  const uint8_t *d = data.data_ptr<uint8_t>();
+  dispatch_offsets(
+      offsets, [&](const int32_t *off) { check(lm_o32_equal_scalar(off, n, d, p, s.size(), o, &e), "equal_scalar"); },
+      [&](const int64_t *off) { check(lm_o64_equal_scalar(off, n, d, p, s.size(), o, &e), "equal_scalar"); });
+  return out;
+}
+
+at::Tensor equal_cpu(const at::Tensor &oa, const at::Tensor &da, const at::Tensor &ob, const at::Tensor &db) {
+  check_strings("equal", oa, da, "offsets_a", "data_a");
+  check_strings("equal", ob, db, "offsets_b", "data_b");
+  TORCH_CHECK_VALUE(oa.numel() == ob.numel(), "luminamoon.equal: offsets_a and offsets_b must describe the same "
+                    "number of strings, got ", oa.numel() - 1, " and ", ob.numel() - 1);
+  TORCH_CHECK_TYPE(oa.scalar_type() == ob.scalar_type(), "luminamoon.equal: offsets_a and offsets_b must have "
+                   "the same dtype, got ", oa.scalar_type(), " and ", ob.scalar_type());
+  const int64_t n = oa.numel() - 1;
+  auto out = at::empty({n}, oa.options().dtype(at::kBool));
+  lm_exec e = cpu_exec();
+  auto *o = reinterpret_cast<uint8_t *>(out.data_ptr<bool>());
+  if (oa.scalar_type() == at::kInt)
+    check(lm_o32_equal(oa.data_ptr<int32_t>(), da.data_ptr<uint8_t>(), ob.data_ptr<int32_t>(), db.data_ptr<uint8_t>(),
+                       n, o, &e), "equal");
+  else
+    check(lm_o64_equal(oa.data_ptr<int64_t>(), da.data_ptr<uint8_t>(), ob.data_ptr<int64_t>(), db.data_ptr<uint8_t>(),
+                       n, o, &e), "equal");
+  return out;
+}
+
+at::Tensor hash64_cpu(const at::Tensor &offsets, const at::Tensor &data, int64_t seed) {
+  check_strings("hash64", offsets, data);
+  const int64_t n = offsets.numel() - 1;
+  auto out = at::empty({n}, offsets.options().dtype(at::kLong));
+  lm_exec e = cpu_exec();
+  auto *o = reinterpret_cast<uint64_t *>(out.data_ptr<int64_t>());
+  const uint8_t *d = data.data_ptr<uint8_t>();
+  dispatch_offsets(
+      offsets, [&](const int32_t *off) { check(lm_o32_hash64(off, n, d, uint64_t(seed), o, &e), "hash64"); },
+      [&](const int64_t *off) { check(lm_o64_hash64(off, n, d, uint64_t(seed), o, &e), "hash64"); });
+  return out;
+}
+
+std::tuple<at::Tensor, at::Tensor> pad_bytes_cpu(const at::Tensor &offsets, const at::Tensor &data, int64_t max_len,
+                                                 int64_t pad_id, int64_t bos_id, int64_t eos_id) {
+  check_strings("pad_bytes", offsets, data);
+  TORCH_CHECK_VALUE(max_len >= 0, "luminamoon.pad_bytes: max_len must be >= 0, got ", max_len);
+  const int64_t n = offsets.numel() - 1;
+  auto tokens = at::empty({n, max_len}, offsets.options().dtype(at::kLong));
+  auto lengths = at::empty({n}, offsets.options().dtype(at::kLong));
+  lm_exec e = cpu_exec();
+  const uint8_t *d = data.data_ptr<uint8_t>();
+  int64_t *t = tokens.data_ptr<int64_t>(), *l = lengths.data_ptr<int64_t>();
+  dispatch_offsets(
+      offsets,
+      [&](const int32_t *off) { check(lm_o32_pad_bytes(off, n, d, max_len, pad_id, bos_id, eos_id, t, l, &e), "pad_bytes"); },
+      [&](const int64_t *off) { check(lm_o64_pad_bytes(off, n, d, max_len, pad_id, bos_id, eos_id, t, l, &e), "pad_bytes"); });
+  return {tokens, lengths};
+}
+
+std::tuple<at::Tensor, at::Tensor> gather_cpu(const at::Tensor &offsets, const at::Tensor &data,
+                                              const at::Tensor &index) {
+  check_strings("gather", offsets, data);
+  TORCH_CHECK_TYPE(index.scalar_type() == at::kLong, "luminamoon.gather: index must be int64, got ",
+                   index.scalar_type());
+  TORCH_CHECK_VALUE(index.dim() == 1, "luminamoon.gather: index must be 1-D, got shape ", index.sizes());
+  TORCH_CHECK_VALUE(index.device() == offsets.device(), "luminamoon.gather: index must be on ", offsets.device(),
+                    ", got ", index.device());
+  auto idx = index.contiguous();
+  const int64_t n = offsets.numel() - 1, m = idx.numel();
+  auto out_off = at::empty({m + 1}, offsets.options());
+  const int64_t *ip = idx.data_ptr<int64_t>();
+  for (int64_t k = 0; k < m; k++)
+    TORCH_CHECK_INDEX(ip[k] >= 0 && ip[k] < n, "luminamoon.gather: index[", k, "] = ", ip[k],
+                      " is out of range for ", n, " strings");
+  lm_exec e = cpu_exec();
+  at::Tensor out_data;
+  const uint8_t *d = data.data_ptr<uint8_t>();
+  if (offsets.scalar_type() == at::kInt) {
+    auto *oo = out_off.data_ptr<int32_t>();
+    lm_status s = lm_o32_gather_offsets(offsets.data_ptr<int32_t>(), n, ip, m, oo);
+    TORCH_CHECK_VALUE(s != LM_EOVERFLOW, "luminamoon.gather: the gathered strings exceed 2 GiB; "
+                      "pass int64 offsets for payloads that large");
+    check(s, "gather");
+    out_data = at::empty({int64_t(oo[m])}, data.options());
+    check(lm_o32_gather_data(offsets.data_ptr<int32_t>(), d, ip, m, oo, out_data.data_ptr<uint8_t>(), &e), "gather");
+  } else {
+    auto *oo = out_off.data_ptr<int64_t>();
+    check(lm_o64_gather_offsets(offsets.data_ptr<int64_t>(), n, ip, m, oo), "gather");
+    out_data = at::empty({oo[m]}, data.options());
+    check(lm_o64_gather_data(offsets.data_ptr<int64_t>(), d, ip, m, oo, out_data.data_ptr<uint8_t>(), &e), "gather");
+  }
+  return {out_off, out_data};
+}
+
+std::tuple<at::Tensor, at::Tensor> compact_cpu(const at::Tensor &offsets, const at::Tensor &data,
+                                               const at::Tensor &mask) {
+  check_strings("compact", offsets, data);
+  TORCH_CHECK_TYPE(mask.scalar_type() == at::kBool, "luminamoon.compact: mask must be bool, got ", mask.scalar_type());
+  TORCH_CHECK_VALUE(mask.dim() == 1 && mask.numel() == offsets.numel() - 1,
+                    "luminamoon.compact: mask must have shape [", offsets.numel() - 1, "], got ", mask.sizes());
+  TORCH_CHECK_VALUE(mask.device() == offsets.device(), "luminamoon.compact: mask must be on ", offsets.device(),
+                    ", got ", mask.device());
+  auto mk = mask.contiguous();
+  const int64_t n = offsets.numel() - 1;
+  const auto *mp = reinterpret_cast<const uint8_t *>(mk.data_ptr<bool>());
+  size_t kn = 0;
+  uint64_t kb = 0;
+  const uint8_t *d = data.data_ptr<uint8_t>();
+  at::Tensor out_off, out_data;
+  if (offsets.scalar_type() == at::kInt) {
+    const int32_t *off = offsets.data_ptr<int32_t>();
+    check(lm_o32_compact_count(off, n, mp, &kn, &kb), "compact");
+    out_off = at::empty({int64_t(kn) + 1}, offsets.options());
+    out_data = at::empty({int64_t(kb)}, data.options());
+    check(lm_o32_compact(off, n, d, mp, out_off.data_ptr<int32_t>(), out_data.data_ptr<uint8_t>()), "compact");
+  } else {
+    const int64_t *off = offsets.data_ptr<int64_t>();
+    check(lm_o64_compact_count(off, n, mp, &kn, &kb), "compact");
+    out_off = at::empty({int64_t(kn) + 1}, offsets.options());
+    out_data = at::empty({int64_t(kb)}, data.options());
+    check(lm_o64_compact(off, n, d, mp, out_off.data_ptr<int64_t>(), out_data.data_ptr<uint8_t>()), "compact");
+  }
+  return {out_off, out_data};
+}
+
+at::Tensor views_from_offsets_cpu(const at::Tensor &offsets, const at::Tensor &data) {
+  check_strings("views_from_offsets", offsets, data);
+  TORCH_CHECK_VALUE(offsets.is_cpu(), "luminamoon.views_from_offsets: offsets must be on the CPU");
+  const int64_t n = offsets.numel() - 1;
+  auto views = at::empty({n, 16}, data.options());
+  auto *v = reinterpret_cast<lm_string_view *>(views.data_ptr<uint8_t>());
+  lm_exec e = cpu_exec();
+  const uint8_t *d = data.data_ptr<uint8_t>();
+  const size_t len = size_t(data.numel());
+  dispatch_offsets(
+      offsets, [&](const int32_t *off) { check(lm_views_from_offsets32(off, n, d, len, 0, v, &e), "views_from_offsets"); },
+      [&](const int64_t *off) { check(lm_views_from_offsets64(off, n, d, len, 0, v, &e), "views_from_offsets"); });
+  return views;
+}
+
+std::tuple<at::Tensor, at::Tensor> offsets_from_views_cpu(const at::Tensor &views, at::TensorList buffers,
+                                                          bool large) {
+  check_views("offsets_from_views", views, buffers);
+  const int64_t n = views.size(0);
+  const lm_string_view *v = views_ptr(views);
+  uint64_t total = 0;
+  check(lm_views_total_bytes(v, n, &total), "offsets_from_views");
+  TORCH_CHECK_VALUE(large || total <= uint64_t(INT32_MAX), "luminamoon.offsets_from_views: the strings hold ", total,
+                    " bytes, more than int32 offsets can address; pass large=True for int64 offsets");
+  auto ptrs = buffer_ptrs(buffers);
+  auto offsets = at::empty({n + 1}, views.options().dtype(large ? at::kLong : at::kInt));
+  auto data = at::empty({int64_t(total)}, views.options());
+  lm_exec e = cpu_exec();
+  if (large)
+    check(lm_views_to_offsets64(v, n, ptrs.data(), offsets.data_ptr<int64_t>(), data.data_ptr<uint8_t>(), &e),
+          "offsets_from_views");
+  else
+    check(lm_views_to_offsets32(v, n, ptrs.data(), offsets.data_ptr<int32_t>(), data.data_ptr<uint8_t>(), &e),
+          "offsets_from_views");
+  return {offsets, data};
+}
+
+// ---- views-layout comparisons: decide on length + prefix before any payload access.
+
+at::Tensor views_prefix_match_cpu(const at::Tensor &views, at::TensorList buffers, c10::string_view prefix) {
+  check_views("views_prefix_match", views, buffers);
+  auto out = at::empty({views.size(0)}, views.options().dtype(at::kBool));
+  auto ptrs = buffer_ptrs(buffers);
+  lm_exec e = cpu_exec();
+  check(lm_views_prefix_match(views_ptr(views), views.size(0), ptrs.data(),
+                              reinterpret_cast<const uint8_t *>(prefix.data()), prefix.size(),
+                              reinterpret_cast<uint8_t *>(out.data_ptr<bool>()), &e),
+        "views_prefix_match");
+  return out;
+}
+
+at::Tensor views_equal_scalar_cpu(const at::Tensor &views, at::TensorList buffers, c10::string_view s) {
+  check_views("views_equal_scalar", views, buffers);
+  auto out = at::empty({views.size(0)}, views.options().dtype(at::kBool));
+  auto ptrs = buffer_ptrs(buffers);
+  lm_exec e = cpu_exec();
+  check(lm_views_equal_scalar(views_ptr(views), views.size(0), ptrs.data(), reinterpret_cast<const uint8_t *>(s.data()),
+                              s.size(), reinterpret_cast<uint8_t *>(out.data_ptr<bool>()), &e),
+        "views_equal_scalar");
+  return out;
+}
+
+at::Tensor views_equal_cpu(const at::Tensor &va, at::TensorList ba, const at::Tensor &vb, at::TensorList bb) {
+  check_views("views_equal", va, ba, "views_a");
+  check_views("views_equal", vb, bb, "views_b");
+  TORCH_CHECK_VALUE(va.size(0) == vb.size(0), "luminamoon.views_equal: views_a and views_b must have the same "
+                    "length, got ", va.size(0), " and ", vb.size(0));
+  auto out = at::empty({va.size(0)}, va.options().dtype(at::kBool));
+  auto pa = buffer_ptrs(ba), pb = buffer_ptrs(bb);
+  lm_exec e = cpu_exec();
+  check(lm_views_equal(views_ptr(va), pa.data(), views_ptr(vb), pb.data(), va.size(0),
+                       reinterpret_cast<uint8_t *>(out.data_ptr<bool>()), &e),
+        "views_equal");
+  return out;
+}
+
+at::Tensor views_hash64_cpu(const at::Tensor &views, at::TensorList buffers, int64_t seed) {
+  check_views("views_hash64", views, buffers);
+  auto out = at::empty({views.size(0)}, views.options().dtype(at::kLong));
+  auto ptrs = buffer_ptrs(buffers);
+  lm_exec e = cpu_exec();
+  check(lm_views_hash64(views_ptr(views), views.size(0), ptrs.data(), uint64_t(seed),
+                        reinterpret_cast<uint64_t *>(out.data_ptr<int64_t>()), &e),
+        "views_hash64");
+  return out;
+}
+
+}  // namespace
+}  // namespace luminamoon
+
+TORCH_LIBRARY(luminamoon, m) {
+  m.def("prefix_match(Tensor offsets, Tensor data, str prefix) -> Tensor");
+  m.def("equal(Tensor offsets_a, Tensor data_a, Tensor offsets_b, Tensor data_b) -> Tensor");
+  m.def("equal_scalar(Tensor offsets, Tensor data, str s) -> Tensor");
+  m.def("hash64(Tensor offsets, Tensor data, int seed=0) -> Tensor");
+  m.def("pad_bytes(Tensor offsets, Tensor data, int max_len, int pad_id=0, int bos_id=-1, int eos_id=-1) "
+        "-> (Tensor, Tensor)");
+  m.def("gather(Tensor offsets, Tensor data, Tensor index) -> (Tensor, Tensor)");
+  m.def("compact(Tensor offsets, Tensor data, Tensor mask) -> (Tensor, Tensor)");
+  m.def("views_from_offsets(Tensor offsets, Tensor data) -> Tensor");
+  m.def("offsets_from_views(Tensor views, Tensor[] buffers, bool large=False) -> (Tensor, Tensor)");
+  m.def("views_prefix_match(Tensor views, Tensor[] buffers, str prefix) -> Tensor");
+  m.def("views_equal_scalar(Tensor views, Tensor[] buffers, str s) -> Tensor");
+  m.def("views_equal(Tensor views_a, Tensor[] buffers_a, Tensor views_b, Tensor[] buffers_b) -> Tensor");
+  m.def("views_hash64(Tensor views, Tensor[] buffers, int seed=0) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(luminamoon, CPU, m) {
+  using namespace luminamoon;
+  m.impl("prefix_match", &prefix_match_cpu);
+  m.impl("equal", &equal_cpu);
+  m.impl("equal_scalar", &equal_scalar_cpu);
+  m.impl("hash64", &hash64_cpu);
+  m.impl("pad_bytes", &pad_bytes_cpu);
+  m.impl("gather", &gather_cpu);
+  m.impl("compact", &compact_cpu);
+  m.impl("views_from_offsets", &views_from_offsets_cpu);
+  m.impl("offsets_from_views", &offsets_from_views_cpu);
+  m.impl("views_prefix_match", &views_prefix_match_cpu);
+  m.impl("views_equal_scalar", &views_equal_scalar_cpu);
+  m.impl("views_equal", &views_equal_cpu);
+  m.impl("views_hash64", &views_hash64_cpu);
+}
