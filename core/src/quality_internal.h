@@ -1,0 +1,182 @@
+/* quality_internal.h — private to the QualityFilter's .c files.
+ *
+ * Character classes: quality_tables.c is generated from the reference's own
+ * data (datatrove's PUNCTUATION_SET / TERMINAL_PUNCTUATION, Python's
+ * str.isspace / str.isalpha / str.splitlines / re's \d, Unicode category P*,
+ * and spaCy's English tokenizer classes, exceptions, units and currencies)
+ * by a short Python script that tests every code point against those
+ * definitions (the script is described in quality.h's notes; regenerate when
+ * the reference changes).
+ *
+ * The English word tokenizer (quality_words.c) reproduces spaCy's rule-based
+ * tokenizer (`spacy.blank("en")`, which is what datatrove's
+ * split_into_words(..., "en") uses): whitespace splitting, special cases,
+ * prefix / suffix / infix rules and URL matching.
+ */
+#ifndef LUMINAMOON_QUALITY_INTERNAL_H
+#define LUMINAMOON_QUALITY_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum {
+  LMQ_F_SPACE = 1u << 0,        /* Python str.isspace */
+  LMQ_F_PYALPHA = 1u << 1,      /* Python str.isalpha */
+  LMQ_F_PUNCTSET = 1u << 2,     /* datatrove PUNCTUATION_SET */
+  LMQ_F_TERMINAL = 1u << 3,     /* datatrove TERMINAL_PUNCTUATION */
+  LMQ_F_SP_ALPHA = 1u << 4,     /* spaCy ALPHA */
+  LMQ_F_SP_LOWER = 1u << 5,     /* spaCy ALPHA_LOWER */
+  LMQ_F_SP_UPPER = 1u << 6,     /* spaCy ALPHA_UPPER */
+  LMQ_F_ICON = 1u << 7,         /* spaCy LIST_ICONS */
+  LMQ_F_ISPUNCT = 1u << 8,      /* Unicode category P* (spaCy is_punct) */
+  LMQ_F_SENT_PUNCT = 1u << 9,   /* spaCy Sentencizer punct_chars */
+  LMQ_F_UDIGIT = 1u << 10,      /* Python re \d (category Nd) */
+  LMQ_F_LINEBREAK = 1u << 11,   /* Python str.splitlines boundaries */
+  LMQ_F_DOT_SUFFIX_LB = 1u << 12, /* lookbehind class of spaCy's "." suffix rule */
+  LMQ_F_PREFIX_CHAR = 1u << 13, /* a one-character spaCy prefix */
+  LMQ_F_SUFFIX_CHAR = 1u << 14, /* a one-character spaCy suffix */
+  LMQ_F_INFIX_DOT_LB = 1u << 15, /* [ALPHA_LOWER + quotes] */
+  LMQ_F_INFIX_DOT_LA = 1u << 16, /* [ALPHA_UPPER + quotes] */
+  LMQ_F_QUOTE = 1u << 17        /* spaCy CONCAT_QUOTES */
+};
+
+typedef struct {
+  uint32_t lo, hi, flags;
+} lmq_range;
+
+typedef struct {
+  const char *key;
+  uint16_t len;
+  uint8_t ntok;
+  uint8_t toklen[3];
+} lmq_special;
+
+extern const uint32_t lmq_ascii_flags[128];
+extern const lmq_range lmq_ranges[];
+extern const size_t lmq_n_ranges;
+extern const char *const lmq_units[];
+extern const size_t lmq_n_units;
+extern const char *const lmq_currency[];
+extern const size_t lmq_n_currency;
+extern const lmq_special lmq_specials[];
+extern const size_t lmq_n_specials;
+
+static inline uint32_t lmq_flags(uint32_t cp) {
+  if (cp < 128) return lmq_ascii_flags[cp];
+  size_t lo = 0, hi = lmq_n_ranges;
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    if (cp < lmq_ranges[mid].lo) hi = mid;
+    else if (cp > lmq_ranges[mid].hi) lo = mid + 1;
+    else return lmq_ranges[mid].flags;
+  }
+  return 0;
+}
+
+/* Decode one code point at s[i] (i < n); returns its byte length (>= 1).
+ * Invalid UTF-8 decodes as one U+FFFD per byte (the filter expects cleaned
+ * text; this only keeps it defined). */
+static inline size_t lmq_decode(const uint8_t *s, size_t n, size_t i, uint32_t *cp) {
+  uint8_t c = s[i];
+  if (c < 0x80) { *cp = c; return 1; }
+  if (c >= 0xC2 && c <= 0xDF && i + 1 < n && (s[i + 1] & 0xC0) == 0x80) {
+    *cp = ((uint32_t)(c & 0x1F) << 6) | (s[i + 1] & 0x3F);
+    return 2;
+  }
+  if (c >= 0xE0 && c <= 0xEF && i + 2 < n && (s[i + 1] & 0xC0) == 0x80 && (s[i + 2] & 0xC0) == 0x80) {
+    uint32_t v = ((uint32_t)(c & 0x0F) << 12) | ((uint32_t)(s[i + 1] & 0x3F) << 6) | (s[i + 2] & 0x3F);
+    if (v >= 0x800 && (v < 0xD800 || v > 0xDFFF)) { *cp = v; return 3; }
+  }
+  if (c >= 0xF0 && c <= 0xF4 && i + 3 < n && (s[i + 1] & 0xC0) == 0x80 && (s[i + 2] & 0xC0) == 0x80 &&
+      (s[i + 3] & 0xC0) == 0x80) {
+    uint32_t v = ((uint32_t)(c & 0x07) << 18) | ((uint32_t)(s[i + 1] & 0x3F) << 12) |
+                 ((uint32_t)(s[i + 2] & 0x3F) << 6) | (s[i + 3] & 0x3F);
+    if (v >= 0x10000 && v <= 0x10FFFF) { *cp = v; return 4; }
+  }
+  *cp = 0xFFFD;
+  return 1;
+}
+
+/* ---- tokenizer (quality_words.c) ---- */
+
+/* Token attributes. */
+enum {
+  LMQ_T_WS = 1u << 0,        /* whitespace token (dropped from "words") */
+  LMQ_T_NONSYMBOL = 1u << 1, /* has a character outside PUNCTUATION_SET */
+  LMQ_T_ALPHA = 1u << 2,     /* has a str.isalpha character */
+  LMQ_T_ALLPUNCT = 1u << 3,  /* every character is category P* (spaCy is_punct) */
+  LMQ_T_SENTP = 1u << 4,     /* the token is one Sentencizer punct char */
+  LMQ_T_STOP = 1u << 5       /* equals one of the stop words (set by the rules) */
+};
+
+typedef struct {
+  uint32_t off;   /* byte offset in the text */
+  uint32_t len;   /* bytes */
+  uint32_t ncp;   /* code points (Python len) */
+  uint32_t attr;  /* LMQ_T_* */
+} lmq_tok;
+
+typedef struct {
+  uint32_t *slot; /* index+1 into lmq_specials; 0 = empty */
+  size_t mask;
+} lmq_special_index;
+
+int lmq_special_index_build(lmq_special_index *ix);
+void lmq_special_index_free(lmq_special_index *ix);
+
+/* Per-thread scratch reused across documents. */
+typedef struct {
+  lmq_tok *tok;
+  size_t ntok, cap_tok;
+  uint32_t *cp, *bo, *fl; /* code points of one span, byte offsets, flags */
+  size_t cap_cp;
+  uint32_t *pre, *suf;    /* affix stacks (pairs of cp indexes) */
+  size_t cap_aff;
+} lmq_tokbuf;
+
+void lmq_tokbuf_free(lmq_tokbuf *b);
+
+/* Tokenize s[0..n) like spaCy's English tokenizer; appends to b->tok (after
+ * resetting ntok when `reset`).  Whitespace tokens are kept (flag LMQ_T_WS).
+ * `base` is added to every token offset.  Returns 0, or -1 on allocation failure. */
+int lmq_tokenize(const lmq_special_index *ix, const uint8_t *s, size_t n, uint32_t base,
+                 lmq_tokbuf *b, int reset);
+
+/* ---- the filter object and its scratch (quality.c, quality_rules.c) ---- */
+#include "luminamoon/quality.h"
+
+struct lm_quality {
+  lm_quality_params p;
+  lmq_special_index ix;
+  lm_quality_counters counters;
+};
+
+typedef struct {
+  uint64_t *h;   /* hash | 1 (0 = empty slot) */
+  uint32_t *a;   /* element: start */
+  uint32_t *b;   /* element: end (exclusive) */
+  uint32_t *cnt; /* occurrences */
+  size_t mask, cap;
+} lmq_set;
+
+struct lm_quality_scratch {
+  lmq_tokbuf tb;          /* tokens of the whole text */
+  lmq_tokbuf lb;          /* tokens of one C4 line */
+  uint32_t *w;            /* indexes of the word (non-whitespace) tokens */
+  size_t nw, cap_w;
+  uint8_t *wb, *sb;       /* words concatenated; words joined by ' ' */
+  size_t cap_wb, cap_sb;
+  uint32_t *wo, *so, *wc; /* per word: offsets into wb / sb, code-point prefix sums (nw + 1) */
+  size_t cap_wo;
+  uint8_t *text;          /* C4's rewritten text */
+  size_t cap_text;
+  uint8_t *line;          /* one C4 line with citations removed */
+  size_t cap_line;
+  lmq_set set;
+};
+
+/* Fill s->w / s->nw with the words of text (tokens in s->tb).  0 or -1 (ENOMEM). */
+int lmq_words(const lm_quality *q, lm_quality_scratch *s, const uint8_t *text, size_t len);
+void lmq_set_free(lmq_set *st);
+
+#endif

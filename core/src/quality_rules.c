@@ -1,0 +1,609 @@
+/* quality_rules.c — the rules of the QualityFilter, one document at a time.
+ * Each function mirrors the datatrove filter named above it (see quality.h). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "luminamoon/hash.h"
+#include "quality_internal.h"
+
+#define ON(q, r) (((q)->p.enabled >> (r)) & 1u)
+
+static int grow(void **p, size_t *cap, size_t need, size_t elem) {
+  if (need <= *cap) return 0;
+  size_t c = *cap ? *cap : 256;
+  while (c < need) c *= 2;
+  void *q = realloc(*p, c * elem);
+  if (!q) return -1;
+  *p = q;
+  *cap = c;
+  return 0;
+}
+
+/* ---- exact multiset of byte strings (hash + compare) ---- */
+
+void lmq_set_free(lmq_set *st) {
+  free(st->h);
+  free(st->a);
+  free(st->b);
+  free(st->cnt);
+  memset(st, 0, sizeof *st);
+}
+
+static int set_reset(lmq_set *st, size_t n) {
+  size_t cap = 16;
+  while (cap < 2 * n + 2) cap <<= 1;
+  if (cap > st->cap) {
+    lmq_set_free(st);
+    st->h = (uint64_t *)malloc(cap * sizeof(uint64_t));
+    st->a = (uint32_t *)malloc(cap * sizeof(uint32_t));
+    st->b = (uint32_t *)malloc(cap * sizeof(uint32_t));
+    st->cnt = (uint32_t *)malloc(cap * sizeof(uint32_t));
+    if (!st->h || !st->a || !st->b || !st->cnt) {
+      lmq_set_free(st);
+      return -1;
+    }
+    st->cap = cap;
+  }
+  st->mask = cap - 1;
+  memset(st->h, 0, cap * sizeof(uint64_t));
+  return 0;
+}
+
+/* Insert base[a..b); returns the slot, *seen = 1 when it was already there. */
+static size_t set_add(lmq_set *st, const uint8_t *base, uint32_t a, uint32_t b, int *seen) {
+  uint64_t h = lm_hash64(base + a, b - a, 0) | 1u;
+  size_t i = (size_t)(h ^ (h >> 32)) & st->mask;
+  for (;;) {
+    if (st->h[i] == 0) {
+      st->h[i] = h;
+      st->a[i] = a;
+      st->b[i] = b;
+      st->cnt[i] = 1;
+      *seen = 0;
+      return i;
+    }
+    if (st->h[i] == h && st->b[i] - st->a[i] == b - a && memcmp(base + st->a[i], base + a, b - a) == 0) {
+      st->cnt[i]++;
+      *seen = 1;
+      return i;
+    }
+    i = (i + 1) & st->mask;
+  }
+}
+
+static inline size_t cp_count(const uint8_t *s, size_t n) {
+  size_t c = 0;
+  for (size_t i = 0; i < n; i++) c += (s[i] & 0xC0) != 0x80;
+  return c;
+}
+
+static inline uint32_t flags_at(const uint8_t *s, size_t n, size_t i, size_t *l) {
+  uint32_t cp;
+  *l = lmq_decode(s, n, i, &cp);
+  return lmq_flags(cp);
+}
+
+/* Python str.strip() bounds (Unicode whitespace). */
+static void py_strip(const uint8_t *s, size_t *a, size_t *b) {
+  size_t i = *a, j = *b, l;
+  while (i < j && (flags_at(s, j, i, &l) & LMQ_F_SPACE)) i += l;
+  while (j > i) {
+    size_t k = j - 1;
+    while (k > i && (s[k] & 0xC0) == 0x80) k--;
+    if (!(flags_at(s, j, k, &l) & LMQ_F_SPACE)) break;
+    j = k;
+  }
+  *a = i;
+  *b = j;
+}
+
+/* Python str.splitlines(): next line [*a, *e) starting at pos, returns the
+ * position after its terminator; pos == n ends. */
+static size_t next_splitline(const uint8_t *s, size_t n, size_t pos, size_t *e) {
+  size_t i = pos;
+  while (i < n) {
+    uint8_t c = s[i];
+    if (c >= 0x20 && c < 0x80) { i++; continue; }
+    size_t l;
+    if (flags_at(s, n, i, &l) & LMQ_F_LINEBREAK) {
+      *e = i;
+      if (c == '\r' && i + 1 < n && s[i + 1] == '\n') return i + 2;
+      return i + l;
+    }
+    i += l;
+  }
+  *e = n;
+  return n;
+}
+
+/* The last code point of s[a..b) (b > a). */
+static uint32_t last_cp(const uint8_t *s, size_t a, size_t b) {
+  size_t k = b - 1;
+  while (k > a && (s[k] & 0xC0) == 0x80) k--;
+  uint32_t cp;
+  lmq_decode(s, b, k, &cp);
+  return cp;
+}
+
+static int ends_with(const uint8_t *s, size_t a, size_t b, const char *lit) {
+  size_t n = strlen(lit);
+  return b - a >= n && memcmp(s + b - n, lit, n) == 0;
+}
+
+static int contains_ci(const uint8_t *s, size_t n, const char *lit) {
+  size_t m = strlen(lit);
+  if (m > n) return 0;
+  for (size_t i = 0; i + m <= n; i++) {
+    size_t k = 0;
+    while (k < m) {
+      uint8_t c = s[i + k];
+      if (c >= 'A' && c <= 'Z') c = (uint8_t)(c | 32);
+      if (c != (uint8_t)lit[k]) break;
+      k++;
+    }
+    if (k == m) return 1;
+  }
+  return 0;
+}
+
+/* ---- words ---- */
+
+int lmq_words(const lm_quality *q, lm_quality_scratch *s, const uint8_t *text, size_t len) {
+  if (lmq_tokenize(&q->ix, text, len, 0, &s->tb, 1)) return -1;
+  if (grow((void **)&s->w, &s->cap_w, s->tb.ntok + 1, sizeof(uint32_t))) return -1;
+  size_t nw = 0;
+  for (size_t i = 0; i < s->tb.ntok; i++)
+    if (!(s->tb.tok[i].attr & LMQ_T_WS)) s->w[nw++] = (uint32_t)i;
+  s->nw = nw;
+  return 0;
+}
+
+/* Build wb (words concatenated), sb (words joined by ' ') and their offsets. */
+static int build_word_buffers(lm_quality_scratch *s, const uint8_t *text) {
+  size_t nw = s->nw, bytes = 0;
+  for (size_t i = 0; i < nw; i++) bytes += s->tb.tok[s->w[i]].len;
+  if (grow((void **)&s->wb, &s->cap_wb, bytes + 1, 1) || grow((void **)&s->sb, &s->cap_sb, bytes + nw + 1, 1) ||
+      grow((void **)&s->wo, &s->cap_wo, nw + 1, sizeof(uint32_t)))
+    return -1;
+  /* so and wc share cap_wo: allocate alongside */
+  size_t cap = s->cap_wo;
+  void *p1 = realloc(s->so, cap * sizeof(uint32_t));
+  if (!p1) return -1;
+  s->so = (uint32_t *)p1;
+  void *p2 = realloc(s->wc, cap * sizeof(uint32_t));
+  if (!p2) return -1;
+  s->wc = (uint32_t *)p2;
+  uint32_t wo = 0, so = 0, wc = 0;
+  for (size_t i = 0; i < nw; i++) {
+    const lmq_tok *t = &s->tb.tok[s->w[i]];
+    s->wo[i] = wo;
+    s->so[i] = so;
+    s->wc[i] = wc;
+    memcpy(s->wb + wo, text + t->off, t->len);
+    memcpy(s->sb + so, text + t->off, t->len);
+    wo += t->len;
+    so += t->len;
+    s->sb[so++] = ' ';
+    wc += t->ncp;
+  }
+  s->wo[nw] = wo;
+  s->so[nw] = so;
+  s->wc[nw] = wc;
+  return 0;
+}
+
+/* ---- GopherRepetitionFilter ---- */
+static int gopher_repetition(const lm_quality *q, lm_quality_scratch *s, const uint8_t *t, size_t n, int *words_ok,
+                             int *reason) {
+  const lm_quality_params *p = &q->p;
+  if (n == 0) {
+    if (ON(q, LM_Q_GR_EMPTY)) { *reason = LM_Q_GR_EMPTY; return 0; }
+    return 0;
+  }
+  double text_cp = (double)cp_count(t, n);
+  int seen;
+  if (ON(q, LM_Q_GR_DUP_PARA_FRAC) || ON(q, LM_Q_GR_DUP_PARA_CHAR_FRAC)) {
+    size_t a = 0, b = n;
+    py_strip(t, &a, &b);
+    size_t npara = 0, dup = 0, dupc = 0;
+    if (set_reset(&s->set, (b - a) / 2 + 1)) return -1;
+    size_t i = a;
+    for (;;) { /* re.split(r"\n{2,}") */
+      size_t e = i;
+      while (e < b && !(t[e] == '\n' && e + 1 < b && t[e + 1] == '\n')) e++;
+      npara++;
+      set_add(&s->set, t, (uint32_t)i, (uint32_t)e, &seen);
+      if (seen) dup++, dupc += cp_count(t + i, e - i);
+      if (e >= b) break;
+      while (e < b && t[e] == '\n') e++;
+      i = e;
+    }
+    if (ON(q, LM_Q_GR_DUP_PARA_FRAC) && (double)dup / (double)npara > p->gr_dup_para_frac) {
+      *reason = LM_Q_GR_DUP_PARA_FRAC;
+      return 0;
+    }
+    if (ON(q, LM_Q_GR_DUP_PARA_CHAR_FRAC) && (double)dupc / text_cp > p->gr_dup_para_char_frac) {
+      *reason = LM_Q_GR_DUP_PARA_CHAR_FRAC;
+      return 0;
+    }
+  }
+  if (ON(q, LM_Q_GR_DUP_LINE_FRAC) || ON(q, LM_Q_GR_DUP_LINE_CHAR_FRAC)) {
+    size_t nl = 0, dup = 0, dupc = 0, i = 0;
+    if (set_reset(&s->set, n / 2 + 1)) return -1;
+    for (;;) { /* re.split("\n+") */
+      size_t e = i;
+      while (e < n && t[e] != '\n') e++;
+      nl++;
+      set_add(&s->set, t, (uint32_t)i, (uint32_t)e, &seen);
+      if (seen) dup++, dupc += cp_count(t + i, e - i);
+      if (e >= n) break;
+      while (e < n && t[e] == '\n') e++;
+      i = e;
+    }
+    if (ON(q, LM_Q_GR_DUP_LINE_FRAC) && (double)dup / (double)nl > p->gr_dup_line_frac) {
+      *reason = LM_Q_GR_DUP_LINE_FRAC;
+      return 0;
+    }
+    if (ON(q, LM_Q_GR_DUP_LINE_CHAR_FRAC) && (double)dupc / text_cp > p->gr_dup_line_char_frac) {
+      *reason = LM_Q_GR_DUP_LINE_CHAR_FRAC;
+      return 0;
+    }
+  }
+  int need_words = 0;
+  for (int r = LM_Q_GR_TOP_2_GRAM; r <= LM_Q_GR_DUP_10_GRAMS; r++) need_words |= ON(q, r);
+  if (!need_words) return 0;
+  if (!*words_ok) {
+    if (lmq_words(q, s, t, n)) return -1;
+    *words_ok = 1;
+  }
+  if (build_word_buffers(s, t)) return -1;
+  size_t nw = s->nw;
+  for (int k = 0; k < 3; k++) {
+    size_t ng = (size_t)k + 2;
+    if (!ON(q, LM_Q_GR_TOP_2_GRAM + k) || nw < ng) continue;
+    if (set_reset(&s->set, nw)) return -1;
+    uint32_t best_cnt = 0, best_first = 0, best_len = 0;
+    for (size_t i = 0; i + ng <= nw; i++) {
+      size_t slot = set_add(&s->set, s->sb, s->so[i], s->so[i + ng] - 1, &seen);
+      uint32_t c = s->set.cnt[slot], first = s->set.a[slot];
+      if (c > best_cnt || (c == best_cnt && first < best_first)) {
+        best_cnt = c;
+        best_first = first;
+        best_len = s->wc[i + ng] - s->wc[i] + (uint32_t)(ng - 1);
+      }
+    }
+    if ((double)best_len * best_cnt / text_cp > p->gr_top_ngram_frac[k]) {
+      *reason = LM_Q_GR_TOP_2_GRAM + k;
+      return 0;
+    }
+  }
+  for (int k = 0; k < 6; k++) {
+    size_t ng = (size_t)k + 5;
+    if (!ON(q, LM_Q_GR_DUP_5_GRAMS + k)) continue;
+    if (set_reset(&s->set, nw)) return -1;
+    size_t rep = 0, i = 0;
+    while (nw >= ng && i < nw - ng + 1) {
+      set_add(&s->set, s->wb, s->wo[i], s->wo[i + ng], &seen);
+      if (seen) {
+        rep += s->wc[i + ng] - s->wc[i];
+        i += ng;
+      } else {
+        i++;
+      }
+    }
+    if ((double)rep / text_cp > p->gr_dup_ngram_frac[k]) {
+      *reason = LM_Q_GR_DUP_5_GRAMS + k;
+      return 0;
+    }
+  }
+  return 0;
+}
+
+/* ---- GopherQualityFilter ---- */
+static const char *const k_stop[8] = {"the", "be", "to", "of", "and", "that", "have", "with"};
+
+static int gopher_quality(const lm_quality *q, lm_quality_scratch *s, const uint8_t *t, size_t n, int *words_ok,
+                          int *reason) {
+  const lm_quality_params *p = &q->p;
+  if (!*words_ok) {
+    if (lmq_words(q, s, t, n)) return -1;
+    *words_ok = 1;
+  }
+  size_t nw = s->nw, nsym = 0, symlen = 0, nalpha = 0;
+  unsigned stop = 0;
+  for (size_t i = 0; i < nw; i++) {
+    const lmq_tok *w = &s->tb.tok[s->w[i]];
+    if (w->attr & LMQ_T_NONSYMBOL) nsym++, symlen += w->ncp;
+    if (w->attr & LMQ_T_ALPHA) nalpha++;
+    if (w->len <= 4)
+      for (int k = 0; k < 8; k++)
+        if (strlen(k_stop[k]) == w->len && memcmp(k_stop[k], t + w->off, w->len) == 0) stop |= 1u << k;
+  }
+  if (ON(q, LM_Q_GQ_MIN_DOC_WORDS) && p->gq_min_doc_words && nsym < p->gq_min_doc_words) {
+    *reason = LM_Q_GQ_MIN_DOC_WORDS;
+    return 0;
+  }
+  if (ON(q, LM_Q_GQ_MAX_DOC_WORDS) && p->gq_max_doc_words && nsym > p->gq_max_doc_words) {
+    *reason = LM_Q_GQ_MAX_DOC_WORDS;
+    return 0;
+  }
+  if (nsym) { /* np.mean of nothing is NaN: both comparisons false */
+    double avg = (double)symlen / (double)nsym;
+    if (ON(q, LM_Q_GQ_MIN_AVG_WORD_LENGTH) && p->gq_min_avg_word_length && avg < p->gq_min_avg_word_length) {
+      *reason = LM_Q_GQ_MIN_AVG_WORD_LENGTH;
+      return 0;
+    }
+    if (ON(q, LM_Q_GQ_MAX_AVG_WORD_LENGTH) && p->gq_max_avg_word_length && avg > p->gq_max_avg_word_length) {
+      *reason = LM_Q_GQ_MAX_AVG_WORD_LENGTH;
+      return 0;
+    }
+  }
+  if (nw && p->gq_max_symbol_word_ratio) {
+    if (ON(q, LM_Q_GQ_HASH_RATIO)) {
+      size_t h = 0;
+      for (size_t i = 0; i < n; i++) h += t[i] == '#';
+      if ((double)h / (double)nw > p->gq_max_symbol_word_ratio) {
+        *reason = LM_Q_GQ_HASH_RATIO;
+        return 0;
+      }
+    }
+    if (ON(q, LM_Q_GQ_ELLIPSIS_RATIO)) {
+      size_t e = 0;
+      for (size_t i = 0; i < n;) {
+        if (i + 2 < n && t[i] == '.' && t[i + 1] == '.' && t[i + 2] == '.') { e++; i += 3; continue; }
+        if (i + 2 < n && t[i] == 0xE2 && t[i + 1] == 0x80 && t[i + 2] == 0xA6) { e++; i += 3; continue; }
+        i++;
+      }
+      if ((double)e / (double)nw > p->gq_max_symbol_word_ratio) {
+        *reason = LM_Q_GQ_ELLIPSIS_RATIO;
+        return 0;
+      }
+    }
+  }
+  if (ON(q, LM_Q_GQ_BULLET_LINES) || ON(q, LM_Q_GQ_ELLIPSIS_LINES)) {
+    size_t nl = 0, bul = 0, ell = 0, pos = 0, e;
+    while (pos < n) {
+      size_t st = pos;
+      pos = next_splitline(t, n, pos, &e);
+      nl++;
+      size_t a = st, b = e;
+      py_strip(t, &a, &b);
+      if (a < b && (t[a] == '-' || (b - a >= 3 && t[a] == 0xE2 && t[a + 1] == 0x80 && t[a + 2] == 0xA2))) bul++;
+      if (ends_with(t, a, b, "...") || ends_with(t, a, b, "\xE2\x80\xA6")) ell++;
+    }
+    if (nl) {
+      if (ON(q, LM_Q_GQ_BULLET_LINES) && p->gq_max_bullet_lines_ratio &&
+          (double)bul / (double)nl > p->gq_max_bullet_lines_ratio) {
+        *reason = LM_Q_GQ_BULLET_LINES;
+        return 0;
+      }
+      if (ON(q, LM_Q_GQ_ELLIPSIS_LINES) && p->gq_max_ellipsis_lines_ratio &&
+          (double)ell / (double)nl > p->gq_max_ellipsis_lines_ratio) {
+        *reason = LM_Q_GQ_ELLIPSIS_LINES;
+        return 0;
+      }
+    }
+  }
+  if (nw && ON(q, LM_Q_GQ_ALPHA_WORDS) && p->gq_min_alpha_words_ratio &&
+      (double)nalpha / (double)nw < p->gq_min_alpha_words_ratio) {
+    *reason = LM_Q_GQ_ALPHA_WORDS;
+    return 0;
+  }
+  if (ON(q, LM_Q_GQ_STOP_WORDS) && p->gq_min_stop_words && (size_t)__builtin_popcount(stop) < p->gq_min_stop_words) {
+    *reason = LM_Q_GQ_STOP_WORDS;
+    return 0;
+  }
+  return 0;
+}
+
+/* ---- C4QualityFilter ---- */
+
+/* CITATION_REGEX.sub("", line): \[\d*]|\[edit]|\[citation needed] */
+static size_t remove_citations(const uint8_t *s, size_t n, uint8_t *out) {
+  size_t o = 0, i = 0;
+  while (i < n) {
+    if (s[i] == '[') {
+      size_t k = i + 1, l;
+      while (k < n && (flags_at(s, n, k, &l) & LMQ_F_UDIGIT)) k += l;
+      if (k < n && s[k] == ']') { i = k + 1; continue; }
+      if (n - i >= 6 && memcmp(s + i, "[edit]", 6) == 0) { i += 6; continue; }
+      if (n - i >= 17 && memcmp(s + i, "[citation needed]", 17) == 0) { i += 17; continue; }
+    }
+    out[o++] = s[i++];
+  }
+  return o;
+}
+
+static size_t count_sentences(const lm_quality *q, lm_quality_scratch *s, const uint8_t *line, size_t n, int *err) {
+  if (lmq_tokenize(&q->ix, line, n, 0, &s->lb, 1)) { *err = 1; return 0; }
+  if (s->lb.ntok == 0) return 1; /* datatrove's split gives one part for no spans */
+  size_t count = 1;
+  int seen = 0;
+  for (size_t i = 0; i < s->lb.ntok; i++) {
+    uint32_t a = s->lb.tok[i].attr;
+    if (seen && !(a & LMQ_T_ALLPUNCT) && !(a & LMQ_T_SENTP)) { count++; seen = 0; }
+    else if (a & LMQ_T_SENTP) seen = 1;
+  }
+  return count;
+}
+
+static const char *const k_policy[6] = {"terms of use", "privacy policy", "cookie policy", "uses cookies",
+                                        "use of cookies", "use cookies"};
+
+/* Returns -1 on ENOMEM; sets *reason on a drop; *out_len = rewritten length. */
+static int c4(const lm_quality *q, lm_quality_scratch *s, const uint8_t *t, size_t n, int *reason, size_t *out_len,
+              lm_quality_counters *c) {
+  const lm_quality_params *p = &q->p;
+  if (grow((void **)&s->text, &s->cap_text, n + 1, 1) || grow((void **)&s->line, &s->cap_line, n + 1, 1)) return -1;
+  size_t o = 0, pos = 0, e, sentences = 0;
+  uint64_t removed[LM_Q_RULE_COUNT] = {0};
+  while (pos < n) {
+    size_t st = pos;
+    pos = next_splitline(t, n, pos, &e);
+    size_t a = st, b = e;
+    py_strip(t, &a, &b);
+    /* words = line.split() */
+    size_t nwords = 0, maxw = 0, i = a;
+    while (i < b) {
+      size_t l;
+      while (i < b && (flags_at(t, b, i, &l) & LMQ_F_SPACE)) i += l;
+      if (i >= b) break;
+      size_t wcp = 0;
+      while (i < b && !(flags_at(t, b, i, &l) & LMQ_F_SPACE)) i += l, wcp++;
+      nwords++;
+      if (wcp > maxw) maxw = wcp;
+    }
+    if (ON(q, LM_Q_C4_TOO_LONG_WORD) && maxw > p->c4_max_word_length) { removed[LM_Q_C4_TOO_LONG_WORD]++; continue; }
+    const uint8_t *ln = t + a;
+    size_t len = b - a;
+    if (ON(q, LM_Q_C4_CITATIONS) && memchr(ln, '[', len)) {
+      size_t nl = remove_citations(ln, len, s->line);
+      if (nl != len) removed[LM_Q_C4_CITATIONS]++;
+      ln = s->line;
+      len = nl;
+    }
+    if (ON(q, LM_Q_C4_NO_TERMINAL_PUNCT)) {
+      uint8_t last = len ? ln[len - 1] : 0;
+      int term = last == '.' || last == '?' || last == '!' || last == '"' || last == '\'';
+      if (!term || (len >= 3 && memcmp(ln + len - 3, "...", 3) == 0)) {
+        removed[LM_Q_C4_NO_TERMINAL_PUNCT]++;
+        continue;
+      }
+    }
+    if (ON(q, LM_Q_C4_TOO_FEW_WORDS) && nwords < p->c4_min_words_per_line) { removed[LM_Q_C4_TOO_FEW_WORDS]++; continue; }
+    if (ON(q, LM_Q_C4_LOREM_IPSUM) && contains_ci(ln, len, "lorem ipsum")) { *reason = LM_Q_C4_LOREM_IPSUM; return 0; }
+    if (ON(q, LM_Q_C4_JAVASCRIPT) && contains_ci(ln, len, "javascript")) { removed[LM_Q_C4_JAVASCRIPT]++; continue; }
+    if (ON(q, LM_Q_C4_CURLY_BRACKET) && memchr(ln, '{', len)) { *reason = LM_Q_C4_CURLY_BRACKET; return 0; }
+    if (ON(q, LM_Q_C4_POLICY)) {
+      int hit = 0;
+      for (int k = 0; k < 6 && !hit; k++) hit = contains_ci(ln, len, k_policy[k]);
+      if (hit) { removed[LM_Q_C4_POLICY]++; continue; }
+    }
+    if (ON(q, LM_Q_C4_TOO_FEW_SENTENCES)) {
+      int err = 0;
+      sentences += count_sentences(q, s, ln, len, &err);
+      if (err) return -1;
+    }
+    if (o) s->text[o++] = '\n';
+    memmove(s->text + o, ln, len);
+    o += len;
+  }
+  if (ON(q, LM_Q_C4_TOO_FEW_SENTENCES) && sentences < p->c4_min_sentences) {
+    *reason = LM_Q_C4_TOO_FEW_SENTENCES;
+    return 0;
+  }
+  size_t a = 0, b = o;
+  py_strip(s->text, &a, &b);
+  if (a) memmove(s->text, s->text + a, b - a);
+  *out_len = b - a;
+  if (c)
+    for (int r = LM_Q_C4_TOO_LONG_WORD; r <= LM_Q_C4_POLICY; r++) c->rule[r] += removed[r];
+  return 0;
+}
+
+/* ---- FineWebQualityFilter ---- */
+static int fineweb(const lm_quality *q, lm_quality_scratch *s, const uint8_t *t, size_t n, int *words_ok,
+                   int *reason) {
+  const lm_quality_params *p = &q->p;
+  size_t nl = 0, punct = 0, shortl = 0, newlines = 0, dupc = 0;
+  if (set_reset(&s->set, n / 2 + 1)) return -1;
+  size_t i = 0;
+  for (;;) {
+    size_t e = i;
+    while (e < n && t[e] != '\n') e++;
+    size_t a = i, b = e;
+    py_strip(t, &a, &b);
+    if (a < b) {
+      nl++;
+      if (lmq_flags(last_cp(t, i, e)) & LMQ_F_TERMINAL) punct++;
+      size_t ncp = cp_count(t + i, e - i);
+      if (ncp <= p->fw_short_line_length) shortl++;
+      int seen;
+      set_add(&s->set, t, (uint32_t)i, (uint32_t)e, &seen);
+      if (seen) dupc += ncp;
+    }
+    if (e >= n) break;
+    newlines++;
+    i = e + 1;
+  }
+  if (nl == 0) {
+    if (ON(q, LM_Q_FW_EMPTY)) *reason = LM_Q_FW_EMPTY;
+    return 0;
+  }
+  double r = (double)punct / (double)nl;
+  if (ON(q, LM_Q_FW_LINE_PUNCT_RATIO) && r < p->fw_line_punct_thr && !(r == 0 && p->fw_line_punct_exclude_zero)) {
+    *reason = LM_Q_FW_LINE_PUNCT_RATIO;
+    return 0;
+  }
+  if (ON(q, LM_Q_FW_SHORT_LINE_RATIO) && (double)shortl / (double)nl > p->fw_short_line_thr) {
+    *reason = LM_Q_FW_SHORT_LINE_RATIO;
+    return 0;
+  }
+  if (ON(q, LM_Q_FW_CHAR_DUP_RATIO) &&
+      (double)dupc / (double)(cp_count(t, n) - newlines) > p->fw_char_dup_ratio) {
+    *reason = LM_Q_FW_CHAR_DUP_RATIO;
+    return 0;
+  }
+  if (ON(q, LM_Q_FW_LIST_RATIO)) {
+    if (!*words_ok) {
+      if (lmq_words(q, s, t, n)) return -1;
+      *words_ok = 1;
+    }
+    if (s->nw == 0 || (double)newlines / (double)s->nw > p->fw_new_line_ratio) {
+      *reason = LM_Q_FW_LIST_RATIO;
+      return 0;
+    }
+  }
+  return 0;
+}
+
+#define SET_ON(q, lo, hi) (((q)->p.enabled & ((((uint64_t)2 << (hi)) - 1) & ~(((uint64_t)1 << (lo)) - 1))) != 0)
+
+lm_status lm_quality_check(const lm_quality *q, lm_quality_scratch *s, const uint8_t *text, size_t len,
+                           lm_quality_doc_result *res, lm_quality_counters *c) {
+  if (!q || !s || !res || (len && !text)) return LM_EINVAL;
+  if (len > 0xFFFFFFF0u) return LM_ETOOBIG; /* token offsets are 32-bit */
+  res->reason = LM_REASON_KEPT;
+  res->modified = 0;
+  res->text = text;
+  res->len = len;
+  if (c) c->docs_in++, c->bytes_in += len;
+  if (q->p.max_doc_bytes && len > q->p.max_doc_bytes) {
+    res->reason = LM_REASON_TOO_LARGE;
+    if (c) c->too_large++, c->docs_dropped++;
+    return LM_OK;
+  }
+  int reason = -1, words_ok = 0;
+  const uint8_t *t = text;
+  size_t n = len;
+  if (SET_ON(q, LM_Q_GR_EMPTY, LM_Q_GR_DUP_10_GRAMS) && gopher_repetition(q, s, t, n, &words_ok, &reason))
+    return LM_ENOMEM;
+  if (reason < 0 && SET_ON(q, LM_Q_GQ_MIN_DOC_WORDS, LM_Q_GQ_STOP_WORDS) && gopher_quality(q, s, t, n, &words_ok, &reason))
+    return LM_ENOMEM;
+  if (reason < 0 && SET_ON(q, LM_Q_C4_TOO_LONG_WORD, LM_Q_C4_TOO_FEW_SENTENCES)) {
+    size_t nlen = 0;
+    if (c4(q, s, t, n, &reason, &nlen, c)) return LM_ENOMEM;
+    if (reason < 0 && q->p.c4_modify_text && (nlen != n || memcmp(s->text, t, n) != 0)) {
+      t = s->text;
+      n = nlen;
+      res->modified = 1;
+      res->text = t;
+      res->len = n;
+      words_ok = 0;
+    }
+  }
+  if (reason < 0 && SET_ON(q, LM_Q_FW_EMPTY, LM_Q_FW_LIST_RATIO) && fineweb(q, s, t, n, &words_ok, &reason))
+    return LM_ENOMEM;
+  if (reason >= 0) {
+    res->reason = LM_REASON_QUALITY_BASE + reason;
+    res->modified = 0;
+    res->text = NULL;
+    res->len = 0;
+    if (c) c->rule[reason]++, c->docs_dropped++;
+  } else if (c) {
+    c->docs_kept++;
+    c->bytes_out += res->len;
+    c->docs_modified += (uint64_t)res->modified;
+  }
+  return LM_OK;
+}

@@ -1,0 +1,499 @@
+/* quality_words.c — datatrove's English "words": spaCy's rule-based tokenizer in C.
+ *
+ * datatrove's split_into_words(text, "en") runs spacy.blank("en") and keeps
+ * the non-whitespace tokens.  This file reproduces that tokenizer:
+ *  - the text is split at whitespace (Python str.isspace); inside the text the
+ *    first ' ' of a whitespace run belongs to the previous token, the rest of
+ *    the run is a whitespace token (the whole run at the start of the text);
+ *  - each non-whitespace span is looked up in the special cases (tokenizer
+ *    exceptions: "don't" -> "do" "n't", "U.S.", ...), then prefixes and
+ *    suffixes are split off one at a time (spaCy's _split_affixes loop, with its
+ *    special-case checks after each step), then the remaining core is a special
+ *    case, a URL (spaCy's URL_MATCH), or is split at infixes.
+ * The regular expressions of spaCy's English defaults are hand-compiled below;
+ * the character classes come from quality_tables.c (generated from spaCy).
+ * Not reproduced: spaCy's second special-case pass (_apply_special_cases,
+ * which re-merges special cases containing affix characters that were split,
+ * e.g. emoticons inside brackets) — rare in text.
+ */
+#include "quality_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t sp_hash(const uint8_t *s, size_t n) {
+  uint64_t h = 1469598103934665603ull; /* FNV-1a */
+  for (size_t i = 0; i < n; i++) h = (h ^ s[i]) * 1099511628211ull;
+  return h ^ (h >> 29);
+}
+
+int lmq_special_index_build(lmq_special_index *ix) {
+  size_t cap = 1;
+  while (cap < lmq_n_specials * 4) cap <<= 1;
+  ix->slot = (uint32_t *)calloc(cap, sizeof(uint32_t));
+  if (!ix->slot) return -1;
+  ix->mask = cap - 1;
+  for (size_t i = 0; i < lmq_n_specials; i++) {
+    size_t h = (size_t)sp_hash((const uint8_t *)lmq_specials[i].key, lmq_specials[i].len) & ix->mask;
+    while (ix->slot[h]) h = (h + 1) & ix->mask;
+    ix->slot[h] = (uint32_t)i + 1;
+  }
+  return 0;
+}
+
+void lmq_special_index_free(lmq_special_index *ix) {
+  if (!ix) return;
+  free(ix->slot);
+  ix->slot = NULL;
+}
+
+static const lmq_special *special_find(const lmq_special_index *ix, const uint8_t *s, size_t n) {
+  if (n == 0 || n > 64) return NULL;
+  size_t h = (size_t)sp_hash(s, n) & ix->mask;
+  for (;;) {
+    uint32_t v = ix->slot[h];
+    if (!v) return NULL;
+    const lmq_special *sp = &lmq_specials[v - 1];
+    if (sp->len == n && memcmp(sp->key, s, n) == 0) return sp;
+    h = (h + 1) & ix->mask;
+  }
+}
+
+void lmq_tokbuf_free(lmq_tokbuf *b) {
+  if (!b) return;
+  free(b->tok);
+  free(b->cp);
+  free(b->bo);
+  free(b->fl);
+  free(b->pre);
+  free(b->suf);
+  memset(b, 0, sizeof *b);
+}
+
+static int grow(void **p, size_t *cap, size_t need, size_t elem) {
+  if (need <= *cap) return 0;
+  size_t c = *cap ? *cap : 64;
+  while (c < need) c *= 2;
+  void *q = realloc(*p, c * elem);
+  if (!q) return -1;
+  *p = q;
+  *cap = c;
+  return 0;
+}
+
+/* ---- the state of one span being tokenized ---- */
+typedef struct {
+  const lmq_special_index *ix;
+  const uint8_t *s; /* the text */
+  uint32_t base;    /* offset of s in the document */
+  lmq_tokbuf *b;
+  const uint32_t *cp, *bo, *fl;
+} span_ctx;
+
+static int push_tok_raw(lmq_tokbuf *b, uint32_t off, uint32_t len, uint32_t ncp, uint32_t attr) {
+  if (b->ntok == b->cap_tok && grow((void **)&b->tok, &b->cap_tok, b->ntok + 1, sizeof(lmq_tok))) return -1;
+  b->tok[b->ntok++] = (lmq_tok){off, len, ncp, attr};
+  return 0;
+}
+
+/* A token made of code points [i, j) of the span. */
+static int push_cps(span_ctx *c, size_t i, size_t j) {
+  uint32_t attr = LMQ_T_ALLPUNCT;
+  for (size_t k = i; k < j; k++) {
+    uint32_t f = c->fl[k];
+    if (!(f & LMQ_F_PUNCTSET)) attr |= LMQ_T_NONSYMBOL;
+    if (f & LMQ_F_PYALPHA) attr |= LMQ_T_ALPHA;
+    if (!(f & LMQ_F_ISPUNCT)) attr &= ~(uint32_t)LMQ_T_ALLPUNCT;
+  }
+  if (j - i == 1 && (c->fl[i] & LMQ_F_SENT_PUNCT)) attr |= LMQ_T_SENTP;
+  return push_tok_raw(c->b, c->base + c->bo[i], c->bo[j] - c->bo[i], (uint32_t)(j - i), attr);
+}
+
+static const lmq_special *special_cps(span_ctx *c, size_t i, size_t j) {
+  if (j <= i) return NULL;
+  return special_find(c->ix, c->s + c->bo[i], c->bo[j] - c->bo[i]);
+}
+
+/* The tokens of a special case covering code points [i, j). */
+static int push_special(span_ctx *c, const lmq_special *sp, size_t i, size_t j) {
+  size_t k = i;
+  for (int t = 0; t < sp->ntok; t++) {
+    uint32_t end_byte = c->bo[k] + sp->toklen[t];
+    size_t e = k;
+    while (e < j && c->bo[e] < end_byte) e++;
+    if (push_cps(c, k, e)) return -1;
+    k = e;
+  }
+  return 0;
+}
+
+static inline int is_d(uint32_t cp) { return cp >= '0' && cp <= '9'; }
+
+/* Does the UTF-8 literal `lit` equal code points [p, j)?  Returns its code-point length or 0. */
+static size_t lit_at_end(span_ctx *c, size_t lo, size_t j, const char *lit) {
+  size_t nb = strlen(lit);
+  uint32_t endb = c->bo[j];
+  if (nb > endb) return 0;
+  uint32_t startb = endb - (uint32_t)nb;
+  /* find the code point where startb begins */
+  size_t p = j;
+  while (p > lo && c->bo[p] > startb) p--;
+  if (c->bo[p] != startb || p == j) return 0;
+  if (memcmp(c->s + startb, lit, nb) != 0) return 0;
+  return j - p;
+}
+
+static size_t find_prefix(span_ctx *c, size_t i, size_t j) {
+  uint32_t ch = c->cp[i];
+  if (ch == '+') return (i + 1 < j && is_d(c->cp[i + 1])) ? 0 : 1;
+  if (c->fl[i] & LMQ_F_PREFIX_CHAR) return 1;
+  if (ch == '.' && i + 1 < j && c->cp[i + 1] == '.') {
+    size_t k = i;
+    while (k < j && c->cp[k] == '.') k++;
+    return k - i;
+  }
+  if (ch == 'U' && j - i >= 3 && c->cp[i + 1] == 'S' && c->cp[i + 2] == '$') return 3;
+  if ((ch == 'C' || ch == 'A') && j - i >= 2 && c->cp[i + 1] == '$') return 2;
+  return 0;
+}
+
+/* Length (code points) of the suffix of [i, j): the leftmost position from
+ * which one of spaCy's suffix patterns matches to the end. */
+static size_t find_suffix(span_ctx *c, size_t i, size_t j) {
+  if (j <= i) return 0;
+  size_t best = j; /* leftmost start found */
+  const uint32_t *cp = c->cp, *fl = c->fl;
+  size_t n = j - i;
+  if (fl[j - 1] & LMQ_F_SUFFIX_CHAR) best = j - 1;
+  if (n >= 2 && cp[j - 1] == 0x2026 && cp[j - 2] == 0x2026) best = j - 2;
+  if (cp[j - 1] == '.') {
+    if (n >= 2 && cp[j - 2] == '.') {
+      size_t k = j - 1;
+      while (k > i && cp[k - 1] == '.') k--;
+      if (k < best) best = k;
+    }
+    if (n >= 2 && (fl[j - 2] & LMQ_F_DOT_SUFFIX_LB) && j - 1 < best) best = j - 1;
+    if (n >= 3 && (fl[j - 2] & LMQ_F_SP_UPPER) && (fl[j - 3] & LMQ_F_SP_UPPER) && j - 1 < best) best = j - 1;
+    if (n >= 3 && cp[j - 3] == 0xB0 && j - 1 < best) {
+      uint32_t u = cp[j - 2];
+      if (u == 'F' || u == 'f' || u == 'C' || u == 'c' || u == 'K' || u == 'k') best = j - 1;
+    }
+  }
+  if (n >= 2 && (cp[j - 1] == 's' || cp[j - 1] == 'S') && (cp[j - 2] == '\'' || cp[j - 2] == 0x2019) &&
+      j - 2 < best)
+    best = j - 2;
+  if (n >= 2 && cp[j - 1] == '+' && is_d(cp[j - 2]) && j - 1 < best) best = j - 1;
+  /* (?<=[0-9])(?:CURRENCY|UNITS)$ : only worth trying when a digit is near the end */
+  int digit_near = 0;
+  for (size_t k = (j - i > 6 ? j - 6 : i); k < j; k++)
+    if (is_d(cp[k])) digit_near = 1;
+  if (digit_near) {
+    for (int pass = 0; pass < 2; pass++) {
+      const char *const *lits = pass ? lmq_units : lmq_currency;
+      size_t nl = pass ? lmq_n_units : lmq_n_currency;
+      for (size_t u = 0; u < nl; u++) {
+        size_t k = lit_at_end(c, i, j, lits[u]);
+        if (k && j - k > i && is_d(cp[j - k - 1]) && j - k < best) best = j - k;
+      }
+    }
+  }
+  return j - best;
+}
+
+/* spaCy's URL_MATCH on code points [i, j) (no whitespace inside). */
+static int is_url_host_char(uint32_t ch) {
+  return (ch < 128 && ((ch | 32) - 'a' < 26 || is_d(ch))) || (ch >= 0xA1 && ch <= 0xFFFF);
+}
+
+static int ip_ok(span_ctx *c, size_t p, size_t j, size_t *end) {
+  int oct[4];
+  size_t k = p;
+  for (int o = 0; o < 4; o++) {
+    if (o) {
+      if (k >= j || c->cp[k] != '.') return 0;
+      k++;
+    }
+    size_t s = k;
+    int v = 0;
+    while (k < j && is_d(c->cp[k]) && k - s < 3) v = v * 10 + (int)(c->cp[k++] - '0');
+    if (k == s || (k < j && is_d(c->cp[k]))) return 0;
+    if (k - s > 1 && c->cp[s] == '0' && (o == 0 || o == 3)) return 0;
+    oct[o] = v;
+  }
+  if (oct[0] < 1 || oct[0] > 223 || oct[3] < 1 || oct[3] > 254 || oct[1] > 255 || oct[2] > 255) return 0;
+  if (oct[0] == 10 || oct[0] == 127) return 0;
+  if ((oct[0] == 169 && oct[1] == 254) || (oct[0] == 192 && oct[1] == 168)) return 0;
+  if (oct[0] == 172 && oct[1] >= 16 && oct[1] <= 31) return 0;
+  *end = k;
+  return 1;
+}
+
+static int url_rest(span_ctx *c, size_t k, size_t j) {
+  const uint32_t *cp = c->cp;
+  if (k < j && cp[k] == ':') {
+    size_t s = k + 1, e = s;
+    while (e < j && is_d(cp[e])) e++;
+    if (e - s >= 2 && e - s <= 5) k = e;
+  }
+  if (k == j) return 1;
+  return cp[k] == '/' || cp[k] == '?' || cp[k] == '#';
+}
+
+static int host_at(span_ctx *c, size_t p, size_t j) {
+  const uint32_t *cp = c->cp;
+  size_t ipend;
+  if (ip_ok(c, p, j, &ipend) && url_rest(c, ipend, j)) return 1;
+  size_t e = p;
+  while (e < j && (is_url_host_char(cp[e]) || cp[e] == '_' || cp[e] == '-' || cp[e] == '.')) e++;
+  /* TLD: after the last '.', all ALPHA_LOWER, 2..63 long */
+  size_t dot = e;
+  while (dot > p && cp[dot - 1] != '.') dot--;
+  if (dot == p) return 0;
+  size_t tl = e - dot;
+  if (tl < 2 || tl > 63) return 0;
+  for (size_t k = dot; k < e; k++)
+    if (!(c->fl[k] & LMQ_F_SP_LOWER)) return 0;
+  /* labels in [p, dot-1) separated by '.' */
+  size_t s = p;
+  size_t last = dot - 1;
+  while (s < last) {
+    size_t t = s;
+    while (t < last && cp[t] != '.') t++;
+    size_t len = t - s;
+    if (len < 1 || len > 64) return 0;
+    if (!is_url_host_char(cp[s]) || !is_url_host_char(cp[t - 1])) return 0;
+    s = t + 1;
+  }
+  if (s != last + 1 && s != last) return 0;
+  if (s == last && last > p && cp[last - 1] == '.') return 0; /* empty label */
+  if (last == p) return 0; /* no label */
+  return url_rest(c, e, j);
+}
+
+static int url_match(span_ctx *c, size_t i, size_t j) {
+  const uint32_t *cp = c->cp;
+  size_t starts[2] = {i, i};
+  int nstarts = 1;
+  /* optional scheme [\w+\-.]{2,}:// */
+  for (size_t k = i; k + 2 < j; k++) {
+    if (cp[k] == ':' && cp[k + 1] == '/' && cp[k + 2] == '/') {
+      int ok = k - i >= 2;
+      for (size_t q = i; q < k && ok; q++)
+        ok = cp[q] == '+' || cp[q] == '-' || cp[q] == '.' || cp[q] == '_' || is_d(cp[q]) ||
+             (c->fl[q] & LMQ_F_PYALPHA);
+      if (ok) starts[nstarts++] = k + 3;
+      break;
+    }
+  }
+  for (int si = nstarts - 1; si >= 0; si--) {
+    size_t p = starts[si];
+    if (host_at(c, p, j)) return 1;
+    /* optional user[:pass]@ : any '@' with a non-empty part before it */
+    for (size_t k = p + 1; k < j; k++)
+      if (cp[k] == '@' && host_at(c, k + 1, j)) return 1;
+  }
+  return 0;
+}
+
+static const uint32_t k_hyph[7][2] = {{'-', 0}, {0x2013, 0}, {0x2014, 0}, {'-', '-'}, {'-', '-'}, {0x2014, 0x2014}, {'~', 0}};
+static const uint8_t k_hyph_len[7] = {1, 1, 1, 2, 3, 2, 1};
+
+/* One infix match at p of [i, j), or 0. */
+static size_t infix_at(span_ctx *c, size_t i, size_t p, size_t j) {
+  const uint32_t *cp = c->cp, *fl = c->fl;
+  uint32_t ch = cp[p];
+  if (ch == '.' && p + 1 < j && cp[p + 1] == '.') {
+    size_t k = p;
+    while (k < j && cp[k] == '.') k++;
+    return k - p;
+  }
+  if (ch == 0x2026 || (fl[p] & LMQ_F_ICON)) return 1;
+  if (p == i) return 0; /* the rest need a lookbehind inside the string */
+  uint32_t prev = cp[p - 1], pf = fl[p - 1];
+  int has_next = p + 1 < j;
+  if (is_d(prev) && (ch == '+' || ch == '-' || ch == '*' || ch == '^') && has_next &&
+      (is_d(cp[p + 1]) || cp[p + 1] == '-'))
+    return 1;
+  if (ch == '.' && (pf & LMQ_F_INFIX_DOT_LB) && has_next && (fl[p + 1] & LMQ_F_INFIX_DOT_LA)) return 1;
+  if (ch == ',' && (pf & LMQ_F_SP_ALPHA) && has_next && (fl[p + 1] & LMQ_F_SP_ALPHA)) return 1;
+  if ((pf & LMQ_F_SP_ALPHA) || is_d(prev)) {
+    for (int h = 0; h < 7; h++) {
+      size_t L = k_hyph_len[h];
+      if (p + L >= j) continue;
+      int ok = 1;
+      for (size_t q = 0; q < L && ok; q++) {
+        uint32_t want = h == 4 ? '-' : k_hyph[h][q];
+        ok = cp[p + q] == want;
+      }
+      if (ok && (fl[p + L] & LMQ_F_SP_ALPHA)) return L;
+    }
+    if ((ch == ':' || ch == '<' || ch == '>' || ch == '=' || ch == '/') && has_next &&
+        (fl[p + 1] & LMQ_F_SP_ALPHA))
+      return 1;
+  }
+  return 0;
+}
+
+static int attach_core(span_ctx *c, size_t i, size_t j) {
+  if (i >= j) return 0;
+  const lmq_special *sp = special_cps(c, i, j);
+  if (sp) return push_special(c, sp, i, j);
+  if (url_match(c, i, j)) return push_cps(c, i, j);
+  size_t start = i, p = i;
+  while (p < j) {
+    size_t L = infix_at(c, i, p, j);
+    if (!L) {
+      p++;
+      continue;
+    }
+    if (p != i) {
+      if (p != start && push_cps(c, start, p)) return -1;
+      if (push_cps(c, p, p + L)) return -1;
+      start = p + L;
+    }
+    p += L;
+  }
+  if (start < j) return push_cps(c, start, j);
+  return 0;
+}
+
+/* Tokenize one non-whitespace span of code points [0, n). */
+static int tokenize_span(span_ctx *c, size_t n) {
+  lmq_tokbuf *b = c->b;
+  size_t i = 0, j = n;
+  size_t npre = 0, nsuf = 0;
+  if (2 * n + 2 > b->cap_aff) {
+    size_t cap = 2 * n + 64;
+    void *q1 = realloc(b->pre, cap * sizeof(uint32_t));
+    if (!q1) return -1;
+    b->pre = (uint32_t *)q1;
+    void *q2 = realloc(b->suf, cap * sizeof(uint32_t));
+    if (!q2) return -1;
+    b->suf = (uint32_t *)q2;
+    b->cap_aff = cap;
+  }
+  size_t last = (size_t)-1;
+  while (j > i && j - i != last) {
+    if (special_cps(c, i, j)) break;
+    last = j - i;
+    size_t pre = find_prefix(c, i, j);
+    if (pre && i + pre < j && special_cps(c, i + pre, j)) {
+      b->pre[npre++] = (uint32_t)i;
+      b->pre[npre++] = (uint32_t)(i + pre);
+      i += pre;
+      break;
+    }
+    size_t suf = find_suffix(c, i + pre, j);
+    if (suf && j - suf > i && special_cps(c, i, j - suf)) {
+      b->suf[nsuf++] = (uint32_t)(j - suf);
+      b->suf[nsuf++] = (uint32_t)j;
+      j -= suf;
+      break;
+    }
+    if (pre && suf && pre + suf <= j - i) {
+      b->pre[npre++] = (uint32_t)i;
+      b->pre[npre++] = (uint32_t)(i + pre);
+      b->suf[nsuf++] = (uint32_t)(j - suf);
+      b->suf[nsuf++] = (uint32_t)j;
+      i += pre;
+      j -= suf;
+    } else if (pre) {
+      b->pre[npre++] = (uint32_t)i;
+      b->pre[npre++] = (uint32_t)(i + pre);
+      i += pre;
+    } else if (suf) {
+      b->suf[nsuf++] = (uint32_t)(j - suf);
+      b->suf[nsuf++] = (uint32_t)j;
+      j -= suf;
+    }
+    if (j > i && special_cps(c, i, j)) break;
+  }
+  for (size_t k = 0; k < npre; k += 2)
+    if (push_cps(c, b->pre[k], b->pre[k + 1])) return -1;
+  if (attach_core(c, i, j)) return -1;
+  for (size_t k = nsuf; k > 0; k -= 2)
+    if (push_cps(c, b->suf[k - 2], b->suf[k - 1])) return -1;
+  return 0;
+}
+
+int lmq_tokenize(const lmq_special_index *ix, const uint8_t *s, size_t n, uint32_t base,
+                 lmq_tokbuf *b, int reset) {
+  if (reset) b->ntok = 0;
+  span_ctx c = {ix, s, base, b, NULL, NULL, NULL};
+  size_t i = 0;
+  while (i < n) {
+    /* whitespace run */
+    size_t ws_start = i, ws_cps = 0;
+    uint32_t cp = 0;
+    while (i < n) {
+      size_t l = lmq_decode(s, n, i, &cp);
+      if (!(lmq_flags(cp) & LMQ_F_SPACE)) break;
+      i += l;
+      ws_cps++;
+    }
+    if (i > ws_start) {
+      size_t from = ws_start, ncp = ws_cps;
+      if (ws_start > 0 && s[ws_start] == ' ') from++, ncp--;
+      if (ncp && push_tok_raw(b, base + (uint32_t)from, (uint32_t)(i - from), (uint32_t)ncp, LMQ_T_WS))
+        return -1;
+    }
+    if (i >= n) break;
+    /* non-whitespace span: ASCII-letters fast path */
+    size_t st = i;
+    int letters = 1;
+    while (i < n) {
+      uint8_t ch = s[i];
+      if (ch < 0x80) {
+        if (lmq_ascii_flags[ch] & LMQ_F_SPACE) break;
+        if ((uint8_t)((ch | 32) - 'a') >= 26) letters = 0;
+        i++;
+      } else {
+        size_t l = lmq_decode(s, n, i, &cp);
+        if (lmq_flags(cp) & LMQ_F_SPACE) break;
+        letters = 0;
+        i += l;
+      }
+    }
+    if (letters) {
+      const lmq_special *sp = special_find(ix, s + st, i - st);
+      if (!sp) {
+        if (push_tok_raw(b, base + (uint32_t)st, (uint32_t)(i - st), (uint32_t)(i - st),
+                         LMQ_T_NONSYMBOL | LMQ_T_ALPHA))
+          return -1;
+        continue;
+      }
+    }
+    /* decode the span */
+    size_t nb = i - st;
+    if (nb + 1 > b->cap_cp) {
+      size_t cap = nb + 256;
+      void *q0 = realloc(b->cp, cap * sizeof(uint32_t));
+      if (!q0) return -1;
+      b->cp = (uint32_t *)q0;
+      void *q1 = realloc(b->bo, cap * sizeof(uint32_t));
+      if (!q1) return -1;
+      b->bo = (uint32_t *)q1;
+      void *q2 = realloc(b->fl, cap * sizeof(uint32_t));
+      if (!q2) return -1;
+      b->fl = (uint32_t *)q2;
+      b->cap_cp = cap;
+    }
+    size_t k = 0, q = st;
+    while (q < i) {
+      size_t l = lmq_decode(s, n, q, &cp);
+      b->cp[k] = cp;
+      b->bo[k] = (uint32_t)(q - st);
+      b->fl[k] = lmq_flags(cp);
+      k++;
+      q += l;
+    }
+    b->bo[k] = (uint32_t)nb;
+    c.s = s + st;
+    c.base = base + (uint32_t)st;
+    c.cp = b->cp;
+    c.bo = b->bo;
+    c.fl = b->fl;
+    if (tokenize_span(&c, k)) return -1;
+  }
+  return 0;
+}
