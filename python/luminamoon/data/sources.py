@@ -171,7 +171,7 @@ class _IndexedGzipReader(_PlainReader):
         st = os.stat(path)
         key = hashlib.sha1(f"{os.path.abspath(path)}\0{st.st_size}\0{st.st_mtime_ns}\0{spacing}".encode()).hexdigest()
         index_path = os.path.join(index_dir, key + ".gzidx")
-        self._f = indexed_gzip.IndexedGzipFile(path, spacing=spacing, drop_handles=False)
+        self._f = indexed_gzip.IndexedGzipFile(path, spacing=spacing, drop_handles=False, buffer_size=_CHUNK)
         try:
             loaded = False
             if os.path.exists(index_path):
@@ -180,7 +180,7 @@ class _IndexedGzipReader(_PlainReader):
                     loaded = True
                 except Exception:  # a stale or damaged cache entry: rebuild it
                     self._f.close()
-                    self._f = indexed_gzip.IndexedGzipFile(path, spacing=spacing, drop_handles=False)
+                    self._f = indexed_gzip.IndexedGzipFile(path, spacing=spacing, drop_handles=False, buffer_size=_CHUNK)
             if not loaded:
                 self._f.build_full_index()
                 os.makedirs(index_dir, exist_ok=True)
@@ -668,14 +668,15 @@ class ParquetSource(Source):
                 raise ValueError(f"{path}: no column {self.text_column!r} (columns: {pf.schema_arrow.names})")
             while self._pos["row_group"] < pf.num_row_groups:
                 g = self._pos["row_group"]
-                rows = pf.read_row_group(g, columns=self.columns).to_pylist()
-                for r in range(self._pos["row"], len(rows)):
+                first = self._pos["row"]
+                rows = pf.read_row_group(g, columns=self.columns).slice(first).to_pylist()
+                for j, row in enumerate(rows):
+                    r = first + j
                     self._pos["row"] = r + 1
                     idx = self._pos["record"]
                     self._pos["record"] = idx + 1
                     if self.world_size > 1 and not self._file_split and idx % self.world_size != self.rank:
                         continue
-                    row = rows[r]
                     if not isinstance(row.get(self.text_column), str):
                         self._bad(f"{path}: row group {g}, row {r}: text column {self.text_column!r} is null")
                         continue
