@@ -65,9 +65,11 @@ def _gather_fake(offsets, data, index):
 @torch.library.register_fake("luminamoon::compact")
 def _compact_fake(offsets, data, mask):
     ctx = torch.library.get_ctx()
-    count = ctx.new_dynamic_size()
+    # The output length N_kept + 1 is itself the unbacked size (a bare symbol, so
+    # that AOT dispatch can bind it from the real output).
+    count_plus_one = ctx.new_dynamic_size(min=1)
     nbytes = ctx.new_dynamic_size()
-    return offsets.new_empty((count + 1,)), data.new_empty((nbytes,))
+    return offsets.new_empty((count_plus_one,)), data.new_empty((nbytes,))
 
 
 @torch.library.register_fake("luminamoon::views_from_offsets")

@@ -66,7 +66,7 @@ def _frombuffer(buf) -> torch.Tensor:
         return torch.empty(0, dtype=torch.uint8)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # read-only buffers: we never write into the payload
-        return torch.frombuffer(buf, dtype=torch.uint8)
+        return torch.from_numpy(np.frombuffer(buf, dtype=np.uint8))
 
 
 class StringTensor:
@@ -289,9 +289,10 @@ class StringTensor:
             off = self._offsets[start:stop + 1]
             base = off[0]
             return StringTensor(off - base, self._data[int(base):int(off[-1])] if stop > start else self._data[:0])
-        if self.device.type != "cpu":
-            return self.take(torch.arange(start, stop, step, device=self.device))
-        return StringTensor(views=self.views[start:stop:step], buffers=self.buffers)
+        if step != 1:
+            count = len(range(start, stop, step))
+            return self.take(start + step * torch.arange(count, dtype=torch.int64))
+        return StringTensor(views=self.views[start:max(stop, start)], buffers=self.buffers)
 
     def take(self, index) -> "StringTensor":
         """The strings at ``index`` (integers, negative counted from the end). No payload copy on the CPU."""

@@ -1,0 +1,36 @@
+import gzip
+import json
+import os
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+CORPUS = ROOT.parent / "shared" / "corpus" / "debian-dev.jsonl.gz"
+
+
+def corpus_texts(limit=None):
+    """Texts of the shared corpus (skips the test when the corpus is absent)."""
+    if not CORPUS.exists():
+        pytest.skip(f"shared corpus not found at {CORPUS}")
+    out = []
+    with gzip.open(CORPUS, "rt", encoding="utf-8") as f:
+        for line in f:
+            out.append(json.loads(line)["text"])
+            if limit is not None and len(out) >= limit:
+                break
+    return out
+
+
+@pytest.fixture(scope="session")
+def corpus():
+    return corpus_texts()
+
+
+def pytest_collection_modifyitems(config, items):
+    if os.environ.get("LM_SLOW") == "1":
+        return
+    skip = pytest.mark.skip(reason="slow test: set LM_SLOW=1 to run it")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
