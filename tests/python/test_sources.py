@@ -21,7 +21,10 @@ except ImportError:  # the compiled extension is not built: sources.py stands al
 
 from hypothesis import given, settings, strategies as st, HealthCheck
 
-zstandard = pytest.importorskip("zstandard")
+try:
+    import zstandard
+except ImportError:  # .zst cases skip; everything else still runs
+    zstandard = None
 try:
     import indexed_gzip  # noqa: F401
     HAVE_IGZ = True
@@ -49,6 +52,8 @@ def corpus(tmp_path_factory):
     files = {}
     # plain, multi-member gzip, multi-frame zstd written by write_jsonl
     for ext in ("jsonl", "jsonl.gz", "jsonl.zst"):
+        if "zst" in ext and zstandard is None:
+            continue
         sub = d / ext.replace(".", "_")
         sub.mkdir()
         for i, sh in enumerate(shards):
@@ -60,10 +65,11 @@ def corpus(tmp_path_factory):
     payload = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in recs).encode()
     with gzip.open(single / "all.jsonl.gz", "wb") as f:
         f.write(payload)
-    with open(single / "all.jsonl.zst", "wb") as f:
-        f.write(zstandard.ZstdCompressor().compress(payload))
     files["single_gz"] = str(single / "all.jsonl.gz")
-    files["single_zst"] = str(single / "all.jsonl.zst")
+    if zstandard is not None:
+        with open(single / "all.jsonl.zst", "wb") as f:
+            f.write(zstandard.ZstdCompressor().compress(payload))
+        files["single_zst"] = str(single / "all.jsonl.zst")
     return {"dir": d, "records": recs, "files": files}
 
 
@@ -94,6 +100,8 @@ def check_resume_everywhere(make, full, rng, n_random=25):
 @pytest.mark.parametrize("ext", ["jsonl", "jsonl.gz", "jsonl.zst", "single_gz", "single_zst"])
 @pytest.mark.parametrize("gzip_index", [False, True])
 def test_jsonl_resume_equals_tail(corpus, tmp_path, ext, gzip_index):
+    if "zst" in ext and zstandard is None:
+        pytest.skip("zstandard not installed")
     if gzip_index and not HAVE_IGZ:
         pytest.skip("indexed_gzip not installed")
     if gzip_index and "gz" not in ext:
@@ -115,6 +123,8 @@ def test_jsonl_resume_equals_tail(corpus, tmp_path, ext, gzip_index):
 @given(k1=st.integers(0, 1500), k2=st.integers(0, 1500), ext=st.sampled_from(["jsonl", "jsonl.gz", "jsonl.zst"]))
 def test_jsonl_repeated_interruptions(corpus, k1, k2, ext):
     """Two successive crashes: resume from a resumed source's position."""
+    if "zst" in ext and zstandard is None:
+        pytest.skip("zstandard not installed")
     files = corpus["files"][ext]
     full = corpus["records"]
     k1, k2 = sorted((k1, k2))
@@ -131,6 +141,8 @@ def test_framed_position_stays_within_one_member(corpus):
     """Multi-member gzip / multi-frame zstd: the resume point is the start of
     the member holding the position, so at most one member is decompressed."""
     for ext in ("jsonl.gz", "jsonl.zst"):
+        if ext not in corpus["files"]:
+            continue
         src = S.JsonlSource(corpus["files"][ext], gzip_index=False)
         it = iter(src)
         for _ in range(700):
@@ -209,6 +221,8 @@ def test_corrupt_and_truncated_compressed(tmp_path):
     trunc.write_bytes(data[: len(data) // 2])
     with pytest.raises((ValueError, EOFError, OSError)):
         list(S.JsonlSource(str(trunc), gzip_index=False))
+    if zstandard is None:
+        return
     zt = tmp_path / "t.jsonl.zst"
     S.write_jsonl(str(tmp_path / "z.jsonl.zst"), [{"text": "y" * 100}] * 200)
     zt.write_bytes((tmp_path / "z.jsonl.zst").read_bytes()[:-20])
@@ -267,6 +281,8 @@ def test_iterable_source_counts_replayed_records_and_bad_items():
 
 @pytest.mark.parametrize("ext", ["txt", "txt.gz", "txt.zst"])
 def test_text_source_lines_and_files(tmp_path, ext):
+    if "zst" in ext and zstandard is None:
+        pytest.skip("zstandard not installed")
     rng = random.Random(ext)
     docs = [[f"line {f}.{i} {'ü' * rng.randint(0, 5)}" for i in range(rng.randint(0, 60))] for f in range(5)]
     docs[2].insert(3, "")  # empty lines are records
@@ -333,12 +349,12 @@ def test_parquet_errors(tmp_path):
 
 @pytest.mark.parametrize("world", [2, 3, 4, 7])
 def test_rank_split_is_a_partition_and_resumable(corpus, world):
-    files = corpus["files"]["jsonl.zst"]  # 4 files: file split for world <= 4, record split above
+    files = corpus["files"]["jsonl.gz"]  # 4 files: file split for world <= 4, record split above
     full_ids = [r["id"] for r in corpus["records"]]
     seen = []
     for rank in range(world):
         def make(**kw):
-            return S.JsonlSource(files, rank=rank, world_size=world, **kw)
+            return S.JsonlSource(files, rank=rank, world_size=world, gzip_index=False, **kw)
         mine = list(make())
         seen += [r["id"] for r in mine]
         take_then_resume(make, mine, len(mine) // 3)
