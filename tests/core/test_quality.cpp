@@ -1,0 +1,420 @@
+// QualityFilter tests: every rule positive and negative, the English word tokenizer against
+// outputs of spaCy's tokenizer (the reference), C4's line removal, batch thread invariance.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+extern "C" {
+#include "luminamoon/quality.h"
+}
+
+namespace {
+
+struct Q {
+  lm_quality *q = nullptr;
+  lm_quality_scratch *s = nullptr;
+  explicit Q(int only_rule, void (*tweak)(lm_quality_params *) = nullptr) {
+    lm_quality_params p;
+    lm_quality_params_default(&p);
+    if (only_rule >= 0) {
+      p.enabled = 0;
+      lm_quality_params_set_rule(&p, only_rule, 1);
+    }
+    if (tweak) tweak(&p);
+    EXPECT_EQ(lm_quality_create(&p, &q), LM_OK);
+    EXPECT_EQ(lm_quality_scratch_create(&s), LM_OK);
+  }
+  explicit Q(const lm_quality_params &p) {
+    EXPECT_EQ(lm_quality_create(&p, &q), LM_OK);
+    EXPECT_EQ(lm_quality_scratch_create(&s), LM_OK);
+  }
+  ~Q() {
+    lm_quality_scratch_destroy(s);
+    lm_quality_destroy(q);
+  }
+  int32_t reason(const std::string &t, std::string *out = nullptr) {
+    lm_quality_doc_result r;
+    EXPECT_EQ(lm_quality_check(q, s, (const uint8_t *)t.data(), t.size(), &r, nullptr), LM_OK);
+    if (out && r.reason == LM_REASON_KEPT) out->assign((const char *)r.text, r.len);
+    return r.reason;
+  }
+  std::vector<std::string> words(const std::string &t) {
+    std::vector<size_t> spans(2 * (t.size() + 1));
+    size_t n = 0;
+    EXPECT_EQ(lm_quality_words(q, s, (const uint8_t *)t.data(), t.size(), spans.data(), t.size() + 1, &n), LM_OK);
+    std::vector<std::string> w;
+    for (size_t i = 0; i < n; i++) w.push_back(t.substr(spans[2 * i], spans[2 * i + 1]));
+    return w;
+  }
+};
+
+const int32_t KEPT = LM_REASON_KEPT;
+int32_t R(int rule) { return LM_REASON_QUALITY_BASE + rule; }
+
+std::string repeat(const std::string &s, int n) {
+  std::string o;
+  for (int i = 0; i < n; i++) o += s;
+  return o;
+}
+
+// n distinct lowercase words of length 5 ("aaaaa", "aaaab", ...), separated by spaces.
+std::string distinct_words(int n, int offset = 0) {
+  std::string o;
+  for (int i = 0; i < n; i++) {
+    int v = i + offset;
+    std::string w(5, 'a');
+    for (int k = 4; k >= 0; k--) { w[k] = (char)('a' + v % 26); v /= 26; }
+    o += (i ? " " : "") + w;
+  }
+  return o;
+}
+
+// A normal English paragraph that passes all rules.
+const std::string GOOD =
+    "The quick brown fox jumps over the lazy dog near the river bank.\n"
+    "It was a bright cold day in April, and the clocks were striking thirteen.\n"
+    "All happy families are alike; each unhappy family is unhappy in its own way.\n"
+    "Call me Ishmael, some years ago I had little money in my purse to spend.\n"
+    "It is a truth universally acknowledged that a single man must be in want of a wife.\n"
+    "The sky above the port was the color of television, tuned to a dead channel.\n";
+
+}  // namespace
+
+TEST(Quality, RuleNamesAndIds) {
+  EXPECT_EQ(lm_quality_rule_count(), LM_Q_RULE_COUNT);
+  for (int i = 0; i < lm_quality_rule_count(); i++) {
+    const char *n = lm_quality_rule_name(i);
+    ASSERT_NE(n, nullptr);
+    int id = -1;
+    EXPECT_EQ(lm_quality_rule_find(n, &id), LM_OK);
+    EXPECT_EQ(id, i);
+  }
+  EXPECT_EQ(lm_quality_rule_name(-1), nullptr);
+  EXPECT_EQ(lm_quality_rule_name(LM_Q_RULE_COUNT), nullptr);
+  int id;
+  EXPECT_EQ(lm_quality_rule_find("nope", &id), LM_ENOTFOUND);
+  EXPECT_STREQ(lm_quality_rule_name(LM_Q_C4_LOREM_IPSUM), "c4.lorem_ipsum");
+  EXPECT_STREQ(lm_quality_rule_name(LM_Q_FW_LINE_PUNCT_RATIO), "fineweb.line_punct_ratio");
+  EXPECT_STREQ(lm_quality_rule_name(LM_Q_GQ_MIN_DOC_WORDS), "gopher_quality.min_doc_words");
+  EXPECT_EQ(lm_quality_rule_set_of(LM_Q_GR_DUP_10_GRAMS), LM_QSET_GOPHER_REPETITION);
+  EXPECT_EQ(lm_quality_rule_set_of(LM_Q_C4_POLICY), LM_QSET_C4);
+}
+
+TEST(Quality, GoodTextPassesEverything) {
+  Q q(-1);
+  std::string out;
+  EXPECT_EQ(q.reason(GOOD, &out), KEPT);
+}
+
+TEST(QualityWords, MatchesSpacyEnglishTokenizer) {
+  // Expected tokens are spaCy 3.8 blank("en") outputs (whitespace tokens dropped, as datatrove does).
+  Q q(-1);
+  using V = std::vector<std::string>;
+  EXPECT_EQ(q.words(" Hello  world.\n\nFoo"), (V{"Hello", "world", ".", "Foo"}));
+  EXPECT_EQ(q.words("don't U.S. e.g. etc. A. (hello) well-known 3.5km http://x.org/a. foo@bar.com"),
+            (V{"do", "n't", "U.S.", "e.g.", "etc", ".", "A.", "(", "hello", ")", "well", "-", "known", "3.5", "km",
+               "http://x.org/a", ".", "foo@bar.com"}));
+  EXPECT_EQ(q.words("'quoted' \"hi\""), (V{"'", "quoted", "'", "\"", "hi", "\""}));
+  EXPECT_EQ(q.words("a.b.c Foo.Bar ... hi... :) <3 1-2 ab/cd x==y"),
+            (V{"a.b.c", "Foo", ".", "Bar", "...", "hi", "...", ":)", "<3", "1", "-", "2", "ab", "/", "cd", "x==y"}));
+  EXPECT_EQ(q.words("Mr. Smith U.S.A. Hello!! end... x\xE2\x80\xA6\xE2\x80\xA6 5km. A.B. www.foo.com/a-b"),
+            (V{"Mr.", "Smith", "U.S.A.", "Hello", "!", "!", "end", "...", "x", "\xE2\x80\xA6\xE2\x80\xA6", "5", "km",
+               ".", "A.B.", "www.foo.com/a-b"}));
+  EXPECT_EQ(q.words("foo.Bar a-b a--b x:y a,b \"Hello,\""),
+            (V{"foo", ".", "Bar", "a", "-", "b", "a", "--", "b", "x", ":", "y", "a", ",", "b", "\"", "Hello", ",",
+               "\""}));
+  EXPECT_EQ(q.words(""), V{});
+  EXPECT_EQ(q.words(" \n\t "), V{});
+}
+
+TEST(QualityGopherRepetition, EmptyAndParagraphs) {
+  EXPECT_EQ(Q(LM_Q_GR_EMPTY).reason(""), R(LM_Q_GR_EMPTY));
+  EXPECT_EQ(Q(LM_Q_GR_EMPTY).reason("x"), KEPT);
+  Q p(LM_Q_GR_DUP_PARA_FRAC);
+  EXPECT_EQ(p.reason("alpha one\n\nalpha one\n\nbeta two"), R(LM_Q_GR_DUP_PARA_FRAC));  // 1/3 > 0.3
+  EXPECT_EQ(p.reason("alpha one\n\nbeta two\n\ngamma three\n\nalpha one"), KEPT);      // 1/4 <= 0.3
+  Q pc(LM_Q_GR_DUP_PARA_CHAR_FRAC);
+  std::string para = repeat("x", 40);
+  EXPECT_EQ(pc.reason(para + "\n\n" + para + "\n\n" + repeat("y", 100)), R(LM_Q_GR_DUP_PARA_CHAR_FRAC));  // 40/184
+  EXPECT_EQ(pc.reason(para + "\n\n" + para + "\n\n" + repeat("y", 200)), KEPT);                           // 40/284
+}
+
+TEST(QualityGopherRepetition, Lines) {
+  Q l(LM_Q_GR_DUP_LINE_FRAC);
+  EXPECT_EQ(l.reason("a\nb\na\na"), R(LM_Q_GR_DUP_LINE_FRAC));  // 2/4
+  EXPECT_EQ(l.reason("a\nb\nc\nd\na"), KEPT);                    // 1/5
+  Q lc(LM_Q_GR_DUP_LINE_CHAR_FRAC);
+  std::string line = repeat("z", 30);
+  EXPECT_EQ(lc.reason(line + "\n" + line + "\n" + repeat("w", 60)), R(LM_Q_GR_DUP_LINE_CHAR_FRAC));  // 30/122
+  EXPECT_EQ(lc.reason(line + "\n" + line + "\n" + repeat("w", 200)), KEPT);                          // 30/262
+  // "\n+" splitting: a blank line does not make a duplicate empty line
+  EXPECT_EQ(Q(LM_Q_GR_DUP_LINE_FRAC).reason("a\n\n\nb\n\nc"), KEPT);
+}
+
+TEST(QualityGopherRepetition, TopNGrams) {
+  for (int k = 0; k < 3; k++) {
+    int n = k + 2;
+    Q q(LM_Q_GR_TOP_2_GRAM + k);
+    std::string gram = distinct_words(n);  // n words, 5 chars each
+    std::string text = repeat(gram + " ", 8) + distinct_words(40, 100);
+    // top n-gram: (6n - 1) chars x 8 occurrences; the text has (8n + 40) words of 5 chars + spaces:
+    // n = 2: 88 / 335 > 0.20, n = 3: 136 / 383 > 0.18, n = 4: 184 / 431 > 0.16
+    EXPECT_EQ(q.reason(text), R(LM_Q_GR_TOP_2_GRAM + k)) << n;
+    EXPECT_EQ(q.reason(distinct_words(60)), KEPT) << n;
+  }
+}
+
+TEST(QualityGopherRepetition, DuplicatedNGrams) {
+  for (int k = 0; k < 6; k++) {
+    int n = k + 5;
+    Q q(LM_Q_GR_DUP_5_GRAMS + k);
+    std::string gram = distinct_words(n);
+    // duplicated chars: 10n of 6(3n + 20) - 1 chars: n = 5: 50 / 209 > 0.15 ... n = 10: 100 / 299 > 0.10
+    EXPECT_EQ(q.reason(repeat(gram + " ", 3) + distinct_words(20, 500)), R(LM_Q_GR_DUP_5_GRAMS + k)) << n;
+    // twice only: n = 5: 25 / 179 <= 0.15 (datatrove keeps it)
+    if (n == 5) {
+      EXPECT_EQ(q.reason(gram + " " + gram + " " + distinct_words(20, 500)), KEPT);
+    }
+    EXPECT_EQ(q.reason(distinct_words(80)), KEPT) << n;
+  }
+}
+
+TEST(QualityGopherQuality, WordCountsAndLengths) {
+  EXPECT_EQ(Q(LM_Q_GQ_MIN_DOC_WORDS).reason(distinct_words(49)), R(LM_Q_GQ_MIN_DOC_WORDS));
+  EXPECT_EQ(Q(LM_Q_GQ_MIN_DOC_WORDS).reason(distinct_words(50)), KEPT);
+  // symbols are not words: 49 words + punctuation stays short
+  EXPECT_EQ(Q(LM_Q_GQ_MIN_DOC_WORDS).reason(distinct_words(49) + " ! ? ... ;"), R(LM_Q_GQ_MIN_DOC_WORDS));
+  auto small_max = [](lm_quality_params *p) { p->gq_max_doc_words = 10; };
+  EXPECT_EQ(Q(LM_Q_GQ_MAX_DOC_WORDS, small_max).reason(distinct_words(11)), R(LM_Q_GQ_MAX_DOC_WORDS));
+  EXPECT_EQ(Q(LM_Q_GQ_MAX_DOC_WORDS, small_max).reason(distinct_words(10)), KEPT);
+  EXPECT_EQ(Q(LM_Q_GQ_MIN_AVG_WORD_LENGTH).reason(repeat("ab ", 60)), R(LM_Q_GQ_MIN_AVG_WORD_LENGTH));
+  EXPECT_EQ(Q(LM_Q_GQ_MIN_AVG_WORD_LENGTH).reason(repeat("abc ", 60)), KEPT);
+  EXPECT_EQ(Q(LM_Q_GQ_MAX_AVG_WORD_LENGTH).reason(repeat("abcdefghijk ", 60)), R(LM_Q_GQ_MAX_AVG_WORD_LENGTH));
+  EXPECT_EQ(Q(LM_Q_GQ_MAX_AVG_WORD_LENGTH).reason(repeat("abcdefghij ", 60)), KEPT);
+  // lengths are code points: 4 two-byte letters make a 4-character word
+  EXPECT_EQ(Q(LM_Q_GQ_MAX_AVG_WORD_LENGTH).reason(repeat("\xC3\xA9\xC3\xA9\xC3\xA9\xC3\xA9\xC3\xA9\xC3\xA9 ", 60)),
+            KEPT);
+}
+
+TEST(QualityGopherQuality, SymbolsBulletsEllipses) {
+  std::string base = distinct_words(60);
+  EXPECT_EQ(Q(LM_Q_GQ_HASH_RATIO).reason(base + " " + repeat("#", 10)), R(LM_Q_GQ_HASH_RATIO));  // 10/70
+  EXPECT_EQ(Q(LM_Q_GQ_HASH_RATIO).reason(base + " #"), KEPT);
+  EXPECT_EQ(Q(LM_Q_GQ_ELLIPSIS_RATIO).reason(base + repeat(" ok...", 10)), R(LM_Q_GQ_ELLIPSIS_RATIO));
+  EXPECT_EQ(Q(LM_Q_GQ_ELLIPSIS_RATIO).reason(base + " ok\xE2\x80\xA6"), KEPT);
+  std::string bullets, some;
+  for (int i = 0; i < 10; i++) bullets += (i % 2 ? "  - " : "\xE2\x80\xA2 ") + distinct_words(6, i * 10) + "\n";
+  for (int i = 0; i < 10; i++) some += (i < 9 ? "- " : "") + distinct_words(6, i * 10) + "\n";
+  EXPECT_EQ(Q(LM_Q_GQ_BULLET_LINES).reason(bullets), R(LM_Q_GQ_BULLET_LINES));
+  EXPECT_EQ(Q(LM_Q_GQ_BULLET_LINES).reason(some), KEPT);  // 9/10 is not > 0.9
+  std::string ell;
+  for (int i = 0; i < 10; i++) ell += distinct_words(6, i * 10) + (i < 4 ? "...  \n" : ".\n");
+  EXPECT_EQ(Q(LM_Q_GQ_ELLIPSIS_LINES).reason(ell), R(LM_Q_GQ_ELLIPSIS_LINES));  // 4/10 (rstrip first)
+  std::string ell3;
+  for (int i = 0; i < 10; i++) ell3 += distinct_words(6, i * 10) + (i < 3 ? "\xE2\x80\xA6\n" : ".\n");
+  EXPECT_EQ(Q(LM_Q_GQ_ELLIPSIS_LINES).reason(ell3), KEPT);  // 3/10
+}
+
+TEST(QualityGopherQuality, AlphaAndStopWords) {
+  std::string nums;
+  for (int i = 0; i < 60; i++) nums += std::to_string(1000 + i) + " ";
+  EXPECT_EQ(Q(LM_Q_GQ_ALPHA_WORDS).reason(nums), R(LM_Q_GQ_ALPHA_WORDS));
+  EXPECT_EQ(Q(LM_Q_GQ_ALPHA_WORDS).reason(distinct_words(60) + " 1 2 3"), KEPT);
+  Q sw(LM_Q_GQ_STOP_WORDS);
+  EXPECT_EQ(sw.reason(distinct_words(60)), R(LM_Q_GQ_STOP_WORDS));
+  EXPECT_EQ(sw.reason(distinct_words(60) + " the"), R(LM_Q_GQ_STOP_WORDS));        // one distinct stop word
+  EXPECT_EQ(sw.reason(distinct_words(60) + " the the"), R(LM_Q_GQ_STOP_WORDS));    // still one
+  EXPECT_EQ(sw.reason(distinct_words(60) + " The Of"), R(LM_Q_GQ_STOP_WORDS));     // case-sensitive
+  EXPECT_EQ(sw.reason(distinct_words(60) + " the of"), KEPT);
+  EXPECT_EQ(sw.reason(distinct_words(60) + " with (that)"), KEPT);  // tokens, not whitespace words
+}
+
+TEST(QualityC4, DocumentRules) {
+  std::string five = "One two three four.\nFive six seven eight.\nNine ten eleven twelve.\n"
+                     "Aa bb cc dd.\nEe ff gg hh.\n";
+  Q lorem(LM_Q_C4_LOREM_IPSUM);
+  EXPECT_EQ(lorem.reason(five + "Lorem Ipsum dolor sit amet.\n"), R(LM_Q_C4_LOREM_IPSUM));
+  EXPECT_EQ(lorem.reason(five + "lorem ipsums are here\n"), R(LM_Q_C4_LOREM_IPSUM));  // line rules off here
+  EXPECT_EQ(lorem.reason(five), KEPT);
+  // with the line rules on, a line without terminal punctuation is removed before the check
+  lm_quality_params p;
+  lm_quality_params_default(&p);
+  p.enabled = 0;
+  lm_quality_params_set_rule_set(&p, LM_QSET_C4, 1);
+  Q c4(p);
+  EXPECT_EQ(c4.reason(five + "lorem ipsum without an end\n"), KEPT);
+  EXPECT_EQ(c4.reason(five + "has a { brace in it.\n"), R(LM_Q_C4_CURLY_BRACKET));
+  EXPECT_EQ(c4.reason(five + "has a { brace\n"), KEPT);
+  EXPECT_EQ(Q(LM_Q_C4_CURLY_BRACKET).reason(five), KEPT);
+  Q sent(LM_Q_C4_TOO_FEW_SENTENCES);
+  EXPECT_EQ(sent.reason("One two. Three four. Five six. Seven eight."), R(LM_Q_C4_TOO_FEW_SENTENCES));
+  EXPECT_EQ(sent.reason("One two. Three four. Five six. Seven eight. Nine ten."), KEPT);
+  // abbreviations do not end sentences (spaCy tokenizer exceptions): "Mr." is one token
+  EXPECT_EQ(sent.reason("Mr. Smith. Mr. Jones. Mr. Brown. Mr. White."), R(LM_Q_C4_TOO_FEW_SENTENCES));
+  // runs of punctuation end one sentence; "f." is a tokenizer exception (no sentence end)
+  EXPECT_EQ(sent.reason("A b!! C d?! Ee ff. Gg hh. Ii jj."), KEPT);
+  EXPECT_EQ(sent.reason("A b!! C d?! E f. G h. I j."), R(LM_Q_C4_TOO_FEW_SENTENCES));
+}
+
+TEST(QualityC4, LineRulesRewriteText) {
+  lm_quality_params p;
+  lm_quality_params_default(&p);
+  p.enabled = 0;
+  lm_quality_params_set_rule_set(&p, LM_QSET_C4, 1);
+  Q c4(p);
+  std::string keep = "One two three four.\nFive six seven eight!\nNine ten eleven twelve?\n"
+                     "Aa bb \"cc\" dd.\nEe ff gg 'hh'\n";
+  std::string doc = "  Title without punctuation\n" + keep.substr(0, 20) +
+                    "Enable JavaScript to view this page.\n" + "Too few.\n" + keep.substr(20) +
+                    "We use cookies on this site.\nBad ending...\nCited fact here.[12]\n" +
+                    "Long " + repeat("w", 1001) + " word line.\nCheck [edit] the edit link here.\n";
+  std::string out;
+  ASSERT_EQ(c4.reason(doc, &out), KEPT);
+  std::string want = keep.substr(0, keep.size() - 1) + "\nCited fact here.\nCheck  the edit link here.";
+  EXPECT_EQ(out, want);
+  lm_quality_params p2 = p;
+  p2.c4_modify_text = 0;
+  Q c4n(p2);
+  std::string out2;
+  ASSERT_EQ(c4n.reason(doc, &out2), KEPT);
+  EXPECT_EQ(out2, doc);
+  // each line rule switched off keeps its lines
+  lm_quality_params p3 = p;
+  lm_quality_params_set_rule(&p3, LM_Q_C4_JAVASCRIPT, 0);
+  lm_quality_params_set_rule(&p3, LM_Q_C4_POLICY, 0);
+  Q c4j(p3);
+  std::string out3;
+  ASSERT_EQ(c4j.reason(doc, &out3), KEPT);
+  EXPECT_NE(out3.find("JavaScript"), std::string::npos);
+  EXPECT_NE(out3.find("cookies"), std::string::npos);
+}
+
+TEST(QualityFineWeb, Rules) {
+  EXPECT_EQ(Q(LM_Q_FW_EMPTY).reason("\n  \n\t"), R(LM_Q_FW_EMPTY));
+  EXPECT_EQ(Q(LM_Q_FW_EMPTY).reason("x"), KEPT);
+  std::string nopunct, punct;
+  for (int i = 0; i < 10; i++) nopunct += distinct_words(8, i * 10) + (i == 0 ? ".\n" : "\n");  // 1/10 < 0.12
+  for (int i = 0; i < 10; i++) punct += distinct_words(8, i * 10) + (i < 2 ? ".\n" : "\n");     // 2/10
+  EXPECT_EQ(Q(LM_Q_FW_LINE_PUNCT_RATIO).reason(nopunct), R(LM_Q_FW_LINE_PUNCT_RATIO));
+  EXPECT_EQ(Q(LM_Q_FW_LINE_PUNCT_RATIO).reason(punct), KEPT);
+  // a trailing space means the line does not end with punctuation
+  EXPECT_EQ(Q(LM_Q_FW_LINE_PUNCT_RATIO).reason("Line one. \nLine two \n"), R(LM_Q_FW_LINE_PUNCT_RATIO));
+  std::string shortl, longl;
+  for (int i = 0; i < 10; i++) shortl += (i < 7 ? distinct_words(2, i * 3) : distinct_words(8, i * 10)) + ".\n";
+  for (int i = 0; i < 10; i++) longl += (i < 6 ? distinct_words(2, i * 3) : distinct_words(8, i * 10)) + ".\n";
+  EXPECT_EQ(Q(LM_Q_FW_SHORT_LINE_RATIO).reason(shortl), R(LM_Q_FW_SHORT_LINE_RATIO));  // 7/10 > 0.67
+  EXPECT_EQ(Q(LM_Q_FW_SHORT_LINE_RATIO).reason(longl), KEPT);                          // 6/10
+  std::string body = distinct_words(400) + ".\n";
+  EXPECT_EQ(Q(LM_Q_FW_CHAR_DUP_RATIO).reason(body + "dup line.\ndup line.\n"), KEPT);  // 9 / ~2420
+  EXPECT_EQ(Q(LM_Q_FW_CHAR_DUP_RATIO).reason(body + repeat("a duplicated line, long.\n", 3)),
+            R(LM_Q_FW_CHAR_DUP_RATIO));
+  EXPECT_EQ(Q(LM_Q_FW_LIST_RATIO).reason("a\nb\nc\nd"), R(LM_Q_FW_LIST_RATIO));  // 3 newlines / 4 words
+  EXPECT_EQ(Q(LM_Q_FW_LIST_RATIO).reason("a b c d e f g h i j\nk"), KEPT);      // 1 / 11
+}
+
+TEST(Quality, FirstFailingRuleIsTheReason) {
+  Q q(-1);
+  // empty: Gopher repetition is evaluated first
+  EXPECT_EQ(q.reason(""), R(LM_Q_GR_EMPTY));
+  EXPECT_EQ(q.reason("short text."), R(LM_Q_GR_TOP_2_GRAM));  // "short text" is 10 of 11 chars
+  lm_quality_params p;
+  lm_quality_params_default(&p);
+  lm_quality_params_set_rule_set(&p, LM_QSET_GOPHER_REPETITION, 0);
+  EXPECT_EQ(Q(p).reason("short text."), R(LM_Q_GQ_MIN_DOC_WORDS));
+}
+
+TEST(Quality, MaxDocBytesAndBadArguments) {
+  Q q(-1, [](lm_quality_params *p) { p->max_doc_bytes = 10; });
+  EXPECT_EQ(q.reason(GOOD), LM_REASON_TOO_LARGE);
+  lm_quality_doc_result r;
+  EXPECT_EQ(lm_quality_check(nullptr, q.s, nullptr, 0, &r, nullptr), LM_EINVAL);
+  EXPECT_EQ(lm_quality_check(q.q, q.s, nullptr, 5, &r, nullptr), LM_EINVAL);
+  EXPECT_EQ(lm_quality_create(nullptr, nullptr), LM_EINVAL);
+  EXPECT_EQ(lm_quality_params_set_rule(nullptr, 0, 1), LM_EINVAL);
+  lm_quality_params p;
+  lm_quality_params_default(&p);
+  EXPECT_EQ(lm_quality_params_set_rule(&p, LM_Q_RULE_COUNT, 1), LM_EINVAL);
+  lm_batch_result br;
+  lm_batch_result_init(&br);
+  EXPECT_EQ(lm_quality_run(q.q, nullptr, &br, nullptr), LM_EINVAL);
+  lm_batch_result_free(&br);
+}
+
+TEST(Quality, InvalidUtf8AndNulAreDefined) {
+  Q q(-1);
+  std::string junk("\xFF\xFE\x00\x80 abc \xC3", 10);
+  int32_t r = q.reason(junk);
+  EXPECT_GE(r, LM_REASON_QUALITY_BASE);
+  // NUL bytes are symbols (in datatrove's PUNCTUATION): no words
+  EXPECT_EQ(Q(LM_Q_GQ_MIN_DOC_WORDS).reason(repeat(std::string("\0 ", 2), 1000)), R(LM_Q_GQ_MIN_DOC_WORDS));
+}
+
+TEST(Quality, LargeDocument) {
+  Q q(-1);
+  std::string big;
+  while (big.size() < (20u << 20)) big += GOOD;
+  // every line repeats: Gopher repetition's duplicate paragraph/line rules fire
+  int32_t r = q.reason(big);
+  EXPECT_GE(r, LM_REASON_QUALITY_BASE);
+  EXPECT_LE(r, R(LM_Q_GR_DUP_10_GRAMS));
+}
+
+static std::string run_batch(lm_quality *q, const std::vector<std::string> &docs, int threads,
+                             std::vector<int32_t> *reasons) {
+  std::vector<int64_t> offs{0};
+  std::string data;
+  for (auto &d : docs) {
+    data += d;
+    offs.push_back((int64_t)data.size());
+  }
+  lm_docs in{offs.data(), (const uint8_t *)data.data(), docs.size(), data.size()};
+  lm_batch_result r;
+  lm_batch_result_init(&r);
+  lm_exec ex{threads, 1};
+  EXPECT_EQ(lm_quality_run(q, &in, &r, &ex), LM_OK);
+  std::string flat;
+  for (size_t i = 0; i < r.n_out; i++) {
+    flat += std::to_string(r.source_index[i]) + ":";
+    flat.append((const char *)r.data + r.offsets[i], (size_t)(r.offsets[i + 1] - r.offsets[i]));
+    flat += "|";
+  }
+  reasons->assign(r.reasons, r.reasons + r.n_in);
+  lm_batch_result_free(&r);
+  return flat;
+}
+
+TEST(Quality, BatchThreadInvarianceAndCounters) {
+  std::vector<std::string> docs;
+  for (int i = 0; i < 2000; i++) {
+    switch (i % 4) {
+      case 0: docs.push_back(GOOD + "Extra line number " + std::to_string(i) + " without end\n"); break;
+      case 1: docs.push_back("tiny"); break;
+      case 2: docs.push_back(""); break;
+      default: docs.push_back(distinct_words(100, i) + " the of."); break;
+    }
+  }
+  Q q(-1);
+  std::vector<int32_t> r1, r3;
+  std::string a = run_batch(q.q, docs, 1, &r1);
+  std::string b = run_batch(q.q, docs, 3, &r3);
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(r1, r3);
+  Q single(-1);
+  for (size_t i = 0; i < docs.size(); i++) EXPECT_EQ(single.reason(docs[i]), r1[i]) << i;
+  lm_quality_counters c;
+  lm_quality_get_counters(q.q, &c);
+  EXPECT_EQ(c.docs_in, 2 * docs.size());
+  EXPECT_EQ(c.docs_kept + c.docs_dropped, c.docs_in);
+  uint64_t dropped = 0;
+  for (int i = 0; i < LM_Q_RULE_COUNT; i++)
+    if (i < LM_Q_C4_TOO_LONG_WORD || i > LM_Q_C4_POLICY || i == LM_Q_C4_LOREM_IPSUM || i == LM_Q_C4_CURLY_BRACKET)
+      dropped += c.rule[i];
+  EXPECT_EQ(dropped, c.docs_dropped);
+  EXPECT_EQ(c.rule[LM_Q_GR_EMPTY], 2u * 500);
+  // GOOD docs: C4 removes the unterminated last line
+  EXPECT_EQ(c.rule[LM_Q_C4_NO_TERMINAL_PUNCT], 2u * 500);
+  lm_quality_reset_counters(q.q);
+  lm_quality_get_counters(q.q, &c);
+  EXPECT_EQ(c.docs_in, 0u);
+}
