@@ -62,7 +62,7 @@ void check_views(const char *op, const at::Tensor &views, const at::TensorList b
   }
   TORCH_CHECK_VALUE(buffers.size() <= UINT32_MAX, "luminamoon.", op, ": too many buffers");
   lm_status s = lm_views_check_bounds(views_ptr(views), size_t(views.size(0)), sizes.data(), uint32_t(sizes.size()));
-  TORCH_CHECK_INDEX(s == LM_OK, "luminamoon.", op, ": ", vn,
+  TORCH_CHECK_VALUE(s == LM_OK, "luminamoon.", op, ": ", vn,
                     " holds a view outside its payload buffer (bad buffer index, offset or length)");
 }
 

@@ -28,35 +28,51 @@ def _n(offsets: torch.Tensor):
     return offsets.shape[0] - 1
 
 
+def _same_device(op: str, **tensors) -> None:
+    """Mixed devices are refused under fake/meta dispatch too (the real kernels check them as well)."""
+    items = list(tensors.items())
+    name0, t0 = items[0]
+    for name, t in items[1:]:
+        if t.device != t0.device:
+            raise ValueError(f"luminamoon.{op}: {name0} and {name} must be on the same device, "
+                             f"got {t0.device} and {t.device}")
+
+
 @torch.library.register_fake("luminamoon::prefix_match")
 def _prefix_match_fake(offsets, data, prefix):
+    _same_device('prefix_match', offsets=offsets, data=data)
     return offsets.new_empty((_n(offsets),), dtype=torch.bool)
 
 
 @torch.library.register_fake("luminamoon::equal_scalar")
 def _equal_scalar_fake(offsets, data, s):
+    _same_device('equal_scalar', offsets=offsets, data=data)
     return offsets.new_empty((_n(offsets),), dtype=torch.bool)
 
 
 @torch.library.register_fake("luminamoon::equal")
 def _equal_fake(offsets_a, data_a, offsets_b, data_b):
+    _same_device('equal', offsets_a=offsets_a, data_a=data_a, offsets_b=offsets_b, data_b=data_b)
     torch._check(offsets_a.shape[0] == offsets_b.shape[0], lambda: "offsets_a and offsets_b differ in length")
     return offsets_a.new_empty((_n(offsets_a),), dtype=torch.bool)
 
 
 @torch.library.register_fake("luminamoon::hash64")
 def _hash64_fake(offsets, data, seed=0):
+    _same_device('hash64', offsets=offsets, data=data)
     return offsets.new_empty((_n(offsets),), dtype=torch.int64)
 
 
 @torch.library.register_fake("luminamoon::pad_bytes")
 def _pad_bytes_fake(offsets, data, max_len, pad_id=0, bos_id=-1, eos_id=-1):
+    _same_device('pad_bytes', offsets=offsets, data=data)
     n = _n(offsets)
     return (offsets.new_empty((n, max_len), dtype=torch.int64), offsets.new_empty((n,), dtype=torch.int64))
 
 
 @torch.library.register_fake("luminamoon::gather")
 def _gather_fake(offsets, data, index):
+    _same_device('gather', offsets=offsets, data=data, index=index)
     ctx = torch.library.get_ctx()
     nbytes = ctx.new_dynamic_size()
     return offsets.new_empty((index.shape[0] + 1,)), data.new_empty((nbytes,))
@@ -64,6 +80,7 @@ def _gather_fake(offsets, data, index):
 
 @torch.library.register_fake("luminamoon::compact")
 def _compact_fake(offsets, data, mask):
+    _same_device('compact', offsets=offsets, data=data, mask=mask)
     ctx = torch.library.get_ctx()
     # The output length N_kept + 1 is itself the unbacked size (a bare symbol, so
     # that AOT dispatch can bind it from the real output).
@@ -74,6 +91,7 @@ def _compact_fake(offsets, data, mask):
 
 @torch.library.register_fake("luminamoon::views_from_offsets")
 def _views_from_offsets_fake(offsets, data):
+    _same_device('views_from_offsets', offsets=offsets, data=data)
     return data.new_empty((_n(offsets), 16))
 
 

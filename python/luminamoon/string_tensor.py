@@ -136,7 +136,7 @@ class StringTensor:
             if not bool((offsets[1:] >= offsets[:-1]).all()) or int(offsets[0]) < 0:
                 raise ValueError("offsets must be non-negative and non-decreasing")
             if int(offsets[-1]) > data.numel():
-                raise IndexError(f"offsets point past the end of data (data has {data.numel()} bytes)")
+                raise ValueError(f"offsets point past the end of data (data has {data.numel()} bytes)")
         start = int(offsets[0])
         if start:
             offsets = offsets - start
