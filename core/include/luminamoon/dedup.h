@@ -1,0 +1,166 @@
+/* luminamoon/dedup.h — StreamDeduplicator: exact deduplication by XXH3-128,
+ * with a write-ahead log (WAL), truncation to an LSN and snapshots.
+ *
+ * Table.  The 128-bit hashes live in one open-addressing array of 16-byte
+ * slots with linear probing in *ordered* form (Amble & Knuth): the home slot is
+ * floor(hi * capacity / 2^64), and the keys of every run are kept sorted, so a
+ * probe stops at the first larger key and the whole array is globally sorted
+ * (growth is a sequential merge; deletion is a backward shift).  The table
+ * grows by x1.6 when it is 80% full, so it is always between 50% and 80% full
+ * after the first growth: 20-32 bytes per distinct document (plus 64 spare
+ * slots at the end instead of wrap-around).  `max_entries` bounds it:
+ * admitting one more distinct hash returns LM_ETOOBIG and changes nothing.
+ *
+ * LSN.  The log sequence number counts admitted (distinct) hashes: after n
+ * admissions lsn == n == the number of entries.  The state "at LSN L" is the
+ * set of the first L admitted hashes.
+ *
+ * WAL file (little-endian; format version 1): a 64-byte header (magic
+ * "LMDDWAL\0", version, header size, hash seed, CRC32C), then records:
+ *   u32 magic "LMR1" | u32 count | u64 first_lsn | u32 payload CRC32C |
+ *   u32 header CRC32C (over the 20 bytes before it) | count x 16-byte hashes.
+ * New hashes are buffered in memory (wal_buffer_hashes) and written as one
+ * record when the buffer fills (write(2), no sync); lm_dedup_sync writes the
+ * rest and calls fdatasync — call it on commit, never per record.
+ * Opening an existing WAL validates every record after the snapshot (or all
+ * of them): a bad record (short, bad CRC, LSN out of sequence) after which no
+ * valid record follows is a torn or garbage tail and is cut (ftruncate +
+ * fsync), never read as data; a bad record followed by a valid one is
+ * corruption in the middle: LM_ECORRUPT, the file is left as it is.
+ * A WAL of another format version gives LM_EVERSION; another seed LM_EINVAL.
+ *
+ * Snapshots (path + ".snap"): lm_dedup_snapshot syncs the WAL, then writes the
+ * slot array with its LSN and the position of that LSN in the WAL to
+ * path + ".snap.tmp", fsyncs it, renames it over path + ".snap" and fsyncs the
+ * directory.  Opening loads the snapshot (one sequential read, no rehash),
+ * checks that the WAL record before its position is the one it names (CRC),
+ * and replays only the records after it.  A snapshot that fails any check is
+ * ignored and the whole log is replayed (it is only an accelerator).
+ * The log is never compacted: it keeps every admitted hash since LSN 0, so
+ * truncation to ANY LSN — also one older than the snapshot — is exact: the
+ * hashes admitted after it are read back from the log (in bounded chunks) and
+ * deleted from the table; a snapshot newer than the target is deleted first.
+ * Cost: 16 bytes of log per distinct document on disk.
+ *
+ * In-memory mode (wal_path NULL): the same table, no files; lm_dedup_sync
+ * and lm_dedup_snapshot do nothing, and lm_dedup_truncate works only to the
+ * current LSN (LM_ESTATE otherwise: there is no log to undo from).
+ *
+ * Errors.  An unwritable path gives LM_EIO with errno kept.  After a failed
+ * write/sync the object refuses further changes (LM_ESTATE) — reopen it.
+ * Thread-safety: one object may be used by one thread at a time (lm_dedup_run
+ * hashes the documents of a batch on several threads internally).  Two
+ * objects must not open the same WAL path.
+ */
+#ifndef LUMINAMOON_DEDUP_H
+#define LUMINAMOON_DEDUP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "luminamoon/batch.h"
+#include "luminamoon/hash.h"
+#include "luminamoon/parallel.h"
+#include "luminamoon/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define LM_DEDUP_WAL_VERSION 1u
+
+typedef struct lm_dedup_params {
+  const char *wal_path;      /* NULL: in memory only.  Copied at create. */
+  uint64_t seed;             /* XXH3-128 seed of the document hashes; default 0 */
+  size_t initial_capacity;   /* slots to start with; default 1024 */
+  uint64_t max_entries;      /* 0: unlimited; else the most distinct hashes kept */
+  size_t wal_buffer_hashes;  /* hashes buffered per WAL record; default 4096 (64 KiB), max 65536 */
+} lm_dedup_params;
+
+typedef struct lm_dedup_stats {
+  uint64_t entries;         /* distinct hashes held (== lsn) */
+  uint64_t capacity;        /* slots (including the spare tail) */
+  uint64_t table_bytes;     /* bytes of the slot array */
+  double bytes_per_entry;   /* table_bytes / entries (0 when empty) */
+  uint64_t max_entries;     /* the configured bound (0 = none) */
+  uint64_t lsn;             /* admitted so far */
+  uint64_t written_lsn;     /* handed to write(2) */
+  uint64_t durable_lsn;     /* fdatasync'ed */
+  uint64_t wal_bytes;       /* size of the WAL file (written part) */
+  uint64_t snapshot_lsn;    /* LSN covered by the current snapshot file (0 if none) */
+  uint64_t probes;          /* lookups (check_insert / contains calls) */
+  uint64_t inserts;         /* admitted */
+  uint64_t duplicates;      /* rejected as seen */
+  uint64_t replayed_hashes; /* read from the log when opening */
+  uint64_t tail_bytes_cut;  /* torn/garbage tail bytes removed when opening */
+  int snapshot_loaded;      /* 1 if opening used the snapshot */
+} lm_dedup_stats;
+
+typedef struct lm_dedup lm_dedup;
+
+/* Defaults (see the fields).  LM_EINVAL if p is NULL. */
+lm_status lm_dedup_params_default(lm_dedup_params *p);
+
+/* Create a deduplicator; with a WAL path, open (or create) the log there and
+ * recover its state (snapshot + replay, torn tail cut).  params NULL = defaults.
+ * Errors: LM_EIO (errno kept), LM_ECORRUPT, LM_EVERSION, LM_EINVAL (bad params
+ * or a WAL written with another seed), LM_ENOMEM, LM_ETOOBIG (the log holds
+ * more than max_entries).  Ownership: *out is the caller's; lm_dedup_destroy. */
+lm_status lm_dedup_create(const lm_dedup_params *params, lm_dedup **out);
+
+/* Write the buffered hashes, fdatasync and close the log; the object then only
+ * answers lm_dedup_stats / lm_dedup_lsn and lm_dedup_destroy (LM_ESTATE otherwise). */
+lm_status lm_dedup_close(lm_dedup *d);
+
+/* lm_dedup_close (errors ignored) and free.  NULL is ignored. */
+void lm_dedup_destroy(lm_dedup *d);
+
+/* Is the hash of text[0..len) new?  If so admit it (*is_new = 1, lsn + 1),
+ * else *is_new = 0.  LM_ETOOBIG at max_entries (nothing admitted). */
+lm_status lm_dedup_check_insert(lm_dedup *d, const uint8_t *text, size_t len, int *is_new);
+
+/* The same for a hash computed by the caller (lm_hash128(text, len, seed)). */
+lm_status lm_dedup_check_insert_hash(lm_dedup *d, lm_hash128_t h, int *is_new);
+
+/* Batch form: is_new[k] for hashes[k], in order (a hash repeated inside the
+ * batch is new only the first time).  Prefetches ahead.  On an error (e.g.
+ * LM_ETOOBIG) *n_done (may be NULL) receives how many were processed; those
+ * stay admitted. */
+lm_status lm_dedup_check_insert_hashes(lm_dedup *d, const lm_hash128_t *hashes, size_t n, uint8_t *is_new,
+                                       size_t *n_done);
+
+/* Lookup only: *found = 1 if the hash is held. */
+lm_status lm_dedup_contains(const lm_dedup *d, lm_hash128_t h, int *found);
+
+/* Deduplicate a batch: keep the first occurrence (across batches and within
+ * the batch), drop later ones with LM_REASON_DUPLICATE; kept texts are copied
+ * to out unchanged, in input order.  Hashing runs on exec's threads, admission
+ * in input order.  On an error the documents before the failing one stay
+ * admitted; out is then incomplete. */
+lm_status lm_dedup_run(lm_dedup *d, const lm_docs *docs, lm_batch_result *out, const lm_exec *exec);
+
+/* The current LSN (number of admitted hashes). */
+lm_status lm_dedup_lsn(const lm_dedup *d, uint64_t *lsn);
+
+/* Make everything admitted so far durable: write the buffered hashes, then
+ * fdatasync.  *lsn (may be NULL) receives the durable LSN (== lm_dedup_lsn). */
+lm_status lm_dedup_sync(lm_dedup *d, uint64_t *lsn);
+
+/* Cut the log AND the table back to exactly the state at `lsn` (the first lsn
+ * admitted hashes), durably.  lsn > current: LM_ERANGE (for recovery this means
+ * the log lost committed records: treat it as corruption). */
+lm_status lm_dedup_truncate(lm_dedup *d, uint64_t lsn);
+
+/* Write a snapshot of the table (see above).  In-memory mode: LM_OK, nothing. */
+lm_status lm_dedup_snapshot(lm_dedup *d);
+
+lm_status lm_dedup_stats_get(const lm_dedup *d, lm_dedup_stats *out);
+
+/* Visit every held hash in table order (for tests and export).  fn returns
+ * non-zero to stop. */
+lm_status lm_dedup_foreach(const lm_dedup *d, int (*fn)(void *ctx, lm_hash128_t h), void *ctx);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

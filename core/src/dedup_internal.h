@@ -1,0 +1,61 @@
+/* dedup_internal.h — shared by dedup.c (table, API) and dedup_wal.c (log,
+ * snapshots, recovery).  Not public. */
+#ifndef LUMINAMOON_DEDUP_INTERNAL_H
+#define LUMINAMOON_DEDUP_INTERNAL_H
+
+#include "luminamoon/dedup.h"
+
+#define LM_DT_TAIL 64u                /* spare slots after `cap` (no wrap-around) */
+#define LM_WAL_HDR_SIZE 64u
+#define LM_WAL_REC_HDR 24u
+#define LM_WAL_MAX_REC 65536u         /* hashes per record, at most */
+#define LM_SNAP_HDR_SIZE 96u
+
+/* Ordered linear-probing table of 128-bit keys; (0,0) marks an empty slot and
+ * the key (0,0) itself is held by `has_zero`. */
+typedef struct lm_dtable {
+  lm_hash128_t *slots;
+  size_t cap;    /* home slots: home(k) = floor(k.hi * cap / 2^64) */
+  size_t nslots; /* cap + LM_DT_TAIL */
+  size_t count;  /* keys held, including the zero key */
+  int has_zero;
+} lm_dtable;
+
+int lm_dt_init(lm_dtable *t, size_t cap);     /* 0 or -1 (ENOMEM) */
+void lm_dt_free(lm_dtable *t);
+/* 1 inserted, 0 already present, -1 out of memory. */
+int lm_dt_insert(lm_dtable *t, lm_hash128_t h);
+int lm_dt_contains(const lm_dtable *t, lm_hash128_t h);
+int lm_dt_remove(lm_dtable *t, lm_hash128_t h); /* 1 removed, 0 absent */
+
+struct lm_dedup {
+  lm_dtable t;
+  uint64_t seed, max_entries;
+  size_t buf_cap;
+  /* log */
+  char *path, *snap_path, *tmp_path, *dir_path; /* NULL in memory */
+  int fd;                                       /* -1 in memory / closed */
+  uint8_t *pend_raw;                            /* LM_WAL_REC_HDR bytes + buf_cap hashes */
+  lm_hash128_t *pend;                           /* = pend_raw + LM_WAL_REC_HDR */
+  size_t npend;
+  uint64_t lsn, written_lsn, durable_lsn;
+  uint64_t wal_size;                            /* bytes of valid log */
+  uint64_t last_rec_off;                        /* offset of the last record (0: none) */
+  uint32_t last_rec_hcrc;
+  uint64_t snapshot_lsn;
+  int snapshot_known;                           /* 1: a snapshot of snapshot_lsn exists; 0: none;
+                                                   -1: a file may exist that we did not use */
+  int closed, failed;
+  lm_dedup_stats st;                            /* counters (probes, inserts, ...) */
+};
+
+/* dedup_wal.c */
+lm_status lm_dwal_open(lm_dedup *d);                 /* open/create + recover */
+lm_status lm_dwal_append(lm_dedup *d, lm_hash128_t h); /* buffer one admitted hash */
+lm_status lm_dwal_flush(lm_dedup *d);                /* write buffered hashes as one record */
+lm_status lm_dwal_sync(lm_dedup *d);                 /* flush + fdatasync */
+lm_status lm_dwal_truncate(lm_dedup *d, uint64_t lsn);
+lm_status lm_dwal_snapshot(lm_dedup *d);
+lm_status lm_dwal_close(lm_dedup *d);
+
+#endif

@@ -1,0 +1,471 @@
+/* dedup_wal.c — the StreamDeduplicator's write-ahead log: record format,
+ * buffered appends, sync, recovery (torn-tail cut vs. mid-log corruption),
+ * truncation to an LSN and snapshots.  Formats are described in dedup.h. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "dedup_internal.h"
+#include "luminamoon/crc32c.h"
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the WAL format is little-endian; add byte swaps for this target"
+#endif
+
+static const uint8_t k_wal_magic[8] = {'L', 'M', 'D', 'D', 'W', 'A', 'L', 0};
+static const uint8_t k_snap_magic[8] = {'L', 'M', 'D', 'D', 'S', 'N', 'P', 0};
+static const uint8_t k_rec_magic[4] = {'L', 'M', 'R', '1'};
+
+static inline void put32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
+static inline void put64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
+static inline uint32_t get32(const uint8_t *p) {
+  uint32_t v;
+  memcpy(&v, p, 4);
+  return v;
+}
+static inline uint64_t get64(const uint8_t *p) {
+  uint64_t v;
+  memcpy(&v, p, 8);
+  return v;
+}
+
+/* ------------------------------------------------------------------ I/O */
+
+static int full_pwrite(int fd, const void *buf, size_t len, uint64_t off) {
+  const uint8_t *p = (const uint8_t *)buf;
+  while (len) {
+    ssize_t w = pwrite(fd, p, len, (off_t)off);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return -1;
+    }
+    p += w;
+    len -= (size_t)w;
+    off += (uint64_t)w;
+  }
+  return 0;
+}
+
+/* Bytes read (< len only at end of file), or -1. */
+static ssize_t full_pread(int fd, void *buf, size_t len, uint64_t off) {
+  uint8_t *p = (uint8_t *)buf;
+  size_t got = 0;
+  while (got < len) {
+    ssize_t r = pread(fd, p + got, len - got, (off_t)(off + got));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return -1;
+    }
+    if (r == 0) break;
+    got += (size_t)r;
+  }
+  return (ssize_t)got;
+}
+
+static int fsync_dir(const char *dir) {
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  int r = fsync(fd);
+  int e = errno;
+  close(fd);
+  errno = e;
+  return r;
+}
+
+static lm_status io_fail(lm_dedup *d) {
+  d->failed = 1;
+  return LM_EIO;
+}
+
+/* -------------------------------------------------------------- records */
+
+static void rec_header(uint8_t *h, uint32_t count, uint64_t first_lsn, const void *payload) {
+  memcpy(h, k_rec_magic, 4);
+  put32(h + 4, count);
+  put64(h + 8, first_lsn);
+  put32(h + 16, lm_crc32c(payload, (size_t)count * 16u));
+  put32(h + 20, lm_crc32c(h, 20));
+}
+
+/* A header that stands on its own (magic, CRC, count in range). */
+static int rec_header_ok(const uint8_t *h) {
+  if (memcmp(h, k_rec_magic, 4) != 0) return 0;
+  if (lm_crc32c(h, 20) != get32(h + 20)) return 0;
+  uint32_t c = get32(h + 4);
+  return c >= 1 && c <= LM_WAL_MAX_REC;
+}
+
+/* Append one record of `count` hashes stored at raw + LM_WAL_REC_HDR (the
+ * header is built in the first LM_WAL_REC_HDR bytes of raw). */
+static lm_status write_record(lm_dedup *d, uint8_t *raw, size_t count) {
+  rec_header(raw, (uint32_t)count, d->written_lsn, raw + LM_WAL_REC_HDR);
+  size_t len = LM_WAL_REC_HDR + count * 16u;
+  if (full_pwrite(d->fd, raw, len, d->wal_size)) return io_fail(d);
+  d->last_rec_off = d->wal_size;
+  d->last_rec_hcrc = get32(raw + 20);
+  d->wal_size += len;
+  d->written_lsn += count;
+  return LM_OK;
+}
+
+lm_status lm_dwal_flush(lm_dedup *d) {
+  if (!d->npend) return LM_OK;
+  lm_status s = write_record(d, d->pend_raw, d->npend);
+  if (!s) d->npend = 0;
+  return s;
+}
+
+lm_status lm_dwal_append(lm_dedup *d, lm_hash128_t h) {
+  d->pend[d->npend++] = h;
+  if (d->npend == d->buf_cap) return lm_dwal_flush(d);
+  return LM_OK;
+}
+
+lm_status lm_dwal_sync(lm_dedup *d) {
+  lm_status s = lm_dwal_flush(d);
+  if (s) return s;
+  if (d->durable_lsn == d->written_lsn) return LM_OK;
+  if (fdatasync(d->fd)) return io_fail(d);
+  d->durable_lsn = d->written_lsn;
+  return LM_OK;
+}
+
+lm_status lm_dwal_close(lm_dedup *d) {
+  lm_status s = LM_OK;
+  if (d->fd < 0) return LM_OK;
+  if (!d->failed) s = lm_dwal_sync(d);
+  int e = errno;
+  close(d->fd);
+  errno = e;
+  d->fd = -1;
+  return s;
+}
+
+/* ------------------------------------------------------------- recovery */
+
+/* Is there a valid record header anywhere in [from, size)?  1 yes, 0 no, -1 I/O. */
+static int valid_record_after(int fd, uint64_t from, uint64_t size) {
+  enum { CHUNK = 1 << 20 };
+  uint8_t *buf = (uint8_t *)malloc(CHUNK + LM_WAL_REC_HDR);
+  if (!buf) return -1;
+  int found = 0;
+  for (uint64_t off = from; off + LM_WAL_REC_HDR <= size && !found;) {
+    size_t want = CHUNK + LM_WAL_REC_HDR;
+    if (want > size - off) want = (size_t)(size - off);
+    ssize_t r = full_pread(fd, buf, want, off);
+    if (r < 0) {
+      free(buf);
+      return -1;
+    }
+    for (size_t i = 0; i + LM_WAL_REC_HDR <= (size_t)r; i++) {
+      if (buf[i] == 'L' && rec_header_ok(buf + i)) {
+        found = 1;
+        break;
+      }
+    }
+    if ((size_t)r < want || want <= LM_WAL_REC_HDR) break;
+    off += want - LM_WAL_REC_HDR + 1;
+  }
+  free(buf);
+  return found;
+}
+
+/* Read the record at off expecting first_lsn == lsn.  Returns 1 (valid: *count,
+ * hashes in buf), 0 (invalid or short), -1 (I/O error). */
+static int read_record(int fd, uint64_t off, uint64_t size, uint64_t lsn, uint8_t *hdr, lm_hash128_t *buf,
+                       uint32_t *count) {
+  if (size - off < LM_WAL_REC_HDR) return 0;
+  if (full_pread(fd, hdr, LM_WAL_REC_HDR, off) != (ssize_t)LM_WAL_REC_HDR) return -1;
+  if (!rec_header_ok(hdr) || get64(hdr + 8) != lsn) return 0;
+  uint32_t c = get32(hdr + 4);
+  uint64_t plen = (uint64_t)c * 16u;
+  if (size - off - LM_WAL_REC_HDR < plen) return 0;
+  ssize_t r = full_pread(fd, buf, (size_t)plen, off + LM_WAL_REC_HDR);
+  if (r < 0) return -1;
+  if ((uint64_t)r != plen || lm_crc32c(buf, (size_t)plen) != get32(hdr + 16)) return 0;
+  *count = c;
+  return 1;
+}
+
+/* Replay records from d->wal_size (expected lsn d->lsn) to the end; cut a torn
+ * tail, or LM_ECORRUPT for damage followed by valid records. */
+static lm_status replay(lm_dedup *d, uint64_t size) {
+  lm_hash128_t *buf = (lm_hash128_t *)malloc((size_t)LM_WAL_MAX_REC * 16u);
+  if (!buf) return LM_ENOMEM;
+  uint8_t hdr[LM_WAL_REC_HDR];
+  lm_status s = LM_OK;
+  uint64_t off = d->wal_size;
+  while (off < size) {
+    uint32_t c = 0;
+    int r = read_record(d->fd, off, size, d->lsn, hdr, buf, &c);
+    if (r < 0) {
+      s = LM_EIO;
+      break;
+    }
+    if (r == 0) {
+      int more = valid_record_after(d->fd, off + 1, size);
+      if (more < 0) {
+        s = more == -1 && errno ? LM_EIO : LM_ENOMEM;
+      } else if (more) {
+        s = LM_ECORRUPT; /* damage in the middle of the log: never silently dropped */
+      } else if (ftruncate(d->fd, (off_t)off) || fdatasync(d->fd)) {
+        s = LM_EIO;
+      } else {
+        d->st.tail_bytes_cut = size - off;
+      }
+      break;
+    }
+    for (uint32_t k = 0; k < c; k++) {
+      if (d->max_entries && d->t.count >= d->max_entries) {
+        s = LM_ETOOBIG;
+        break;
+      }
+      int ins = lm_dt_insert(&d->t, buf[k]);
+      if (ins < 0) {
+        s = LM_ENOMEM;
+        break;
+      }
+      if (ins == 0) { /* a log never holds a hash twice */
+        s = LM_ECORRUPT;
+        break;
+      }
+    }
+    if (s) break;
+    d->lsn += c;
+    d->st.replayed_hashes += c;
+    d->last_rec_off = off;
+    d->last_rec_hcrc = get32(hdr + 20);
+    off += LM_WAL_REC_HDR + (uint64_t)c * 16u;
+    d->wal_size = off;
+  }
+  free(buf);
+  d->written_lsn = d->durable_lsn = d->lsn;
+  return s;
+}
+
+/* ------------------------------------------------------------- snapshot */
+
+static int load_snapshot(lm_dedup *d, uint64_t wal_file_size) {
+  int fd = open(d->snap_path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    d->snapshot_known = errno == ENOENT ? 0 : -1;
+    return 0;
+  }
+  d->snapshot_known = -1;
+  uint8_t h[LM_SNAP_HDR_SIZE];
+  int ok = full_pread(fd, h, sizeof h, 0) == (ssize_t)sizeof h && memcmp(h, k_snap_magic, 8) == 0 &&
+           get32(h + 8) == LM_DEDUP_WAL_VERSION && get32(h + 12) == LM_SNAP_HDR_SIZE &&
+           lm_crc32c(h, 92) == get32(h + 92) && get64(h + 16) == d->seed;
+  uint64_t lsn = ok ? get64(h + 24) : 0, cap = ok ? get64(h + 32) : 0, nslots = ok ? get64(h + 40) : 0;
+  uint64_t count = ok ? get64(h + 48) : 0, woff = ok ? get64(h + 56) : 0, prev = ok ? get64(h + 64) : 0;
+  uint32_t prev_crc = ok ? get32(h + 72) : 0, flags = ok ? get32(h + 76) : 0, pcrc = ok ? get32(h + 80) : 0;
+  ok = ok && nslots == cap + LM_DT_TAIL && count == lsn && woff <= wal_file_size && cap >= 16 &&
+       cap < ((uint64_t)1 << 40) && (!d->max_entries || count <= d->max_entries);
+  /* the WAL must hold, just before woff, the record the snapshot names */
+  if (ok && lsn == 0) ok = woff == LM_WAL_HDR_SIZE;
+  if (ok && lsn > 0) {
+    uint8_t rh[LM_WAL_REC_HDR];
+    ok = prev >= LM_WAL_HDR_SIZE && full_pread(d->fd, rh, sizeof rh, prev) == (ssize_t)sizeof rh &&
+         rec_header_ok(rh) && get32(rh + 20) == prev_crc && get64(rh + 8) + get32(rh + 4) == lsn &&
+         prev + LM_WAL_REC_HDR + (uint64_t)get32(rh + 4) * 16u == woff;
+  }
+  lm_dtable t;
+  if (ok && lm_dt_init(&t, (size_t)cap) == 0) {
+    size_t bytes = (size_t)nslots * 16u;
+    ok = full_pread(fd, t.slots, bytes, LM_SNAP_HDR_SIZE) == (ssize_t)bytes && lm_crc32c(t.slots, bytes) == pcrc;
+    size_t held = 0;
+    for (size_t i = 0; ok && i < t.nslots; i++) held += (t.slots[i].lo | t.slots[i].hi) != 0;
+    t.has_zero = (flags & 1u) != 0;
+    t.count = held + (size_t)t.has_zero;
+    ok = ok && t.count == count;
+    if (ok) {
+      lm_dt_free(&d->t);
+      d->t = t;
+      d->lsn = lsn;
+      d->wal_size = woff;
+      d->last_rec_off = lsn ? prev : 0;
+      d->last_rec_hcrc = prev_crc;
+      d->snapshot_lsn = lsn;
+      d->snapshot_known = 1;
+      d->st.snapshot_loaded = 1;
+    } else {
+      lm_dt_free(&t);
+    }
+  } else {
+    ok = 0;
+  }
+  close(fd);
+  return ok;
+}
+
+lm_status lm_dwal_snapshot(lm_dedup *d) {
+  lm_status s = lm_dwal_sync(d);
+  if (s) return s;
+  int fd = open(d->tmp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return LM_EIO;
+  size_t bytes = d->t.nslots * 16u;
+  uint8_t h[LM_SNAP_HDR_SIZE];
+  memset(h, 0, sizeof h);
+  memcpy(h, k_snap_magic, 8);
+  put32(h + 8, LM_DEDUP_WAL_VERSION);
+  put32(h + 12, LM_SNAP_HDR_SIZE);
+  put64(h + 16, d->seed);
+  put64(h + 24, d->lsn);
+  put64(h + 32, d->t.cap);
+  put64(h + 40, d->t.nslots);
+  put64(h + 48, d->t.count);
+  put64(h + 56, d->wal_size);
+  put64(h + 64, d->lsn ? d->last_rec_off : 0);
+  put32(h + 72, d->lsn ? d->last_rec_hcrc : 0);
+  put32(h + 76, d->t.has_zero ? 1u : 0u);
+  put32(h + 80, lm_crc32c(d->t.slots, bytes));
+  put32(h + 92, lm_crc32c(h, 92));
+  int bad = full_pwrite(fd, h, sizeof h, 0) || full_pwrite(fd, d->t.slots, bytes, LM_SNAP_HDR_SIZE) || fsync(fd);
+  int e = errno;
+  close(fd);
+  if (bad || rename(d->tmp_path, d->snap_path) || fsync_dir(d->dir_path)) {
+    if (bad) errno = e;
+    e = errno;
+    unlink(d->tmp_path);
+    errno = e;
+    return LM_EIO; /* the old snapshot (if any) and the log are untouched */
+  }
+  d->snapshot_lsn = d->lsn;
+  d->snapshot_known = 1;
+  return LM_OK;
+}
+
+/* ----------------------------------------------------------------- open */
+
+static void wal_header(uint8_t *h, uint64_t seed) {
+  memset(h, 0, LM_WAL_HDR_SIZE);
+  memcpy(h, k_wal_magic, 8);
+  put32(h + 8, LM_DEDUP_WAL_VERSION);
+  put32(h + 12, LM_WAL_HDR_SIZE);
+  put64(h + 16, seed);
+  put32(h + 60, lm_crc32c(h, 60));
+}
+
+lm_status lm_dwal_open(lm_dedup *d) {
+  d->fd = open(d->path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (d->fd < 0) return LM_EIO;
+  struct stat sb;
+  if (fstat(d->fd, &sb)) return LM_EIO;
+  uint64_t size = (uint64_t)sb.st_size;
+  uint8_t h[LM_WAL_HDR_SIZE], want[LM_WAL_HDR_SIZE];
+  wal_header(want, d->seed);
+  if (size < LM_WAL_HDR_SIZE) {
+    /* new, or a header torn while the file was created: the bytes present
+     * must be a prefix of the magic + version, nothing else is overwritten */
+    if (size) {
+      size_t k = (size_t)size < 12 ? (size_t)size : 12;
+      if (full_pread(d->fd, h, k, 0) != (ssize_t)k) return LM_EIO;
+      if (memcmp(h, want, k) != 0) return LM_ECORRUPT;
+    }
+    if (ftruncate(d->fd, 0) || full_pwrite(d->fd, want, LM_WAL_HDR_SIZE, 0) || fsync(d->fd) ||
+        fsync_dir(d->dir_path))
+      return LM_EIO;
+    unlink(d->snap_path); /* a snapshot cannot belong to a new log */
+    d->wal_size = LM_WAL_HDR_SIZE;
+    d->snapshot_known = 0;
+    return LM_OK;
+  }
+  if (full_pread(d->fd, h, LM_WAL_HDR_SIZE, 0) != (ssize_t)LM_WAL_HDR_SIZE) return LM_EIO;
+  if (memcmp(h, k_wal_magic, 8) != 0) return LM_ECORRUPT;
+  if (get32(h + 8) != LM_DEDUP_WAL_VERSION) return LM_EVERSION;
+  if (get32(h + 12) != LM_WAL_HDR_SIZE || lm_crc32c(h, 60) != get32(h + 60)) return LM_ECORRUPT;
+  if (get64(h + 16) != d->seed) return LM_EINVAL;
+  d->wal_size = LM_WAL_HDR_SIZE;
+  load_snapshot(d, size); /* falls back to the whole log when absent or invalid */
+  return replay(d, size);
+}
+
+/* ------------------------------------------------------------- truncate */
+
+lm_status lm_dwal_truncate(lm_dedup *d, uint64_t lsn) {
+  /* 1. a snapshot newer than the target (or one we do not know) goes first */
+  if (d->snapshot_known != 0 && !(d->snapshot_known == 1 && d->snapshot_lsn <= lsn)) {
+    if (unlink(d->snap_path) && errno != ENOENT) return io_fail(d);
+    if (fsync_dir(d->dir_path)) return io_fail(d);
+    d->snapshot_known = 0;
+  }
+  /* 2. buffered hashes past the target */
+  while (d->npend && d->written_lsn + d->npend > lsn) {
+    if (lm_dt_remove(&d->t, d->pend[d->npend - 1]) != 1) return LM_ECORRUPT;
+    d->npend--;
+    d->lsn--;
+  }
+  if (lsn >= d->written_lsn) return LM_OK;
+  /* 3. written records: find the one holding `lsn`, undo everything after */
+  lm_hash128_t *buf = (lm_hash128_t *)malloc((size_t)LM_WAL_MAX_REC * 16u);
+  if (!buf) return LM_ENOMEM;
+  uint8_t hdr[LM_WAL_REC_HDR];
+  uint64_t off = LM_WAL_HDR_SIZE, first = 0, prev_off = 0, cut_off = 0;
+  uint32_t prev_crc = 0, keep = 0;
+  lm_status s = LM_OK;
+  uint8_t *kept = NULL;
+  while (off < d->wal_size) { /* header walk to the record holding lsn */
+    if (full_pread(d->fd, hdr, LM_WAL_REC_HDR, off) != (ssize_t)LM_WAL_REC_HDR || !rec_header_ok(hdr) ||
+        get64(hdr + 8) != first) {
+      s = LM_ECORRUPT;
+      break;
+    }
+    uint32_t c = get32(hdr + 4);
+    if (lsn < first + c) break;
+    prev_off = off;
+    prev_crc = get32(hdr + 20);
+    first += c;
+    off += LM_WAL_REC_HDR + (uint64_t)c * 16u;
+  }
+  cut_off = off;
+  keep = (uint32_t)(lsn - first);
+  for (uint64_t o = off, f = first; !s && o < d->wal_size;) { /* undo records from here on */
+    uint32_t c = 0;
+    int r = read_record(d->fd, o, d->wal_size, f, hdr, buf, &c);
+    if (r != 1) {
+      s = r < 0 ? LM_EIO : LM_ECORRUPT;
+      break;
+    }
+    uint32_t from = o == off ? keep : 0;
+    if (o == off && keep) {
+      kept = (uint8_t *)malloc(LM_WAL_REC_HDR + (size_t)keep * 16u);
+      if (!kept) {
+        s = LM_ENOMEM;
+        break;
+      }
+      memcpy(kept + LM_WAL_REC_HDR, buf, (size_t)keep * 16u);
+    }
+    for (uint32_t k = c; k-- > from;)
+      if (lm_dt_remove(&d->t, buf[k]) != 1) s = LM_ECORRUPT;
+    o += LM_WAL_REC_HDR + (uint64_t)c * 16u;
+    f += c;
+  }
+  free(buf);
+  if (s) {
+    free(kept);
+    d->failed = 1; /* the table may be half undone: refuse further use */
+    return s;
+  }
+  if (ftruncate(d->fd, (off_t)cut_off)) {
+    free(kept);
+    return io_fail(d);
+  }
+  d->wal_size = cut_off;
+  d->last_rec_off = prev_off;
+  d->last_rec_hcrc = prev_crc;
+  d->written_lsn = d->durable_lsn = first;
+  d->lsn = lsn;
+  if (keep) { /* rewrite the first `keep` hashes of the cut record as one record */
+    s = write_record(d, kept, keep);
+    free(kept);
+    if (s) return s;
+  }
+  if (fdatasync(d->fd)) return io_fail(d);
+  d->durable_lsn = d->written_lsn;
+  return LM_OK;
+}
