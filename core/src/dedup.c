@@ -244,14 +244,19 @@ static lm_status check_open(const lm_dedup *d) {
 /* Admit h if new.  Table first, then the log buffer. */
 static inline lm_status admit(lm_dedup *d, lm_hash128_t h, int *is_new) {
   d->st.probes++;
-  if (lm_dt_contains(&d->t, h)) {
+  int r;
+  if (d->max_entries && d->t.count >= d->max_entries) {
+    r = lm_dt_contains(&d->t, h) ? 0 : -2;
+    if (r == -2) return LM_ETOOBIG;
+  } else {
+    r = lm_dt_insert(&d->t, h); /* one probe: finds it, or inserts where the probe stopped */
+    if (r < 0) return LM_ENOMEM;
+  }
+  if (r == 0) {
     *is_new = 0;
     d->st.duplicates++;
     return LM_OK;
   }
-  if (d->max_entries && d->t.count >= d->max_entries) return LM_ETOOBIG;
-  int r = lm_dt_insert(&d->t, h);
-  if (r < 0) return LM_ENOMEM;
   d->lsn++;
   d->st.inserts++;
   *is_new = 1;
@@ -279,11 +284,13 @@ lm_status lm_dedup_check_insert_hashes(lm_dedup *d, const lm_hash128_t *hashes, 
   lm_status s = check_open(d);
   if (s) return s;
   if (n && (!hashes || !is_new)) return LM_EINVAL;
-  enum { AHEAD = 12 };
+  enum { AHEAD = 16 };
   for (size_t k = 0; k < n; k++) {
-    if (k + AHEAD < n) {
+    if (k + AHEAD < n) { /* the home slot's cache line and the next one (runs are short) */
       const lm_hash128_t *f = &hashes[k + AHEAD];
-      __builtin_prefetch(&d->t.slots[home_of(f->hi, d->t.cap)]);
+      const lm_hash128_t *slot = &d->t.slots[home_of(f->hi, d->t.cap)];
+      __builtin_prefetch(slot);
+      __builtin_prefetch(slot + 4);
     }
     int nw;
     s = admit(d, hashes[k], &nw);

@@ -27,6 +27,8 @@ lm_status lm_pii_params_default(lm_pii_params *p, lm_pii_mode mode) {
 
 void lm_pii_destroy(lm_pii_masker *m) {
   if (!m) return;
+  for (size_t k = 0; k < m->nscratch; k++) lm_pii_buf_free(&m->scratch[k]);
+  free(m->scratch);
   for (int t = 0; t < LM_PII_TYPE_COUNT; t++) {
     if (m->repl[t])
       for (size_t k = 0; k < m->nrepl[t]; k++) free(m->repl[t][k]);
@@ -336,6 +338,20 @@ lm_status lm_pii_run(lm_pii_masker *m, const lm_docs *docs, lm_batch_result *out
   size_t nchunks = threads;
   chunk_state *chunks = (chunk_state *)calloc(nchunks, sizeof *chunks);
   if (!chunks) return LM_ENOMEM;
+  if (m->nscratch < nchunks) { /* output buffers are reused across calls (no page faults per batch) */
+    lm_pii_buf *ns = (lm_pii_buf *)realloc(m->scratch, nchunks * sizeof *ns);
+    if (!ns) {
+      free(chunks);
+      return LM_ENOMEM;
+    }
+    memset(ns + m->nscratch, 0, (nchunks - m->nscratch) * sizeof *ns);
+    m->scratch = ns;
+    m->nscratch = nchunks;
+  }
+  for (size_t c = 0; c < nchunks; c++) {
+    chunks[c].buf = m->scratch[c];
+    chunks[c].buf.len = 0;
+  }
   lm_exec ex = {(int)threads, 1};
   run_ctx rc = {m, docs, chunks, nchunks, 0};
 
@@ -398,7 +414,7 @@ lm_status lm_pii_run(lm_pii_masker *m, const lm_docs *docs, lm_batch_result *out
     }
   }
   for (size_t c = 0; c < nchunks; c++) {
-    lm_pii_buf_free(&chunks[c].buf);
+    m->scratch[c] = chunks[c].buf; /* keep the (possibly grown) buffer */
     free(chunks[c].lens);
   }
   free(chunks);

@@ -14,6 +14,8 @@ struct lm_pii_masker {
   size_t nrepl[LM_PII_TYPE_COUNT];
   lm_pii_counts counters;              /* cumulative, lm_pii_run only */
   uint64_t cycle[LM_PII_TYPE_COUNT];   /* next replacement position, lm_pii_run only */
+  lm_pii_buf *scratch;                 /* per-chunk output buffers kept between lm_pii_run calls */
+  size_t nscratch;
 };
 
 /* Called for each match in increasing, non-overlapping order.  Returns 0 to go

@@ -31,6 +31,8 @@
  * the number of threads.
  *
  * Reason codes: the masker drops nothing; every document is LM_REASON_KEPT.
+ * Memory: lm_pii_run keeps its per-thread output buffers between calls (about
+ * one batch of output), freed by lm_pii_destroy.
  *
  * Thread-safety: a masker is immutable after creation except for its counters
  * and cycle positions, which only lm_pii_run and lm_pii_reset_counters change:
