@@ -46,14 +46,31 @@ void check_strings(const char *op, const at::Tensor &offsets, const at::Tensor &
                    const char *offsets_name = "offsets", const char *data_name = "data");
 
 // views: [N,16] uint8 contiguous on the CPU; buffers: 1-D uint8 contiguous CPU
-// tensors; every long view inside its buffer.
+// tensors.  check_views_bounds also checks every long view lies inside its
+// buffer (for ops that read every payload); the comparison ops check each view
+// right before they read its payload instead (raise_view_bounds maps the status).
 void check_views(const char *op, const at::Tensor &views, const at::TensorList buffers,
                  const char *views_name = "views");
+void check_views_bounds(const char *op, const at::Tensor &views, const at::TensorList buffers,
+                        const char *views_name = "views");
+void raise_view_bounds(lm_status s, const char *op, const char *views_name);
 
 inline const lm_string_view *views_ptr(const at::Tensor &views) {
   return reinterpret_cast<const lm_string_view *>(views.data_ptr<uint8_t>());
 }
 
 std::vector<const uint8_t *> buffer_ptrs(const at::TensorList buffers);
+std::vector<size_t> buffer_sizes(const at::TensorList buffers);
+
+// The lm_payloads of a list of buffer tensors (owns the pointer/size arrays).
+struct Payloads {
+  std::vector<const uint8_t *> ptrs;
+  std::vector<size_t> sizes;
+  lm_payloads p;
+  explicit Payloads(const at::TensorList buffers) : ptrs(buffer_ptrs(buffers)), sizes(buffer_sizes(buffers)) {
+    p = {ptrs.data(), sizes.data(), uint32_t(ptrs.size())};
+  }
+  const lm_payloads *get() const { return &p; }
+};
 
 }  // namespace luminamoon

@@ -38,6 +38,13 @@ void check_strings(const char *op, const at::Tensor &offsets, const at::Tensor &
                     dn, " has ", len, " bytes)");
 }
 
+std::vector<size_t> buffer_sizes(const at::TensorList buffers) {
+  std::vector<size_t> s;
+  s.reserve(buffers.size());
+  for (const auto &b : buffers) s.push_back(size_t(b.numel()));
+  return s;
+}
+
 std::vector<const uint8_t *> buffer_ptrs(const at::TensorList buffers) {
   std::vector<const uint8_t *> p;
   p.reserve(buffers.size());
@@ -52,18 +59,27 @@ void check_views(const char *op, const at::Tensor &views, const at::TensorList b
                     " must have shape [N, 16], got ", views.sizes());
   TORCH_CHECK_VALUE(views.is_cpu(), "luminamoon.", op, ": ", vn, " must be on the CPU (the views layout is CPU-only)");
   TORCH_CHECK_VALUE(views.is_contiguous(), "luminamoon.", op, ": ", vn, " must be contiguous");
-  std::vector<size_t> sizes;
   for (size_t i = 0; i < buffers.size(); i++) {
     const auto &b = buffers[i];
     TORCH_CHECK_TYPE(b.scalar_type() == at::kByte, "luminamoon.", op, ": buffers[", i, "] must be uint8");
     TORCH_CHECK_VALUE(b.dim() == 1 && b.is_cpu() && b.is_contiguous(), "luminamoon.", op, ": buffers[", i,
                       "] must be a contiguous 1-D CPU tensor");
-    sizes.push_back(size_t(b.numel()));
   }
   TORCH_CHECK_VALUE(buffers.size() <= UINT32_MAX, "luminamoon.", op, ": too many buffers");
+}
+
+void check_views_bounds(const char *op, const at::Tensor &views, const at::TensorList buffers, const char *vn) {
+  check_views(op, views, buffers, vn);
+  auto sizes = buffer_sizes(buffers);
   lm_status s = lm_views_check_bounds(views_ptr(views), size_t(views.size(0)), sizes.data(), uint32_t(sizes.size()));
-  TORCH_CHECK_VALUE(s == LM_OK, "luminamoon.", op, ": ", vn,
-                    " holds a view outside its payload buffer (bad buffer index, offset or length)");
+  TORCH_CHECK_VALUE(s == LM_OK, "luminamoon.", op, ": ", vn, " holds a view outside its payload buffer "
+                    "(bad buffer index, offset or length)");
+}
+
+void raise_view_bounds(lm_status s, const char *op, const char *vn) {
+  TORCH_CHECK_VALUE(s != LM_ERANGE, "luminamoon.", op, ": ", vn, " holds a view outside its payload buffer "
+                    "(bad buffer index, offset or length)");
+  check(s, op);
 }
 
 namespace {
@@ -235,7 +251,7 @@ at::Tensor views_from_offsets_cpu(const at::Tensor &offsets, const at::Tensor &d
 
 std::tuple<at::Tensor, at::Tensor> offsets_from_views_cpu(const at::Tensor &views, at::TensorList buffers,
                                                           bool large) {
-  check_views("offsets_from_views", views, buffers);
+  check_views_bounds("offsets_from_views", views, buffers);
   const int64_t n = views.size(0);
   const lm_string_view *v = views_ptr(views);
   uint64_t total = 0;
@@ -260,23 +276,24 @@ std::tuple<at::Tensor, at::Tensor> offsets_from_views_cpu(const at::Tensor &view
 at::Tensor views_prefix_match_cpu(const at::Tensor &views, at::TensorList buffers, c10::string_view prefix) {
   check_views("views_prefix_match", views, buffers);
   auto out = at::empty({views.size(0)}, views.options().dtype(at::kBool));
-  auto ptrs = buffer_ptrs(buffers);
+  Payloads p(buffers);
   lm_exec e = cpu_exec();
-  check(lm_views_prefix_match(views_ptr(views), views.size(0), ptrs.data(),
-                              reinterpret_cast<const uint8_t *>(prefix.data()), prefix.size(),
-                              reinterpret_cast<uint8_t *>(out.data_ptr<bool>()), &e),
-        "views_prefix_match");
+  raise_view_bounds(lm_views_prefix_match(views_ptr(views), views.size(0), p.get(),
+                                          reinterpret_cast<const uint8_t *>(prefix.data()), prefix.size(),
+                                          reinterpret_cast<uint8_t *>(out.data_ptr<bool>()), &e),
+                    "views_prefix_match", "views");
   return out;
 }
 
 at::Tensor views_equal_scalar_cpu(const at::Tensor &views, at::TensorList buffers, c10::string_view s) {
   check_views("views_equal_scalar", views, buffers);
   auto out = at::empty({views.size(0)}, views.options().dtype(at::kBool));
-  auto ptrs = buffer_ptrs(buffers);
+  Payloads p(buffers);
   lm_exec e = cpu_exec();
-  check(lm_views_equal_scalar(views_ptr(views), views.size(0), ptrs.data(), reinterpret_cast<const uint8_t *>(s.data()),
-                              s.size(), reinterpret_cast<uint8_t *>(out.data_ptr<bool>()), &e),
-        "views_equal_scalar");
+  raise_view_bounds(lm_views_equal_scalar(views_ptr(views), views.size(0), p.get(),
+                                          reinterpret_cast<const uint8_t *>(s.data()), s.size(),
+                                          reinterpret_cast<uint8_t *>(out.data_ptr<bool>()), &e),
+                    "views_equal_scalar", "views");
   return out;
 }
 
@@ -286,22 +303,22 @@ at::Tensor views_equal_cpu(const at::Tensor &va, at::TensorList ba, const at::Te
   TORCH_CHECK_VALUE(va.size(0) == vb.size(0), "luminamoon.views_equal: views_a and views_b must have the same "
                     "length, got ", va.size(0), " and ", vb.size(0));
   auto out = at::empty({va.size(0)}, va.options().dtype(at::kBool));
-  auto pa = buffer_ptrs(ba), pb = buffer_ptrs(bb);
+  Payloads pa(ba), pb(bb);
   lm_exec e = cpu_exec();
-  check(lm_views_equal(views_ptr(va), pa.data(), views_ptr(vb), pb.data(), va.size(0),
-                       reinterpret_cast<uint8_t *>(out.data_ptr<bool>()), &e),
-        "views_equal");
+  raise_view_bounds(lm_views_equal(views_ptr(va), pa.get(), views_ptr(vb), pb.get(), va.size(0),
+                                   reinterpret_cast<uint8_t *>(out.data_ptr<bool>()), &e),
+                    "views_equal", "views_a or views_b");
   return out;
 }
 
 at::Tensor views_hash64_cpu(const at::Tensor &views, at::TensorList buffers, int64_t seed) {
   check_views("views_hash64", views, buffers);
   auto out = at::empty({views.size(0)}, views.options().dtype(at::kLong));
-  auto ptrs = buffer_ptrs(buffers);
+  Payloads p(buffers);
   lm_exec e = cpu_exec();
-  check(lm_views_hash64(views_ptr(views), views.size(0), ptrs.data(), uint64_t(seed),
-                        reinterpret_cast<uint64_t *>(out.data_ptr<int64_t>()), &e),
-        "views_hash64");
+  raise_view_bounds(lm_views_hash64(views_ptr(views), views.size(0), p.get(), uint64_t(seed),
+                                    reinterpret_cast<uint64_t *>(out.data_ptr<int64_t>()), &e),
+                    "views_hash64", "views");
   return out;
 }
 

@@ -80,6 +80,17 @@ std::vector<int32_t> offsets32_of(const std::vector<std::string> &v, std::string
 
 const uint8_t *u8(const std::string &s) { return reinterpret_cast<const uint8_t *>(s.data()); }
 
+// The payload description of a tensor's buffers (sizes kept alive by the struct).
+struct Payloads {
+  std::vector<size_t> sizes;
+  lm_payloads p;
+  explicit Payloads(const lm_string_tensor *st) {
+    for (uint32_t b = 0; b < st->nbuffers; b++) sizes.push_back(lm_buffer_size(st->buffers[b]));
+    p = {st->buffer_data, sizes.data(), st->nbuffers};
+  }
+  const lm_payloads *get() const { return &p; }
+};
+
 }  // namespace
 
 TEST(StringView, IsSixteenBytesAndInlinesUpToTwelve) {
@@ -151,7 +162,8 @@ TEST(Builder, MultiByteCharacterStraddlingThePrefix) {
   for (size_t i = 0; i < items.size(); i++) EXPECT_EQ(std::memcmp(st->views[i].prefix_or_inline, items[i].data(), 4), 0);
   uint8_t out[3];
   std::string p = "abc\xc3";  // a prefix ending mid-character still matches bytewise
-  ASSERT_EQ(lm_views_prefix_match(st->views, 3, st->buffer_data, u8(p), p.size(), out, nullptr), LM_OK);
+  Payloads pl(st.get());
+  ASSERT_EQ(lm_views_prefix_match(st->views, 3, pl.get(), u8(p), p.size(), out, nullptr), LM_OK);
   EXPECT_EQ(out[0], 1);
   EXPECT_EQ(out[1], 0);
   EXPECT_EQ(out[2], 0);
@@ -398,6 +410,7 @@ TEST_P(OpsRandom, MatchNaiveReference) {
     if (rng() % 3 == 0) others[i] = items[i];
   auto st = build(items, 700), so = build(others, 300);
   const size_t n = items.size();
+  Payloads ps(st.get()), po(so.get());
   std::string data, odata;
   auto off = offsets32_of(items, data);
   auto ooff = offsets32_of(others, odata);
@@ -408,7 +421,7 @@ TEST_P(OpsRandom, MatchNaiveReference) {
   probes.push_back(items[rng() % n].substr(0, 5));
   std::vector<uint8_t> a(n), b(n), c(n);
   for (const auto &p : probes) {
-    ASSERT_EQ(lm_views_prefix_match(st->views, n, st->buffer_data, u8(p), p.size(), a.data(), &ex), LM_OK);
+    ASSERT_EQ(lm_views_prefix_match(st->views, n, ps.get(), u8(p), p.size(), a.data(), &ex), LM_OK);
     ASSERT_EQ(lm_o32_prefix_match(off.data(), n, u8(data), u8(p), p.size(), b.data(), &ex), LM_OK);
     ASSERT_EQ(lm_o64_prefix_match(off64.data(), n, u8(data), u8(p), p.size(), c.data(), &ex), LM_OK);
     for (size_t i = 0; i < n; i++) {
@@ -417,7 +430,7 @@ TEST_P(OpsRandom, MatchNaiveReference) {
       ASSERT_EQ(b[i], want);
       ASSERT_EQ(c[i], want);
     }
-    ASSERT_EQ(lm_views_equal_scalar(st->views, n, st->buffer_data, u8(p), p.size(), a.data(), &ex), LM_OK);
+    ASSERT_EQ(lm_views_equal_scalar(st->views, n, ps.get(), u8(p), p.size(), a.data(), &ex), LM_OK);
     ASSERT_EQ(lm_o32_equal_scalar(off.data(), n, u8(data), u8(p), p.size(), b.data(), &ex), LM_OK);
     ASSERT_EQ(lm_o64_equal_scalar(off64.data(), n, u8(data), u8(p), p.size(), c.data(), &ex), LM_OK);
     for (size_t i = 0; i < n; i++) {
@@ -426,7 +439,7 @@ TEST_P(OpsRandom, MatchNaiveReference) {
       ASSERT_EQ(c[i], items[i] == p);
     }
   }
-  ASSERT_EQ(lm_views_equal(st->views, st->buffer_data, so->views, so->buffer_data, n, a.data(), &ex), LM_OK);
+  ASSERT_EQ(lm_views_equal(st->views, ps.get(), so->views, po.get(), n, a.data(), &ex), LM_OK);
   ASSERT_EQ(lm_o32_equal(off.data(), u8(data), ooff.data(), u8(odata), n, b.data(), &ex), LM_OK);
   ASSERT_EQ(lm_o64_equal(off64.data(), u8(data), ooff64.data(), u8(odata), n, c.data(), &ex), LM_OK);
   for (size_t i = 0; i < n; i++) {
@@ -436,7 +449,7 @@ TEST_P(OpsRandom, MatchNaiveReference) {
   }
   std::vector<uint64_t> h1(n), h2(n), h3(n);
   uint64_t seed = rng();
-  ASSERT_EQ(lm_views_hash64(st->views, n, st->buffer_data, seed, h1.data(), &ex), LM_OK);
+  ASSERT_EQ(lm_views_hash64(st->views, n, ps.get(), seed, h1.data(), &ex), LM_OK);
   ASSERT_EQ(lm_o32_hash64(off.data(), n, u8(data), seed, h2.data(), &ex), LM_OK);
   ASSERT_EQ(lm_o64_hash64(off64.data(), n, u8(data), seed, h3.data(), &ex), LM_OK);
   for (size_t i = 0; i < n; i++) {
@@ -501,6 +514,27 @@ TEST_P(OpsRandom, MatchNaiveReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Seeds, OpsRandom, ::testing::Range(0, 24));
+
+TEST(Ops, ViewsOpsCheckBoundsBeforeReadingPayload) {
+  auto st = build({"a string longer than twelve", "short", "another long string, longer"});
+  Payloads ps(st.get());
+  std::vector<lm_string_view> v(st->views, st->views + 3);
+  uint32_t off = 0xFFFF0000u;  // view 0 points far past its buffer
+  std::memcpy(v[0].suffix_or_offset + 4, &off, 4);
+  uint8_t out[3];
+  uint64_t h[3];
+  std::string probe = "a string longer than twelve";
+  EXPECT_EQ(lm_views_equal_scalar(v.data(), 3, ps.get(), u8(probe), probe.size(), out, nullptr), LM_ERANGE);
+  EXPECT_EQ(lm_views_prefix_match(v.data(), 3, ps.get(), u8(probe), 10, out, nullptr), LM_ERANGE);
+  EXPECT_EQ(lm_views_hash64(v.data(), 3, ps.get(), 0, h, nullptr), LM_ERANGE);
+  EXPECT_EQ(lm_views_hash64(v.data(), 3, nullptr, 0, h, nullptr), LM_ERANGE);
+  // A corrupt view that is never dereferenced does not matter: decided on its head.
+  std::string other = "zzzzzzzzzzzzzzzzzzzzzz";
+  ASSERT_EQ(lm_views_equal_scalar(v.data(), 3, ps.get(), u8(other), other.size(), out, nullptr), LM_OK);
+  EXPECT_EQ(out[0] + out[1] + out[2], 0);
+  v[0].suffix_or_offset[0] = 7;  // buffer index out of range
+  EXPECT_EQ(lm_views_prefix_match(v.data(), 3, ps.get(), u8(probe), 6, out, nullptr), LM_ERANGE);
+}
 
 TEST(Ops, GatherRejectsOutOfRangeIndex) {
   int32_t off[] = {0, 1, 2};

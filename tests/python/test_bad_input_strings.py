@@ -88,7 +88,11 @@ def test_views_ops_reject_bad_views():
     bad = views.clone()
     bad[1, 8:12] = torch.tensor([5, 0, 0, 0], dtype=torch.uint8)  # buffer index 5 of 1
     with pytest.raises(ValueError, match="outside its payload buffer"):
-        OPS.views_prefix_match(bad, [data], "a")
+        OPS.views_prefix_match(bad, [data], "a much")  # needs the payload of view 1
+    # a corrupt view whose payload is never needed is decided on its head alone
+    assert OPS.views_prefix_match(bad, [data], "zz").tolist() == [False, False, False]
+    with pytest.raises(ValueError, match="outside its payload buffer"):
+        OPS.offsets_from_views(bad, [data])
     bad = views.clone()
     bad[1, 12:16] = torch.tensor([255, 255, 0, 0], dtype=torch.uint8)  # offset past the buffer
     with pytest.raises(ValueError, match="outside its payload buffer"):

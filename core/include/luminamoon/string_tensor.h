@@ -149,19 +149,27 @@ lm_status lm_views_from_offsets64(const int64_t *offsets, size_t n, const uint8_
 uint32_t lm_window_count(uint64_t data_len);
 
 /* ------------------------------------------------------ views-layout ops */
-/* out has n entries.  The views must have been validated against buffers. */
+/* out has n entries.  `buffers` / `buffer_sizes` describe the nbuffers payload
+ * buffers.  Comparisons decide on the length and 4-byte prefix first; a view is
+ * bounds-checked before its payload is read, and a view outside its buffer
+ * gives LM_ERANGE (views that are never dereferenced are not checked). */
+typedef struct lm_payloads {
+  const uint8_t *const *data; /* nbuffers base pointers */
+  const size_t *sizes;        /* nbuffers sizes in bytes */
+  uint32_t n;
+} lm_payloads;
 
 /* out[i] = 1 when string i starts with prefix[0..plen). */
-lm_status lm_views_prefix_match(const lm_string_view *views, size_t n, const uint8_t *const *buffers,
+lm_status lm_views_prefix_match(const lm_string_view *views, size_t n, const lm_payloads *p,
                                 const uint8_t *prefix, size_t plen, uint8_t *out, const lm_exec *exec);
 /* out[i] = 1 when string i equals s[0..slen). */
-lm_status lm_views_equal_scalar(const lm_string_view *views, size_t n, const uint8_t *const *buffers,
+lm_status lm_views_equal_scalar(const lm_string_view *views, size_t n, const lm_payloads *p,
                                 const uint8_t *s, size_t slen, uint8_t *out, const lm_exec *exec);
 /* out[i] = 1 when a[i] equals b[i]. */
-lm_status lm_views_equal(const lm_string_view *a, const uint8_t *const *buffers_a, const lm_string_view *b,
-                         const uint8_t *const *buffers_b, size_t n, uint8_t *out, const lm_exec *exec);
+lm_status lm_views_equal(const lm_string_view *a, const lm_payloads *pa, const lm_string_view *b,
+                         const lm_payloads *pb, size_t n, uint8_t *out, const lm_exec *exec);
 /* out[i] = XXH3-64(string i, seed). */
-lm_status lm_views_hash64(const lm_string_view *views, size_t n, const uint8_t *const *buffers, uint64_t seed,
+lm_status lm_views_hash64(const lm_string_view *views, size_t n, const lm_payloads *p, uint64_t seed,
                           uint64_t *out, const lm_exec *exec);
 
 /* ----------------------------------------------------- offsets-layout ops */

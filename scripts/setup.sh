@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Set up everything luminamoon needs on a fresh Debian/Ubuntu machine, idempotently:
+# system packages (apt), torch, the Python packages, and the extension (editable).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+
+apt_pkgs=(build-essential cmake ninja-build pkg-config libxxhash-dev libgtest-dev libutf8proc-dev clang)
+missing=()
+for p in "${apt_pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  sudo=""; [ "$(id -u)" -ne 0 ] && sudo=sudo
+  echo "setup: installing system packages: ${missing[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# torch first, so that nothing later pulls a multi-gigabyte CUDA build in its place.
+if ! $PY -c "import torch" 2>/dev/null; then
+  echo "setup: installing torch==2.13.0"
+  $PY -m pip install -q --disable-pip-version-check "torch==2.13.0"
+fi
+$PY -m pip install -q --disable-pip-version-check -r requirements.txt
+# spaCy's English tokenizer rules ship inside spacy itself (spacy.blank("en")): no model download.
+
+# The extension: --no-build-isolation so that it builds against the torch installed above.
+echo "setup: building luminamoon (C core + torch extension)"
+MAX_JOBS=${MAX_JOBS:-2} $PY -m pip install -q --disable-pip-version-check --no-build-isolation -e . \
+  > build-setup.log 2>&1 || { tail -50 build-setup.log; echo "setup: build failed (full log: build-setup.log)"; exit 1; }
+$PY -c "import luminamoon, torch; print('setup: luminamoon', luminamoon.__version__, 'with torch', torch.__version__)"

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Set up everything, then run every test: the C core's GoogleTest suite (plain and
+# under AddressSanitizer + UndefinedBehaviorSanitizer), the nvcc compile check of
+# all CUDA sources, and the pytest suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+JOBS=${JOBS:-2}
+
+scripts/setup.sh
+
+echo "== core: GoogleTest"
+cmake -S . -B build-cmake -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLM_BUILD_BENCH=ON >/dev/null
+cmake --build build-cmake -j"$JOBS" >/dev/null
+ctest --test-dir build-cmake --output-on-failure -j"$JOBS" | tail -n 4
+
+echo "== core: GoogleTest under ASan + UBSan"
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DLM_SANITIZE=ON -DLM_BUILD_BENCH=OFF >/dev/null
+cmake --build build-asan -j"$JOBS" >/dev/null
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  ctest --test-dir build-asan --output-on-failure -j"$JOBS" | tail -n 4
+
+echo "== CUDA sources compile with nvcc"
+if command -v nvcc >/dev/null 2>&1 && [ -x scripts/check_cuda_compile.sh ]; then
+  scripts/check_cuda_compile.sh
+else
+  echo "nvcc not found: CUDA compile check skipped"
+fi
+
+echo "== pytest"
+$PY -m pytest -q -p no:cacheprovider tests/python "$@"
