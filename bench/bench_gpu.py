@@ -62,7 +62,7 @@ def main(argv=None):
     ap.add_argument("--gb", type=float, default=1.0, help="payload size in GB (1e9 bytes)")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2)
-    ap.add_argument("--max-len", type=int, default=512, help="pad_bytes columns")
+    ap.add_argument("--max-len", default="128,512", help="pad_bytes columns (comma-separated list)")
     ap.add_argument("--json", help="write the results here as JSON")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
@@ -101,17 +101,20 @@ def main(argv=None):
         ("equal", lambda: ops.equal(offsets, data, offsets, data_b), ""),
         ("hash64", lambda: ops.hash64(offsets, data, 0), "target >= 0.5"),
         ("hash64 seed", lambda: ops.hash64(offsets, data, 12345), "derived secret"),
-        ("pad_bytes", lambda: ops.pad_bytes(offsets, data, args.max_len, 0, 256, 257), "target >= 0.5"),
         ("gather", lambda: ops.gather(offsets, data, gidx), "random permutation; 1 sync"),
         ("compact", lambda: ops.compact(offsets, data, mask), "half kept; 1 sync"),
     ]
+    for ml in [int(x) for x in str(args.max_len).split(",") if x]:
+        cases.insert(-2, (f"pad_bytes@{ml}", lambda ml=ml: ops.pad_bytes(offsets, data, ml, 0, 256, 257),
+                          "target >= 0.5"))
     for name, fn, note in cases:
         t = timed(fn, args.warmup, args.repeats)
         gbs = nbytes / t / 1e9
         extra = {}
-        if name == "pad_bytes":
-            out_gbs = n * args.max_len * 8 / t / 1e9
-            note += f"; writes {n * args.max_len * 8 / 1e9:.1f} GB of int64 tokens at {out_gbs:.0f} GB/s"
+        if name.startswith("pad_bytes@"):
+            ml = int(name.split("@")[1])
+            out_gbs = n * ml * 8 / t / 1e9
+            note += f"; writes {n * ml * 8 / 1e9:.1f} GB of int64 tokens at {out_gbs:.0f} GB/s"
             extra["tokens_written_gbps"] = out_gbs
         results["ops"][name] = {"seconds": t, "gbps": gbs, "fraction_of_copy": gbs / copy_gbs, **extra}
         print(f"{name:<16}{t * 1e3:>10.3f}{gbs:>10.1f}{gbs / copy_gbs:>9.2f}  {note}")

@@ -23,7 +23,7 @@ __global__ void validate_kernel(Strs<OffT> s, int32_t *flags) {
     if (i < s.n && static_cast<int64_t>(s.off[i + 1]) < v) f |= LM_CUDA_BAD_DECREASING;
     if (i == s.n && v > s.data_len) f |= LM_CUDA_BAD_PAST_END;
   }
-  f = __reduce_or_sync(kFull, (unsigned)f);
+  for (int d = 16; d; d >>= 1) f |= __shfl_xor_sync(kFull, f, d);  // (__reduce_or_sync needs sm_80)
   if ((threadIdx.x & 31) == 0 && f) atomicOr(flags, f);
 }
 

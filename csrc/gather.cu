@@ -62,8 +62,8 @@ __device__ __forceinline__ void warp_copy(uint8_t *out, int64_t a, int64_t b, co
   const int64_t a8 = a + (int64_t)((8 - ((base + (uintptr_t)a) & 7)) & 7);  // first 8-byte aligned address
   const int64_t b8 = b - (int64_t)((base + (uintptr_t)b) & 7);               // end of the last aligned word
   for (int64_t p = a + lane; p < a8; p += 32) out[p] = src_at_a[p - a];
-  uint64_t *o64 = reinterpret_cast<uint64_t *>(out);
-  for (int64_t p = a8 + 8 * lane; p < b8; p += 256) o64[p >> 3] = lm_xxh3_rd64(src_at_a + (p - a));
+  for (int64_t p = a8 + 8 * lane; p < b8; p += 256)  // out + p is 8-byte aligned
+    *reinterpret_cast<uint64_t *>(out + p) = lm_xxh3_rd64(src_at_a + (p - a));
   for (int64_t p = b8 + lane; p < b; p += 32) out[p] = src_at_a[p - a];
 }
 

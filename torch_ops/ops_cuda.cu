@@ -48,11 +48,14 @@ bool capturing(cudaStream_t stream) {
 
 // The checks of check_strings (dtype, shape, contiguity, one device) plus: on a CUDA device, and
 // the offsets' values (one check kernel + one 4-byte copy back: a synchronisation).
+// `guard` is pointed at the tensors' device once the arguments are known to be fine.
 lm_cuda_strings checked_strings(const char *op, const at::Tensor &offsets, const at::Tensor &data,
-                                const char *on = "offsets", const char *dn = "data") {
+                                c10::cuda::OptionalCUDAGuard &guard, const char *on = "offsets",
+                                const char *dn = "data") {
   check_strings(op, offsets, data, on, dn);
   TORCH_CHECK_VALUE(offsets.is_cuda(), "luminamoon.", op, ": ", on, " must be on a CUDA device, got ",
                     offsets.device());
+  guard.set_device(offsets.device());
   lm_cuda_strings s = strings_of(offsets, data);
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
   if (capturing(stream)) return s;
@@ -72,8 +75,8 @@ at::Tensor workspace(const at::Tensor &like, size_t bytes) {
 
 at::Tensor match_cuda(const char *op, const at::Tensor &offsets, const at::Tensor &data, const std::string &pat,
                       int exact) {
-  c10::cuda::CUDAGuard guard(offsets.device());
-  lm_cuda_strings s = checked_strings(op, offsets, data);
+  c10::cuda::OptionalCUDAGuard guard;
+  lm_cuda_strings s = checked_strings(op, offsets, data, guard);
   at::Tensor out = at::empty({static_cast<int64_t>(s.n)}, offsets.options().dtype(at::kBool));
   if (s.n == 0) return out;
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
@@ -99,7 +102,7 @@ at::Tensor equal_scalar_cuda(const at::Tensor &offsets, const at::Tensor &data, 
 }
 
 at::Tensor equal_cuda(const at::Tensor &oa, const at::Tensor &da, const at::Tensor &ob, const at::Tensor &db) {
-  c10::cuda::CUDAGuard guard(oa.device());
+  c10::cuda::OptionalCUDAGuard guard;
   check_strings("equal", oa, da, "offsets_a", "data_a");
   check_strings("equal", ob, db, "offsets_b", "data_b");
   TORCH_CHECK_VALUE(oa.device() == ob.device(), "luminamoon.equal: offsets_a and offsets_b must be on the same device, got ",
@@ -108,8 +111,8 @@ at::Tensor equal_cuda(const at::Tensor &oa, const at::Tensor &da, const at::Tens
                     "of strings, got ", oa.numel() - 1, " and ", ob.numel() - 1);
   TORCH_CHECK_TYPE(oa.scalar_type() == ob.scalar_type(), "luminamoon.equal: offsets_a and offsets_b must have the same "
                    "dtype, got ", oa.scalar_type(), " and ", ob.scalar_type());
-  lm_cuda_strings a = checked_strings("equal", oa, da, "offsets_a", "data_a");
-  lm_cuda_strings b = checked_strings("equal", ob, db, "offsets_b", "data_b");
+  lm_cuda_strings a = checked_strings("equal", oa, da, guard, "offsets_a", "data_a");
+  lm_cuda_strings b = checked_strings("equal", ob, db, guard, "offsets_b", "data_b");
   at::Tensor out = at::empty({static_cast<int64_t>(a.n)}, oa.options().dtype(at::kBool));
   if (a.n == 0) return out;
   at::Tensor ws = workspace(oa, lm_cuda_equal_workspace_size(a.n));
@@ -120,8 +123,8 @@ at::Tensor equal_cuda(const at::Tensor &oa, const at::Tensor &da, const at::Tens
 }
 
 at::Tensor hash64_cuda(const at::Tensor &offsets, const at::Tensor &data, int64_t seed) {
-  c10::cuda::CUDAGuard guard(offsets.device());
-  lm_cuda_strings s = checked_strings("hash64", offsets, data);
+  c10::cuda::OptionalCUDAGuard guard;
+  lm_cuda_strings s = checked_strings("hash64", offsets, data, guard);
   at::Tensor out = at::empty({static_cast<int64_t>(s.n)}, offsets.options().dtype(at::kLong));
   if (s.n == 0) return out;
   at::Tensor ws = workspace(offsets, lm_cuda_hash64_workspace_size(s));
@@ -133,9 +136,9 @@ at::Tensor hash64_cuda(const at::Tensor &offsets, const at::Tensor &data, int64_
 
 std::tuple<at::Tensor, at::Tensor> pad_bytes_cuda(const at::Tensor &offsets, const at::Tensor &data, int64_t max_len,
                                                   int64_t pad_id, int64_t bos_id, int64_t eos_id) {
-  c10::cuda::CUDAGuard guard(offsets.device());
+  c10::cuda::OptionalCUDAGuard guard;
   TORCH_CHECK_VALUE(max_len >= 0, "luminamoon.pad_bytes: max_len must be >= 0, got ", max_len);
-  lm_cuda_strings s = checked_strings("pad_bytes", offsets, data);
+  lm_cuda_strings s = checked_strings("pad_bytes", offsets, data, guard);
   const int64_t n = static_cast<int64_t>(s.n);
   at::Tensor tokens = at::empty({n, max_len}, offsets.options().dtype(at::kLong));
   at::Tensor lengths = at::empty({n}, offsets.options().dtype(at::kLong));
@@ -157,13 +160,13 @@ at::Tensor offsets_like(const at::Tensor &offsets, at::Tensor out64, int64_t tot
 
 std::tuple<at::Tensor, at::Tensor> gather_cuda(const at::Tensor &offsets, const at::Tensor &data,
                                                const at::Tensor &index_in) {
-  c10::cuda::CUDAGuard guard(offsets.device());
+  c10::cuda::OptionalCUDAGuard guard;
   TORCH_CHECK_TYPE(index_in.scalar_type() == at::kLong, "luminamoon.gather: index must be int64, got ",
                    index_in.scalar_type());
   TORCH_CHECK_VALUE(index_in.dim() == 1, "luminamoon.gather: index must be 1-D, got shape ", index_in.sizes());
   TORCH_CHECK_VALUE(index_in.device() == offsets.device(), "luminamoon.gather: index must be on ", offsets.device(),
                     ", got ", index_in.device());
-  lm_cuda_strings s = checked_strings("gather", offsets, data);
+  lm_cuda_strings s = checked_strings("gather", offsets, data, guard);
   const at::Tensor index = index_in.contiguous();
   const size_t m = static_cast<size_t>(index.numel());
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
@@ -188,14 +191,14 @@ std::tuple<at::Tensor, at::Tensor> gather_cuda(const at::Tensor &offsets, const 
 
 std::tuple<at::Tensor, at::Tensor> compact_cuda(const at::Tensor &offsets, const at::Tensor &data,
                                                 const at::Tensor &mask_in) {
-  c10::cuda::CUDAGuard guard(offsets.device());
+  c10::cuda::OptionalCUDAGuard guard;
   TORCH_CHECK_TYPE(mask_in.scalar_type() == at::kBool, "luminamoon.compact: mask must be bool, got ",
                    mask_in.scalar_type());
   TORCH_CHECK_VALUE(mask_in.dim() == 1 && mask_in.numel() == offsets.numel() - 1,
                     "luminamoon.compact: mask must have shape [", offsets.numel() - 1, "], got ", mask_in.sizes());
   TORCH_CHECK_VALUE(mask_in.device() == offsets.device(), "luminamoon.compact: mask must be on ", offsets.device(),
                     ", got ", mask_in.device());
-  lm_cuda_strings s = checked_strings("compact", offsets, data);
+  lm_cuda_strings s = checked_strings("compact", offsets, data, guard);
   const at::Tensor mask = mask_in.contiguous();
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
   if (s.n == 0)

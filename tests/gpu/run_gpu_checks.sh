@@ -59,7 +59,9 @@ elif [ ! -e /usr/include/xxhash.h ] && [ ! -e /usr/local/include/xxhash.h ]; the
 fi
 
 stamp "build (MAX_JOBS=$MAX_JOBS, TORCH_CUDA_ARCH_LIST=$TORCH_CUDA_ARCH_LIST)"
-if ! timeout 200 "$PYTHON" setup.py -q build_ext --inplace > "$OUTDIR/build.log" 2>&1; then
+# build_clib first: setup.py's core library (core/*.c) is a setuptools "library", which
+# build_ext alone does not build.  The extension lands in python/luminamoon/ (on PYTHONPATH).
+if ! timeout 200 "$PYTHON" setup.py -q build_clib build_ext --inplace > "$OUTDIR/build.log" 2>&1; then
   tail -60 "$OUTDIR/build.log"
   stamp "BUILD FAILED (full log: $OUTDIR/build.log)"
   exit 1
