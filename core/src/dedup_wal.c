@@ -451,21 +451,34 @@ lm_status lm_dwal_truncate(lm_dedup *d, uint64_t lsn) {
     d->failed = 1; /* the table may be half undone: refuse further use */
     return s;
   }
-  if (ftruncate(d->fd, (off_t)cut_off)) {
+  if (!keep) {
+    /* a record boundary (every LSN lm_dedup_sync returned is one): one cut */
+    if (ftruncate(d->fd, (off_t)cut_off) || fdatasync(d->fd)) return io_fail(d);
+    d->wal_size = cut_off;
+    d->last_rec_off = prev_off;
+    d->last_rec_hcrc = prev_crc;
+  } else {
+    /* inside record R at cut_off: (1) drop the records after R, (2) rewrite R's
+     * 24-byte header in place for its first `keep` hashes (already on disk),
+     * (3) cut the rest of R.  A crash between the steps leaves either the whole
+     * R or R' + a tail without any valid record, which reopening cuts. */
+    uint64_t r_end = 0;
+    uint8_t rh[LM_WAL_REC_HDR];
+    if (full_pread(d->fd, rh, sizeof rh, cut_off) == (ssize_t)sizeof rh)
+      r_end = cut_off + LM_WAL_REC_HDR + (uint64_t)get32(rh + 4) * 16u;
+    rec_header(kept, keep, first, kept + LM_WAL_REC_HDR);
+    uint64_t new_end = cut_off + LM_WAL_REC_HDR + (uint64_t)keep * 16u;
+    int bad = !r_end || ftruncate(d->fd, (off_t)r_end) || fdatasync(d->fd) ||
+              full_pwrite(d->fd, kept, LM_WAL_REC_HDR, cut_off) || fdatasync(d->fd) ||
+              ftruncate(d->fd, (off_t)new_end) || fdatasync(d->fd);
+    d->last_rec_hcrc = get32(kept + 20);
     free(kept);
-    return io_fail(d);
+    if (bad) return io_fail(d);
+    d->wal_size = new_end;
+    d->last_rec_off = cut_off;
   }
-  d->wal_size = cut_off;
-  d->last_rec_off = prev_off;
-  d->last_rec_hcrc = prev_crc;
-  d->written_lsn = d->durable_lsn = first;
+  d->written_lsn = lsn;
   d->lsn = lsn;
-  if (keep) { /* rewrite the first `keep` hashes of the cut record as one record */
-    s = write_record(d, kept, keep);
-    free(kept);
-    if (s) return s;
-  }
-  if (fdatasync(d->fd)) return io_fail(d);
   d->durable_lsn = d->written_lsn;
   return LM_OK;
 }

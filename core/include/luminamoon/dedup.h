@@ -41,6 +41,12 @@
  * hashes admitted after it are read back from the log (in bounded chunks) and
  * deleted from the table; a snapshot newer than the target is deleted first.
  * Cost: 16 bytes of log per distinct document on disk.
+ * Crash safety of truncation: every LSN that lm_dedup_sync returned ends a
+ * record, so truncating to a committed LSN is one ftruncate at a record
+ * boundary (a crash leaves the old or the new log, and truncating again is
+ * idempotent).  A target inside a record drops the later records, rewrites
+ * that record's 24-byte header in place for the hashes it keeps, then cuts;
+ * a crash in between leaves a tail that reopening cuts.
  *
  * In-memory mode (wal_path NULL): the same table, no files; lm_dedup_sync
  * and lm_dedup_snapshot do nothing, and lm_dedup_truncate works only to the
