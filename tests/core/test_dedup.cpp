@@ -223,3 +223,23 @@ TEST(Dedup, BadArguments) {
   lm_dedup_destroy(d);
   lm_dedup_destroy(nullptr);
 }
+
+TEST(Dedup, HundredMegabyteDocumentAndEmptyOnes) {
+  std::string big(100u << 20, 'z');
+  big[12345] = 'a';
+  std::vector<int64_t> off = {0, (int64_t)big.size(), (int64_t)big.size(), (int64_t)big.size()};
+  lm_docs in = {off.data(), (const uint8_t *)big.data(), 3, big.size()};  // big, empty, empty
+  lm_dedup *d = mem_dedup();
+  lm_batch_result r;
+  lm_batch_result_init(&r);
+  ASSERT_EQ(lm_dedup_run(d, &in, &r, nullptr), LM_OK);
+  EXPECT_EQ(r.reasons[0], LM_REASON_KEPT);
+  EXPECT_EQ(r.reasons[1], LM_REASON_KEPT);
+  EXPECT_EQ(r.reasons[2], LM_REASON_DUPLICATE);
+  ASSERT_EQ(r.n_out, 2u);
+  EXPECT_EQ(r.offsets[1], (int64_t)big.size());
+  ASSERT_EQ(lm_dedup_run(d, &in, &r, nullptr), LM_OK);
+  EXPECT_EQ(r.n_out, 0u);
+  lm_batch_result_free(&r);
+  lm_dedup_destroy(d);
+}

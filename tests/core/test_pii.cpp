@@ -450,3 +450,26 @@ TEST(PiiBatch, BadArguments) {
   lm_batch_result_free(&r);
   lm_pii_destroy(m);
 }
+
+TEST(PiiStrict, HundredMegabyteDocument) {
+  Masker m;
+  std::string filler = "Lorem ipsum 1.2.3 dolor, v2.0.1.7 sit 2024-01-01 amet. ";
+  std::string doc;
+  doc.reserve(100u << 20);
+  doc += "mail a@b.org ";
+  while (doc.size() < (50u << 20)) doc += filler;
+  doc += " 8.8.8.8 ";
+  while (doc.size() < (100u << 20)) doc += filler;
+  doc += "end x@y.com";
+  lm_pii_counts c;
+  std::string out = m.mask(doc, &c);
+  EXPECT_EQ(c.matches[LM_PII_EMAIL], 2u);
+  EXPECT_EQ(c.matches[LM_PII_IPV4], 1u);
+  uint64_t others = c.matches[LM_PII_IPV6] + c.matches[LM_PII_PHONE] + c.matches[LM_PII_CREDIT_CARD] +
+                    c.matches[LM_PII_IBAN];
+  EXPECT_EQ(others, 0u);
+  EXPECT_EQ(out.size(), doc.size() - strlen("a@b.org") - strlen("x@y.com") - strlen("8.8.8.8") + 2 * strlen(E) +
+                            strlen(IP));
+  EXPECT_EQ(out.substr(0, 13), std::string("mail ") + E + " ");
+  EXPECT_EQ(out.substr(out.size() - 11), std::string("end ") + E);
+}
