@@ -26,6 +26,7 @@ static inline int key_cmp(const lm_hash128_t *a, lm_hash128_t b) {
 int lm_dt_init(lm_dtable *t, size_t cap) {
   if (cap < 16) cap = 16;
   memset(t, 0, sizeof *t);
+  if (cap > ((size_t)1 << 40)) return -1; /* 16 TiB of slots: refuse rather than overflow */
   t->slots = (lm_hash128_t *)calloc(cap + LM_DT_TAIL, sizeof(lm_hash128_t));
   if (!t->slots) return -1;
   t->cap = cap;

@@ -208,6 +208,9 @@ TEST(Dedup, BadArguments) {
   p.wal_buffer_hashes = 1u << 20;
   EXPECT_EQ(lm_dedup_create(&p, &d), LM_EINVAL);
   p.wal_buffer_hashes = 0;
+  p.initial_capacity = SIZE_MAX;
+  EXPECT_EQ(lm_dedup_create(&p, &d), LM_ENOMEM);
+  p.initial_capacity = 0;
   p.wal_path = "";
   EXPECT_EQ(lm_dedup_create(&p, &d), LM_EINVAL);
   EXPECT_EQ(lm_dedup_create(nullptr, nullptr), LM_EINVAL);
