@@ -61,7 +61,7 @@ fi
 stamp "build (MAX_JOBS=$MAX_JOBS, TORCH_CUDA_ARCH_LIST=$TORCH_CUDA_ARCH_LIST)"
 # build_clib first: setup.py's core library (core/*.c) is a setuptools "library", which
 # build_ext alone does not build.  The extension lands in python/luminamoon/ (on PYTHONPATH).
-if ! timeout 200 "$PYTHON" setup.py -q build_clib build_ext --inplace > "$OUTDIR/build.log" 2>&1; then
+if ! timeout 180 "$PYTHON" setup.py -q build_clib build_ext --inplace > "$OUTDIR/build.log" 2>&1; then
   tail -60 "$OUTDIR/build.log"
   stamp "BUILD FAILED (full log: $OUTDIR/build.log)"
   exit 1
@@ -75,7 +75,7 @@ print("extension loaded; CUDA kernels registered: hash64('a') =", x.item())
 EOF
 
 stamp "pytest tests/gpu"
-timeout 110 "$PYTHON" -m pytest tests/gpu -q -p no:cacheprovider --junitxml="$OUTDIR/gpu-tests.xml" -rs
+timeout 130 "$PYTHON" -m pytest tests/gpu -q -p no:cacheprovider --junitxml="$OUTDIR/gpu-tests.xml" -rs
 TEST_RC=$?
 
 if [ "${LM_SKIP_BENCH:-0}" != "1" ]; then
