@@ -105,7 +105,9 @@ static int version_context_at(const uint8_t *s, size_t i, int depth) {
       "v",        "ver",     "version", "versions", "vers",    "release",  "released", "releases",
       "rel",      "rev",     "revision", "build",   "firmware", "kernel",  "update",   "updated",
       "upgrade",  "upgraded", "bump",   "bumped",   "changelog", "tag",    "tagged",   "patch",
-      "pkg",      "package", "snapshot", "since",   "until",    "upstream", "fixed",   "changes"};
+      "pkg",      "package", "snapshot", "since",   "until",    "upstream", "fixed",   "changes",
+      "section",  "sections", "sec",    "chapter",  "clause",   "rfc",     "paragraph", "para",
+      "item",     "step",    "figure",  "fig",      "table",    "appendix", "part"};
   size_t j = i, skipped = 0;
   while (j > 0 && skipped < 3 &&
          (s[j - 1] == ' ' || s[j - 1] == ':' || s[j - 1] == '(' || s[j - 1] == '=' || s[j - 1] == '\t')) {
@@ -561,6 +563,9 @@ int lm_pii_scan_strict(const lm_pii_masker *m, const uint8_t *s, size_t n, lm_pi
             if (!range) e = 0;
           }
           if (e && left == 1 && version_context(s, i)) e = 0;
+          if (e && (a4 >> 24) == 0 && a4 != 0) e = 0; /* 0.x.y.z is no host address: a version */
+          if (e && e - i == 7 && i > 0 && s[i - 1] == '(' && e < n && s[e] == ')') e = 0; /* "pkg (1.2.0.4)" */
+          if (e && e + 4 <= n && memcmp(s + e, " -> ", 4) == 0) e = 0; /* changelog "1.1.1.0 -> 1.1.2" */
           if (e && m->ipv4_public_only && !lm_pii_ipv4_is_global(a4)) e = 0;
           if (e) {
             type = LM_PII_IPV4;

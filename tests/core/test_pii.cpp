@@ -175,7 +175,8 @@ TEST(PiiIpv4, NegativeVersionsAndRanges) {
        {"version 1.2.3.4", "Version: 1.2.3.4", "v1.2.3.4", "release 10.0.0.1 is out", "(rev 2.0.1.5)",
         "libfoo-1.2.3.4", "foo_1.2.3.4", "1.2.3.4-1", "1.2.3.4~rc1", "1.2.3.4+dfsg", "1.2.3.4.5",
         "256.1.1.1", "1.2.3.300", "01.2.3.4", "1.2.3", "1.2.3.4a", "1.2.3.4@host", "x.1.2.3.4",
-        "upgrade to 1.2.3.4 now"})
+        "upgrade to 1.2.3.4 now", "see section 8.2.2.1 of", "check_hpasm (4.8.0.2): plugin", "0.8.0.1",
+        "> 1.1.1.0 -> 1.1.2"})
     EXPECT_EQ(m.mask(s), s) << s;
 }
 

@@ -13,8 +13,10 @@
  *
  * Two modes:
  *  - LM_PII_MODE_STRICT (default): all six types, with context rules that keep
- *    version strings ("version 1.2.3.4", "v1.2.3.4", "foo-1.2.3.4", "1.2.3.4-1"),
- *    dates, hex digests, ISBNs and checksum failures out.  Matches are found
+ *    version strings ("version 1.2.3.4", "v1.2.3.4", "foo-1.2.3.4", "1.2.3.4-1",
+ *    "upgrade to 1.2.3.4", "pkg (1.2.0.4)", "1.1.1.0 -> 1.1.2", section numbers
+ *    "section 8.2.2.1", and 0.x.y.z), dates, hex digests, ISBNs and checksum
+ *    failures out.  Matches are found
  *    leftmost-first and never overlap; at one position the priority is
  *    e-mail > IBAN > credit card > IPv4 > phone (North-American) > IPv6.
  *  - LM_PII_MODE_DATATROVE: reproduces HuggingFace datatrove's PIIFormatter
