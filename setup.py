@@ -66,16 +66,23 @@ core_lib = ("luminamoon_core", {
     "cflags": c_flags,
 })
 
+def cxx_std():
+    """torch >= 2.14 headers require C++20; older ones build with C++17."""
+    major, minor = (int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
+    return "c++20" if (major, minor) >= (2, 14) else "c++17"
+
+
 use_cuda = want_cuda()
 sources = rel("torch_ops/*.cpp")
-cxx_flags = ["-O3", "-std=c++17", "-Wall", "-Wno-unused-parameter"]
+std = cxx_std()
+cxx_flags = ["-O3", f"-std={std}", "-Wall", "-Wno-unused-parameter"]
 define_macros = []
 ext_kwargs = {}
 if use_cuda:
     os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "9.0+PTX")
     sources += rel("torch_ops/*.cu") + rel("csrc/*.cu")
     define_macros.append(("LM_WITH_CUDA", "1"))
-    ext_kwargs["extra_compile_args"] = {"cxx": cxx_flags, "nvcc": ["-O3", "-std=c++17", "--expt-relaxed-constexpr"]}
+    ext_kwargs["extra_compile_args"] = {"cxx": cxx_flags, "nvcc": ["-O3", f"-std={std}", "--expt-relaxed-constexpr"]}
     Ext = CUDAExtension
 else:
     ext_kwargs["extra_compile_args"] = {"cxx": cxx_flags}
