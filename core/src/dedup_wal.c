@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -274,6 +275,10 @@ static int load_snapshot(lm_dedup *d, uint64_t wal_file_size) {
          rec_header_ok(rh) && get32(rh + 20) == prev_crc && get64(rh + 8) + get32(rh + 4) == lsn &&
          prev + LM_WAL_REC_HDR + (uint64_t)get32(rh + 4) * 16u == woff;
   }
+  /* the file must hold exactly the slot array the header announces: checked
+   * before allocating, so a damaged header cannot ask for terabytes */
+  struct stat sb;
+  ok = ok && fstat(fd, &sb) == 0 && (uint64_t)sb.st_size == LM_SNAP_HDR_SIZE + nslots * 16u;
   lm_dtable t;
   if (ok && lm_dt_init(&t, (size_t)cap) == 0) {
     size_t bytes = (size_t)nslots * 16u;
@@ -282,7 +287,7 @@ static int load_snapshot(lm_dedup *d, uint64_t wal_file_size) {
     for (size_t i = 0; ok && i < t.nslots; i++) held += (t.slots[i].lo | t.slots[i].hi) != 0;
     t.has_zero = (flags & 1u) != 0;
     t.count = held + (size_t)t.has_zero;
-    ok = ok && t.count == count;
+    ok = ok && t.count == count && lm_dt_check(&t); /* a well-formed table, not just a matching CRC */
     if (ok) {
       lm_dt_free(&d->t);
       d->t = t;
@@ -354,6 +359,9 @@ static void wal_header(uint8_t *h, uint64_t seed) {
 lm_status lm_dwal_open(lm_dedup *d) {
   d->fd = open(d->path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (d->fd < 0) return LM_EIO;
+  /* one writer per log: a second deduplicator on the same path (this process or
+   * another) is refused; the lock goes away with the descriptor or the process */
+  if (flock(d->fd, LOCK_EX | LOCK_NB)) return errno == EWOULDBLOCK ? LM_ESTATE : LM_EIO;
   struct stat sb;
   if (fstat(d->fd, &sb)) return LM_EIO;
   uint64_t size = (uint64_t)sb.st_size;

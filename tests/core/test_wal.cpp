@@ -507,3 +507,15 @@ TEST(Wal, MidRecordTruncationCrashWindowRecovers) {
   EXPECT_EQ(held(d), first_n(adm, first + keep));
   lm_dedup_destroy(d);
 }
+
+TEST(Wal, SecondOpenOfTheSameLogIsRefused) {
+  TempDir td;
+  std::string path = td.file("lock.wal");
+  lm_dedup *a = nullptr, *b = nullptr;
+  ASSERT_EQ(open_wal(path, &a, 8), LM_OK);
+  EXPECT_EQ(open_wal(path, &b, 8), LM_ESTATE);
+  EXPECT_EQ(b, nullptr);
+  lm_dedup_destroy(a);
+  ASSERT_EQ(open_wal(path, &b, 8), LM_OK);  // free again once closed
+  lm_dedup_destroy(b);
+}

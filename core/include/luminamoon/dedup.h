@@ -55,8 +55,10 @@
  * Errors.  An unwritable path gives LM_EIO with errno kept.  After a failed
  * write/sync the object refuses further changes (LM_ESTATE) — reopen it.
  * Thread-safety: one object may be used by one thread at a time (lm_dedup_run
- * hashes the documents of a batch on several threads internally).  Two
- * objects must not open the same WAL path.
+ * hashes the documents of a batch on several threads internally).  A WAL is
+ * locked (flock) while open: a second object on the same path, in this or
+ * another process, gets LM_ESTATE; the lock ends with lm_dedup_close/destroy or
+ * the process.
  */
 #ifndef LUMINAMOON_DEDUP_H
 #define LUMINAMOON_DEDUP_H

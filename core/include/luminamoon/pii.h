@@ -30,7 +30,10 @@
  * cycle_across_documents the turn continues from one document to the next in
  * input order, across batches (as datatrove does); otherwise each document
  * starts at the first replacement.  Either way the output does not depend on
- * the number of threads.
+ * the number of threads.  (With cycling on several threads, lm_pii_run counts
+ * each chunk's matches in a first pass to know where its turn starts; this is
+ * exact unless an e-mail replacement string itself contains an IPv4 address
+ * that the datatrove IPv4 pass would replace — the defaults do not.)
  *
  * Reason codes: the masker drops nothing; every document is LM_REASON_KEPT.
  * Memory: lm_pii_run keeps its per-thread output buffers between calls (about
