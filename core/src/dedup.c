@@ -118,6 +118,25 @@ int lm_dt_insert(lm_dtable *t, lm_hash128_t h) {
   }
 }
 
+int lm_dt_check(const lm_dtable *t) {
+  size_t held = 0, run_start = 0; /* first slot of the current run of occupied slots */
+  const lm_hash128_t *prev = NULL;
+  for (size_t i = 0; i < t->nslots; i++) {
+    const lm_hash128_t *s = &t->slots[i];
+    if (is_empty(s)) {
+      run_start = i + 1;
+      continue;
+    }
+    size_t home = home_of(s->hi, t->cap);
+    /* at or after its home, with no empty slot in between, and globally sorted */
+    if (home > i || home < run_start) return 0;
+    if (prev && key_cmp(prev, *s) >= 0) return 0;
+    prev = s;
+    held++;
+  }
+  return held + (size_t)(t->has_zero != 0) == t->count;
+}
+
 int lm_dt_contains(const lm_dtable *t, lm_hash128_t h) {
   if (is_zero_key(h)) return t->has_zero;
   size_t pos;

@@ -27,6 +27,10 @@ void lm_dt_free(lm_dtable *t);
 int lm_dt_insert(lm_dtable *t, lm_hash128_t h);
 int lm_dt_contains(const lm_dtable *t, lm_hash128_t h);
 int lm_dt_remove(lm_dtable *t, lm_hash128_t h); /* 1 removed, 0 absent */
+/* 1 if the slot array keeps the table's invariants (every key at or after its
+ * home slot with no empty slot in between, keys strictly increasing, `count`
+ * right): what a loaded snapshot must satisfy before it is used. */
+int lm_dt_check(const lm_dtable *t);
 
 struct lm_dedup {
   lm_dtable t;

@@ -268,7 +268,8 @@ lm_status lm_quality_run(lm_quality *q, const lm_docs *docs, lm_batch_result *ou
       if (d1 > n) d1 = n;
       for (size_t d = d0; d < d1 && !st; d++) {
         if (out->reasons[d] != LM_REASON_KEPT) continue;
-        st = lm_batch_result_push(out, (int64_t)d, ro->data + pos, x.out_len[d]);
+        /* ro->data is NULL when the range kept only empty texts (NULL + 0 is UB) */
+        st = lm_batch_result_push(out, (int64_t)d, ro->data ? ro->data + pos : NULL, x.out_len[d]);
         pos += x.out_len[d];
       }
     }
