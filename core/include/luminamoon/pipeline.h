@@ -1,0 +1,89 @@
+/* luminamoon/pipeline.h — FusedPipeline: clean -> quality -> dedup -> PII in
+ * one pass per document, one output arena per batch.
+ *
+ * The fused pipeline borrows the stage objects it runs (each may be NULL: that
+ * stage is off) and uses only their per-document entry points (lm_clean_text,
+ * lm_quality_check, lm_hash128 + lm_dedup_check_insert_hashes,
+ * lm_pii_mask_doc).  Its output — texts, source indexes, reasons — and the
+ * dedup state it leaves (table, LSN, WAL) are identical to the modular chain
+ * lm_cleaner_run -> lm_quality_run -> lm_dedup_run -> lm_pii_run over the same
+ * batches, for any thread count.  A batch runs in three phases:
+ *   1. parallel over ranges of documents: clean, quality-check and hash
+ *      (XXH3-128 with the deduplicator's seed) into per-range arenas;
+ *   2. serial, in input order: admission into the deduplicator;
+ *   3. parallel: PII masking of the survivors (or a plain copy with PII off),
+ *      gathered into the output arena in input order.
+ *
+ * Counters: the fused pipeline keeps its own counters per stage (the stage
+ * objects' own counters are those of their batch calls and are not touched);
+ * the deduplicator's probes/inserts are also in its lm_dedup_stats.  The PII
+ * replacement cycle (datatrove mode, cycle_across_documents) is the fused
+ * pipeline's own, starting at 0 like a fresh masker's; reset_counters resets it.
+ *
+ * Ownership: the stage objects are borrowed and must outlive the pipeline.
+ * Thread-safety: lm_fused_run must not run concurrently on one pipeline, nor
+ * concurrently with any other use of its deduplicator.  The cleaner, quality
+ * filter and masker are only read (their const per-document functions), so
+ * they may be shared with other pipelines or used on their own meanwhile.
+ */
+#ifndef LUMINAMOON_PIPELINE_H
+#define LUMINAMOON_PIPELINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "luminamoon/batch.h"
+#include "luminamoon/clean.h"
+#include "luminamoon/dedup.h"
+#include "luminamoon/parallel.h"
+#include "luminamoon/pii.h"
+#include "luminamoon/quality.h"
+#include "luminamoon/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The stages to run; NULL switches a stage off.  All borrowed. */
+typedef struct lm_fused_stages {
+  const lm_cleaner *cleaner;
+  const lm_quality *quality;
+  lm_dedup *dedup; /* mutated by lm_fused_run (admissions, WAL) */
+  const lm_pii_masker *pii;
+} lm_fused_stages;
+
+typedef struct lm_fused_counters {
+  uint64_t batches;
+  uint64_t docs_in, docs_out;  /* documents in / out of the whole pipeline */
+  uint64_t bytes_in, bytes_out;
+  uint64_t dropped_clean;      /* LM_REASON_EMPTY or LM_REASON_TOO_LARGE from the cleaner */
+  uint64_t dropped_quality;    /* dropped by a quality rule (or its size limit) */
+  uint64_t dropped_duplicate;  /* LM_REASON_DUPLICATE */
+  lm_clean_counters clean;     /* as lm_cleaner_run would count them */
+  lm_quality_counters quality; /* as lm_quality_run would count them (documents the cleaner kept) */
+  uint64_t dedup_probes, dedup_inserts; /* documents checked / admitted */
+  lm_pii_counts pii;           /* as lm_pii_run would count them (the survivors) */
+} lm_fused_counters;
+
+typedef struct lm_fused lm_fused;
+
+/* Create.  stages NULL, or all four NULL, is allowed (the pipeline then copies
+ * its input).  LM_ENOMEM.  *out owned by the caller: lm_fused_destroy. */
+lm_status lm_fused_create(const lm_fused_stages *stages, lm_fused **out);
+void lm_fused_destroy(lm_fused *f); /* NULL is ignored */
+
+/* Run one batch: one reason per input document, the surviving texts in input
+ * order.  Errors: LM_EINVAL (bad docs), LM_ENOMEM, and the deduplicator's
+ * errors (LM_ETOOBIG at max_entries, LM_EIO, LM_ESTATE when it is closed or
+ * failed): the documents before the failing admission stay admitted and `out`
+ * is then incomplete (as with lm_dedup_run).  exec NULL = one thread. */
+lm_status lm_fused_run(lm_fused *f, const lm_docs *docs, lm_batch_result *out, const lm_exec *exec);
+
+lm_status lm_fused_get_counters(const lm_fused *f, lm_fused_counters *out);
+/* Zero the counters and the PII replacement cycle. */
+lm_status lm_fused_reset_counters(lm_fused *f);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,630 @@
+"""Text stages (design.md §4): TextCleaner, QualityFilter, PIIMasker,
+StreamDeduplicator, and the two ways of chaining them, FusedPipeline (one C
+pass per document) and ChainPipeline (the four stages as separate batch calls).
+
+Every stage is called on a batch — a :class:`StringTensor`, a ``list[str]`` or
+an Arrow string array — and returns a :class:`StageResult`: the surviving texts
+(a StringTensor, in input order), one reason code per input document (0 =
+kept), and the input index of each output.  The C core runs with the GIL
+released, on ``num_threads`` threads (default: ``torch.get_num_threads()``).
+
+Example:
+    >>> from luminamoon import FusedPipeline
+    >>> pipe = FusedPipeline(quality=False)
+    >>> r = pipe(["mail me at bob@example.com", "mail me at bob@example.com", "  "])
+    >>> r.texts.tolist(), [reason_name(c) for c in r.reasons.tolist()]
+    (['mail me at <EMAIL>'], ['kept', 'duplicate', 'empty'])
+"""
+from __future__ import annotations
+
+import os
+from typing import Iterable, Optional, Union
+
+import torch
+
+from . import _C
+from .string_tensor import StringTensor
+
+__all__ = [
+    "StageResult",
+    "TextCleaner",
+    "QualityFilter",
+    "PIIMasker",
+    "StreamDeduplicator",
+    "FusedPipeline",
+    "ChainPipeline",
+    "reason_name",
+    "REASON_KEPT",
+    "REASON_DUPLICATE",
+    "REASON_EMPTY",
+    "REASON_TOO_LARGE",
+    "REASON_QUALITY_BASE",
+    "QUALITY_RULES",
+    "QUALITY_RULE_SETS",
+    "PII_TYPES",
+    "CorruptError",
+    "FormatVersionError",
+]
+
+REASON_KEPT = 0
+REASON_DUPLICATE = 1
+REASON_EMPTY = 2
+REASON_TOO_LARGE = 3
+REASON_QUALITY_BASE = 16
+
+CorruptError = _C.CorruptError
+FormatVersionError = _C.FormatVersionError
+
+_RULE_SET_NAMES = ("gopher_repetition", "gopher_quality", "c4", "fineweb")  # core rule-set ids 0..3
+#: rule name -> rule id (stable), in id order
+QUALITY_RULES: dict = {name: rid for rid, name, _ in _C.quality_rules()}
+#: rule-set name -> tuple of its rule names
+QUALITY_RULE_SETS: dict = {
+    s: tuple(name for _, name, sid in _C.quality_rules() if sid == i) for i, s in enumerate(_RULE_SET_NAMES)
+}
+PII_TYPES: tuple = tuple(_C.pii_types())
+_BASE_REASONS = {REASON_KEPT: "kept", REASON_DUPLICATE: "duplicate", REASON_EMPTY: "empty",
+                 REASON_TOO_LARGE: "too_large"}
+_RULE_BY_ID = {rid: name for name, rid in QUALITY_RULES.items()}
+
+
+def reason_name(code: int) -> str:
+    """The name of a reason code.
+
+    >>> reason_name(0), reason_name(1), reason_name(16 + 14)
+    ('kept', 'duplicate', 'gopher_quality.min_doc_words')
+    """
+    code = int(code)
+    if code in _BASE_REASONS:
+        return _BASE_REASONS[code]
+    if code - REASON_QUALITY_BASE in _RULE_BY_ID:
+        return _RULE_BY_ID[code - REASON_QUALITY_BASE]
+    return f"unknown({code})"
+
+
+# ----------------------------------------------------------------- plumbing
+
+def _as_string_tensor(texts, name: str = "texts") -> StringTensor:
+    if isinstance(texts, StringTensor):
+        st = texts
+    elif isinstance(texts, (str, bytes)):
+        raise TypeError(f"{name} must be a batch (StringTensor, list of str, Arrow array), not a single "
+                        f"{type(texts).__name__}")
+    elif isinstance(texts, (list, tuple)):
+        st = StringTensor.from_list(texts)
+    elif hasattr(texts, "__arrow_c_array__") or hasattr(texts, "__arrow_c_stream__") or \
+            type(texts).__module__.startswith("pyarrow"):
+        st = StringTensor.from_arrow(texts)
+    else:
+        raise TypeError(f"{name} must be a StringTensor, a list of str or an Arrow string array, "
+                        f"got {type(texts).__name__}")
+    if st.device.type != "cpu":
+        raise ValueError(f"{name}: the text stages run on the CPU; move the StringTensor with .cpu() first")
+    return st
+
+
+def _texts_from(off64: torch.Tensor, data: torch.Tensor) -> StringTensor:
+    # int32 offsets below 2 GiB of payload (the StringTensor convention), int64 above
+    if data.numel() < (1 << 31):
+        off64 = off64.to(torch.int32)
+    return StringTensor(off64, data)
+
+
+def _threads_arg(num_threads) -> Optional[int]:
+    if num_threads is None:
+        return None
+    if isinstance(num_threads, bool) or not isinstance(num_threads, int):
+        raise TypeError(f"num_threads must be an int or None, got {type(num_threads).__name__}")
+    if num_threads < 1:
+        raise ValueError(f"num_threads must be >= 1, got {num_threads}")
+    return num_threads
+
+
+class StageResult:
+    """What a stage returns for one batch.
+
+    ``texts``: the surviving texts (StringTensor, input order); ``reasons``:
+    int32 [n_in], 0 = kept, else why the document was dropped (see
+    :func:`reason_name`); ``source_index``: int64 [n_out], the input index of
+    each output.
+
+    >>> r = TextCleaner()(["a  b", ""])
+    >>> r.texts.tolist(), r.reasons.tolist(), r.source_index.tolist(), r.kept.tolist()
+    (['a b'], [0, 2], [0], [True, False])
+    """
+
+    __slots__ = ("texts", "reasons", "source_index")
+
+    def __init__(self, texts: StringTensor, reasons: torch.Tensor, source_index: torch.Tensor):
+        self.texts = texts
+        self.reasons = reasons
+        self.source_index = source_index
+
+    @property
+    def kept(self) -> torch.Tensor:
+        """bool [n_in]: True where the input document produced an output."""
+        return self.reasons == REASON_KEPT
+
+    @property
+    def num_in(self) -> int:
+        return int(self.reasons.numel())
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    def reason_counts(self) -> dict:
+        """{reason name: number of input documents}.
+
+        >>> TextCleaner()(["x", "", " "]).reason_counts()
+        {'kept': 1, 'empty': 2}
+        """
+        vals, counts = torch.unique(self.reasons, return_counts=True)
+        return {reason_name(v): int(c) for v, c in zip(vals.tolist(), counts.tolist())}
+
+    def __repr__(self) -> str:
+        return f"StageResult(n_in={self.num_in}, n_out={len(self)}, reasons={self.reason_counts()})"
+
+
+class _Stage:
+    """Common call protocol of the stages (not public)."""
+
+    _obj = None
+    _what = "stage"
+
+    def __init__(self, num_threads):
+        self._num_threads = _threads_arg(num_threads)
+
+    @property
+    def num_threads(self) -> int:
+        """Threads per call (None at construction: torch.get_num_threads() at call time)."""
+        return self._num_threads or torch.get_num_threads()
+
+    @num_threads.setter
+    def num_threads(self, value) -> None:
+        self._num_threads = _threads_arg(value)
+
+    def _run_raw(self, offsets: torch.Tensor, data: torch.Tensor):
+        """(offsets int64, data, source_index, reasons) of one batch in the offsets layout."""
+        return self._obj.run(offsets, data, self.num_threads)
+
+    def __call__(self, texts) -> StageResult:
+        st = _as_string_tensor(texts)
+        off, data, src, reasons = self._run_raw(st.offsets, st.data)
+        return StageResult(_texts_from(off, data), reasons, src)
+
+    @property
+    def counters(self) -> dict:
+        """Counters accumulated over the calls (a fresh dict)."""
+        return self._obj.counters()
+
+    def reset_counters(self) -> None:
+        """Zero the counters."""
+        self._obj.reset_counters()
+
+    def __getstate__(self):
+        return dict(self._config, num_threads=self._num_threads)
+
+    def __setstate__(self, state):
+        self.__init__(**state)
+
+    def __repr__(self) -> str:
+        cfg = ", ".join(f"{k}={v!r}" for k, v in self._config.items())
+        return f"{type(self).__name__}({cfg})"
+
+
+# -------------------------------------------------------------------- stages
+
+_NORMALIZE = {None: 0, "none": 0, "NFC": 1, "NFKC": 2}
+
+
+class TextCleaner(_Stage):
+    """UTF-8 repair, control characters, Unicode spaces, blank lines; optional NFC/NFKC.
+
+    Parameters (the core's lm_cleaner_params, by name): ``normalize`` (None,
+    "NFC", "NFKC"), ``remove_control``, ``normalize_newlines``,
+    ``fold_spaces``, ``collapse_spaces``, ``trim_trailing`` (bools, default
+    True), ``max_blank_lines`` (2; -1 = no limit), ``drop_empty`` (True),
+    ``max_doc_bytes`` (0 = no limit).
+
+    >>> TextCleaner()(["a\\u00a0\\u00a0b  \\n\\n\\n\\nc\\x00"]).texts.tolist()
+    ['a b\\n\\n\\nc']
+    """
+
+    _what = "TextCleaner"
+
+    def __init__(self, normalize: Optional[str] = None, *, num_threads: Optional[int] = None, **params):
+        super().__init__(num_threads)
+        if normalize is not None and not isinstance(normalize, str):
+            raise TypeError(f"TextCleaner: normalize must be None, 'NFC' or 'NFKC', got {type(normalize).__name__}")
+        key = normalize.upper() if isinstance(normalize, str) and normalize.lower() != "none" else normalize
+        if isinstance(key, str) and key.lower() == "none":
+            key = None
+        if key not in _NORMALIZE:
+            raise ValueError(f"TextCleaner: normalize must be None, 'NFC' or 'NFKC', got {normalize!r}")
+        self._config = dict(params, normalize=normalize)
+        self._obj = _C.TextCleaner(dict(params, normalize=_NORMALIZE[key]))
+
+    @property
+    def params(self) -> dict:
+        """The effective parameters (defaults filled in)."""
+        return self._obj.params()
+
+
+def _resolve_rules(rules) -> int:
+    if isinstance(rules, str):
+        rules = [rules]
+    try:
+        items = list(rules)
+    except TypeError:
+        raise TypeError(f"QualityFilter: rules must be None or an iterable of rule / rule-set names, "
+                        f"got {type(rules).__name__}") from None
+    mask = 0
+    for r in items:
+        if not isinstance(r, str):
+            raise TypeError(f"QualityFilter: rule names must be str, got {type(r).__name__}")
+        if r in QUALITY_RULE_SETS:
+            for name in QUALITY_RULE_SETS[r]:
+                mask |= 1 << QUALITY_RULES[name]
+        elif r in QUALITY_RULES:
+            mask |= 1 << QUALITY_RULES[r]
+        else:
+            raise ValueError(f"QualityFilter: unknown rule {r!r}; valid rule sets: {', '.join(QUALITY_RULE_SETS)}; "
+                             f"valid rules: {', '.join(QUALITY_RULES)}")
+    return mask
+
+
+class QualityFilter(_Stage):
+    """datatrove's Gopher quality, Gopher repetition, C4 and FineWeb rules, in C.
+
+    ``rules``: None (all rules, datatrove's defaults) or an iterable of rule
+    names (``"gopher_quality.min_doc_words"``, ...: see ``QUALITY_RULES``) and
+    rule-set names (``"gopher_quality"``, ``"gopher_repetition"``, ``"c4"``,
+    ``"fineweb"``).  Thresholds by their core names (``gq_min_doc_words=50``,
+    ``fw_short_line_thr=0.67``, ``c4_modify_text=True``, ...; see
+    ``QualityFilter.defaults()``).
+
+    >>> r = QualityFilter(rules=["gopher_quality"])(["too short"])
+    >>> reason_name(r.reasons[0])
+    'gopher_quality.min_doc_words'
+    """
+
+    _what = "QualityFilter"
+
+    def __init__(self, rules: Optional[Iterable[str]] = None, *, num_threads: Optional[int] = None, **thresholds):
+        super().__init__(num_threads)
+        if "enabled" in thresholds and rules is not None:
+            raise TypeError("QualityFilter: give rules or enabled, not both")
+        p = dict(thresholds)
+        if rules is not None:
+            p["enabled"] = _resolve_rules(rules)
+        self._config = dict(thresholds, rules=None if rules is None else
+                            ([rules] if isinstance(rules, str) else list(rules)))
+        self._obj = _C.QualityFilter(p)
+
+    @staticmethod
+    def defaults() -> dict:
+        """datatrove's default thresholds, by parameter name."""
+        return _C.quality_params_default()
+
+    @property
+    def params(self) -> dict:
+        return self._obj.params()
+
+    @property
+    def rules(self) -> list:
+        """The names of the enabled rules."""
+        en = self._obj.params()["enabled"]
+        return [n for n, i in QUALITY_RULES.items() if en >> i & 1]
+
+
+class PIIMasker(_Stage):
+    """Mask e-mail addresses, IPv4/IPv6 addresses, phone numbers, credit cards and IBANs.
+
+    ``mode``: "strict" (all six types, context rules against false positives)
+    or "datatrove" (byte-exact datatrove PIIFormatter: e-mail then public IPv4,
+    its replacement strings used in turn).  ``types``: an iterable of type
+    names (``PII_TYPES``) to mask (default: all of the mode).  Other
+    parameters: ``ipv4_public_only``, ``ipv6_public_only``,
+    ``cycle_across_documents`` (bools) and ``replacements`` ({type: str or
+    list of str}).
+
+    >>> PIIMasker()(["write to ann@example.org or call 555-123-4567"]).texts.tolist()
+    ['write to <EMAIL> or call <PHONE>']
+    """
+
+    _what = "PIIMasker"
+
+    def __init__(self, mode: str = "strict", *, types: Optional[Iterable[str]] = None,
+                 num_threads: Optional[int] = None, **params):
+        super().__init__(num_threads)
+        if not isinstance(mode, str) or mode not in ("strict", "datatrove"):
+            raise ValueError(f"PIIMasker: mode must be 'strict' or 'datatrove', got {mode!r}")
+        p = dict(params, mode=0 if mode == "strict" else 1)
+        if types is not None:
+            if isinstance(types, str):
+                types = [types]
+            bits = 0
+            for t in types:
+                if t not in PII_TYPES:
+                    raise ValueError(f"PIIMasker: unknown PII type {t!r} (valid: {', '.join(PII_TYPES)})")
+                bits |= 1 << PII_TYPES.index(t)
+            p["types"] = bits
+        self._config = dict(params, mode=mode, types=None if types is None else list(types))
+        self._obj = _C.PIIMasker(p)
+
+    def find(self, text: Union[str, bytes]) -> list:
+        """[(type, start, end)] byte spans that would be replaced (see pii.h for datatrove mode)."""
+        if isinstance(text, str):
+            text = text.encode("utf-8", "surrogatepass")
+        if not isinstance(text, bytes):
+            raise TypeError(f"text must be str or bytes, got {type(text).__name__}")
+        return self._obj.find(text)
+
+
+class StreamDeduplicator(_Stage):
+    """Exact deduplication by XXH3-128 across batches and restarts (write-ahead log).
+
+    ``wal_path``: None (in memory) or the log file (created, or recovered:
+    snapshot + replay, torn tail cut).  ``seed``: the hash seed (a WAL
+    remembers its seed).  ``max_entries``: 0 = unlimited.  Also
+    ``initial_capacity`` and ``wal_buffer_hashes``.
+
+    ``lsn`` counts the admitted documents; ``sync()`` makes them durable and
+    returns the durable LSN; ``truncate(lsn)`` forgets everything admitted
+    after ``lsn``; ``snapshot()`` bounds recovery time.  After ``close()`` the
+    object answers ``lsn``, ``stats`` and ``len()`` only; other calls raise
+    ValueError("... closed").
+
+    >>> with StreamDeduplicator() as d:
+    ...     d(["a", "b", "a"]).reasons.tolist(), d.lsn
+    ([0, 0, 1], 2)
+    """
+
+    _what = "StreamDeduplicator"
+
+    def __init__(self, wal_path: Union[str, os.PathLike, None] = None, seed: int = 0, max_entries: int = 0, *,
+                 num_threads: Optional[int] = None, **params):
+        super().__init__(num_threads)
+        if wal_path is not None and not isinstance(wal_path, (str, os.PathLike)):
+            raise TypeError(f"StreamDeduplicator: wal_path must be None, a str or a PathLike, "
+                            f"got {type(wal_path).__name__}")
+        self._config = dict(params, wal_path=wal_path, seed=seed, max_entries=max_entries)
+        self._obj = _C.StreamDeduplicator(dict(params, wal_path=wal_path, seed=seed, max_entries=max_entries))
+
+    def __getstate__(self):
+        raise TypeError("a StreamDeduplicator holds a table and an open log and cannot be pickled; "
+                        "create one per process (each with its own WAL path)")
+
+    @property
+    def counters(self) -> dict:
+        return self._obj.stats()
+
+    def reset_counters(self) -> None:
+        raise NotImplementedError("the deduplicator's counters are its stats; they cannot be reset")
+
+    @property
+    def lsn(self) -> int:
+        """The number of admitted (distinct) documents: the state is 'the first lsn admissions'."""
+        return self._obj.lsn()
+
+    def sync(self) -> int:
+        """Write the buffered hashes and fdatasync the log; returns the durable LSN."""
+        return self._obj.sync()
+
+    def truncate(self, lsn: int) -> None:
+        """Cut the log and the table back to the state at ``lsn`` (durably)."""
+        self._obj.truncate(lsn)
+
+    def snapshot(self) -> None:
+        """Write a snapshot of the table next to the log (path + '.snap')."""
+        self._obj.snapshot()
+
+    @property
+    def stats(self) -> dict:
+        """entries, capacity, bytes_per_entry, lsn, durable_lsn, wal_bytes, probes, ..."""
+        return self._obj.stats()
+
+    def check_insert_hashes(self, hashes: torch.Tensor) -> torch.Tensor:
+        """Admit precomputed hashes (int64 [N, 2]: lo, hi of XXH3-128); bool [N]: new."""
+        if not isinstance(hashes, torch.Tensor):
+            raise TypeError(f"hashes must be a torch.Tensor, got {type(hashes).__name__}")
+        return self._obj.check_insert_hashes(hashes)
+
+    def __contains__(self, text) -> bool:
+        return self._obj.contains(text)
+
+    def __len__(self) -> int:
+        return int(self._obj.stats()["entries"])
+
+    @property
+    def closed(self) -> bool:
+        return self._obj.closed
+
+    @property
+    def path(self) -> Optional[str]:
+        return self._obj.path
+
+    @property
+    def seed(self) -> int:
+        return self._obj.seed
+
+    def close(self) -> None:
+        """Sync and close the log (idempotent)."""
+        self._obj.close()
+
+    def __enter__(self) -> "StreamDeduplicator":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"StreamDeduplicator(wal_path={self.path!r}, seed={self.seed}, lsn={self.lsn}"
+                f"{', closed' if self.closed else ''})")
+
+
+def hash128(texts, seed: int = 0) -> torch.Tensor:
+    """XXH3-128 of each text: int64 [N, 2] (lo, hi), as the deduplicator hashes them."""
+    st = _as_string_tensor(texts)
+    return _C.hash128(st.offsets, st.data, seed)
+
+
+# ----------------------------------------------------------------- pipelines
+
+def _resolve(value, cls, name: str):
+    """True -> a default stage; False/None -> off; a stage object -> itself; a dict -> cls(**dict)."""
+    if value is True:
+        return cls(), True
+    if value is False or value is None:
+        return None, False
+    if isinstance(value, cls):
+        return value, False
+    if isinstance(value, dict):
+        return cls(**value), True
+    raise TypeError(f"{name} must be True, False/None, a dict of parameters or a {cls.__name__}, "
+                    f"got {type(value).__name__}")
+
+
+class _Pipeline:
+    def __init__(self, cleaner, quality, dedup, pii, num_threads):
+        self._num_threads = _threads_arg(num_threads)
+        self._cleaner, _ = _resolve(cleaner, TextCleaner, "cleaner")
+        self._quality, _ = _resolve(quality, QualityFilter, "quality")
+        self._dedup, self._owns_dedup = _resolve(dedup, StreamDeduplicator, "dedup")
+        self._pii, _ = _resolve(pii, PIIMasker, "pii")
+        if self._dedup is not None and self._dedup.closed:
+            raise ValueError(f"{type(self).__name__}: the StreamDeduplicator is closed")
+
+    @property
+    def num_threads(self) -> int:
+        return self._num_threads or torch.get_num_threads()
+
+    @property
+    def cleaner(self) -> Optional[TextCleaner]:
+        return self._cleaner
+
+    @property
+    def quality(self) -> Optional[QualityFilter]:
+        return self._quality
+
+    @property
+    def dedup(self) -> Optional[StreamDeduplicator]:
+        """The StreamDeduplicator (shared with whoever passed it in), or None."""
+        return self._dedup
+
+    @property
+    def pii(self) -> Optional[PIIMasker]:
+        return self._pii
+
+    def close(self) -> None:
+        """Close the deduplicator if this pipeline created it."""
+        if self._dedup is not None and self._owns_dedup:
+            self._dedup.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __getstate__(self):
+        if self._dedup is not None:
+            raise TypeError(f"a {type(self).__name__} with a StreamDeduplicator cannot be pickled; "
+                            "build it in each process")
+        return {"cleaner": self._cleaner or False, "quality": self._quality or False, "dedup": False,
+                "pii": self._pii or False, "num_threads": self._num_threads}
+
+    def __setstate__(self, state):
+        self.__init__(**state)
+
+    def __repr__(self) -> str:
+        on = [n for n, s in (("clean", self._cleaner), ("quality", self._quality), ("dedup", self._dedup),
+                             ("pii", self._pii)) if s is not None]
+        return f"{type(self).__name__}({' -> '.join(on) or 'identity'})"
+
+
+class FusedPipeline(_Pipeline):
+    """clean -> quality -> dedup -> PII in one pass per document (C), same output as ChainPipeline.
+
+    Each stage argument is True (default parameters), False/None (off), a
+    dict of parameters, or a stage object whose parameters are used.  A
+    StreamDeduplicator passed in is used itself (shared: sync / truncate it
+    through ``pipe.dedup``).  The PII replacement cycle (datatrove mode) and
+    the counters are the pipeline's own.
+
+    >>> pipe = FusedPipeline(quality=False, pii=PIIMasker("strict"))
+    >>> pipe(["x@y.org is here", "x@y.org is here"]).texts.tolist()
+    ['<EMAIL> is here']
+    """
+
+    def __init__(self, cleaner=True, quality=True, dedup=True, pii=True, num_threads: Optional[int] = None):
+        super().__init__(cleaner, quality, dedup, pii, num_threads)
+        o = lambda s: None if s is None else s._obj  # noqa: E731
+        self._obj = _C.FusedPipeline(o(self._cleaner), o(self._quality), o(self._dedup), o(self._pii))
+
+    def _run_raw(self, offsets: torch.Tensor, data: torch.Tensor):
+        return self._obj.run(offsets, data, self.num_threads)
+
+    def __call__(self, texts) -> StageResult:
+        st = _as_string_tensor(texts)
+        off, data, src, reasons = self._obj.run(st.offsets, st.data, self.num_threads)
+        return StageResult(_texts_from(off, data), reasons, src)
+
+    @property
+    def counters(self) -> dict:
+        """docs_in/out, bytes, drops per stage, and each stage's counters as its batch call counts them."""
+        return self._obj.counters()
+
+    def reset_counters(self) -> None:
+        """Zero the counters and the PII replacement cycle."""
+        self._obj.reset_counters()
+
+
+class ChainPipeline(_Pipeline):
+    """The modular chain: clean -> quality -> dedup -> PII as four separate batch calls.
+
+    Same arguments and same output as :class:`FusedPipeline` (slower: each
+    stage copies the surviving texts once).  The stage objects are used
+    directly, so their own counters advance.
+
+    >>> ChainPipeline(quality=False)(["a", "a", "b"]).source_index.tolist()
+    [0, 2]
+    """
+
+    def __init__(self, cleaner=True, quality=True, dedup=True, pii=True, num_threads: Optional[int] = None):
+        super().__init__(cleaner, quality, dedup, pii, num_threads)
+        self._stages = [s for s in (self._cleaner, self._quality, self._dedup, self._pii) if s is not None]
+
+    def _run_raw(self, offsets: torch.Tensor, data: torch.Tensor):
+        n = offsets.numel() - 1
+        nt = self.num_threads
+        reasons = torch.zeros(n, dtype=torch.int32)
+        idx = torch.arange(n, dtype=torch.int64)
+        off = offsets
+        for s in self._stages:
+            off, data, src, rea = s._obj.run(off, data, nt)
+            reasons[idx] = rea
+            idx = idx[src]
+        if not self._stages:
+            off = offsets.to(torch.int64)
+        return off, data, idx, reasons
+
+    def __call__(self, texts) -> StageResult:
+        st = _as_string_tensor(texts)
+        off, data, src, reasons = self._run_raw(st.offsets, st.data)
+        return StageResult(_texts_from(off, data), reasons, src)
+
+    @property
+    def counters(self) -> dict:
+        """Each stage's own counters, by stage."""
+        out = {}
+        for name, s in (("clean", self._cleaner), ("quality", self._quality), ("dedup", self._dedup),
+                        ("pii", self._pii)):
+            if s is not None:
+                out[name] = s.counters
+        return out
+
+    def reset_counters(self) -> None:
+        for s in (self._cleaner, self._quality, self._pii):
+            if s is not None:
+                s.reset_counters()

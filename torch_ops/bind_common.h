@@ -1,0 +1,66 @@
+// Shared pieces of the stage bindings (stages.cpp, bind_*.cpp): status ->
+// Python exception, tensors -> lm_docs, lm_batch_result -> tensors (ownership
+// handed over, no copy), parameter dicts -> C structs.
+#pragma once
+
+#include <torch/extension.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <mutex>
+#include <string>
+
+extern "C" {
+#include "luminamoon/batch.h"
+#include "luminamoon/parallel.h"
+#include "luminamoon/status.h"
+}
+
+namespace luminamoon {
+namespace py = pybind11;
+
+// Exception classes (created by register_errors): CorruptError(OSError),
+// StateCorruptError(CorruptError), FormatVersionError(ValueError).
+void register_errors(py::module_ &m);
+
+// Raise the Python exception for a core status.  `what` names the call
+// ("TextCleaner", "StreamDeduplicator.sync", ...); `path` (may be empty) and
+// `err` (errno right after the failing call) go into OSError for LM_EIO.
+// state_file: LM_ECORRUPT raises StateCorruptError instead of CorruptError.
+[[noreturn]] void raise_status(lm_status s, const std::string &what, const std::string &path = "", int err = 0,
+                               bool state_file = false);
+
+// The input documents of a stage call: offsets (int32/int64, N+1, CPU) and a
+// uint8 payload; int32 offsets are widened once (cheap), the payload is used in place.
+struct DocsIn {
+  at::Tensor off64, data;
+  lm_docs docs;
+  DocsIn(const at::Tensor &offsets, const at::Tensor &data, const char *what);
+};
+
+// Hand the arrays of r over to tensors (freed by the tensors' deleters) and
+// zero r: (offsets int64 [n_out+1], data uint8 [data_len], source_index int64
+// [n_out], reasons int32 [n_in]).
+py::tuple take_result(lm_batch_result &r);
+
+// RAII owner of an lm_batch_result used by one call.
+struct ResultGuard {
+  lm_batch_result r;
+  ResultGuard() { lm_batch_result_init(&r); }
+  ~ResultGuard() { lm_batch_result_free(&r); }
+};
+
+// num_threads <= 0: torch's intra-op thread count.
+lm_exec make_exec(int num_threads);
+
+// Parameter dicts: each reads dict[name] into *out when present and checks its
+// type (TypeError naming `what`.`name`) and range (ValueError).
+void param_bool(const py::dict &d, const char *name, int *out, const char *what);
+void param_int(const py::dict &d, const char *name, int *out, const char *what, int lo, int hi);
+void param_size(const py::dict &d, const char *name, size_t *out, const char *what);
+void param_u64(const py::dict &d, const char *name, uint64_t *out, const char *what);
+void param_double(const py::dict &d, const char *name, double *out, const char *what);
+// Every key of d must be in `known` (nullptr-terminated): TypeError otherwise.
+void check_keys(const py::dict &d, const char *const *known, const char *what);
+
+}  // namespace luminamoon

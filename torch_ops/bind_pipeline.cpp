@@ -1,0 +1,112 @@
+// Binding of the FusedPipeline (core pipeline.h).  It borrows the C objects of
+// the stage bindings it was built from and keeps them alive; the deduplicator
+// is shared with its Python owner (locked while a batch runs).
+#include "bind_stages.h"
+
+extern "C" {
+#include "luminamoon/pipeline.h"
+}
+
+namespace luminamoon {
+
+py::dict fused_pii_counters(const lm_pii_counts &c);          // stages.cpp
+py::dict fused_clean_counters(const lm_clean_counters &c);    // stages.cpp
+py::dict fused_quality_counters(const lm_quality_counters &c);  // stages.cpp
+
+namespace {
+
+struct Fused {
+  std::shared_ptr<Cleaner> cleaner;
+  std::shared_ptr<Quality> quality;
+  std::shared_ptr<Dedup> dedup;
+  std::shared_ptr<Pii> pii;
+  lm_fused *obj = nullptr;
+  std::mutex mu;
+  Fused(std::shared_ptr<Cleaner> c, std::shared_ptr<Quality> q, std::shared_ptr<Dedup> d, std::shared_ptr<Pii> p)
+      : cleaner(std::move(c)), quality(std::move(q)), dedup(std::move(d)), pii(std::move(p)) {
+    lm_fused_stages st;
+    st.cleaner = cleaner ? cleaner->obj : nullptr;
+    st.quality = quality ? quality->obj : nullptr;
+    st.dedup = dedup ? dedup->obj : nullptr;
+    st.pii = pii ? pii->obj : nullptr;
+    lm_status s = lm_fused_create(&st, &obj);
+    if (s) raise_status(s, "FusedPipeline");
+  }
+  ~Fused() { lm_fused_destroy(obj); }
+};
+
+py::dict counters_dict(const lm_fused_counters &c, bool has[4]) {
+  py::dict d;
+  d["batches"] = c.batches;
+  d["docs_in"] = c.docs_in;
+  d["docs_out"] = c.docs_out;
+  d["bytes_in"] = c.bytes_in;
+  d["bytes_out"] = c.bytes_out;
+  d["dropped_clean"] = c.dropped_clean;
+  d["dropped_quality"] = c.dropped_quality;
+  d["dropped_duplicate"] = c.dropped_duplicate;
+  if (has[0]) d["clean"] = fused_clean_counters(c.clean);
+  if (has[1]) d["quality"] = fused_quality_counters(c.quality);
+  if (has[2]) {
+    py::dict dd;
+    dd["probes"] = c.dedup_probes;
+    dd["inserts"] = c.dedup_inserts;
+    dd["duplicates"] = c.dropped_duplicate;
+    d["dedup"] = dd;
+  }
+  if (has[3]) d["pii"] = fused_pii_counters(c.pii);
+  return d;
+}
+
+}  // namespace
+
+void bind_pipeline(py::module_ &m) {
+  py::class_<Fused, std::shared_ptr<Fused>>(m, "FusedPipeline")
+      .def(py::init<std::shared_ptr<Cleaner>, std::shared_ptr<Quality>, std::shared_ptr<Dedup>, std::shared_ptr<Pii>>(),
+           py::arg("cleaner").none(true), py::arg("quality").none(true), py::arg("dedup").none(true),
+           py::arg("pii").none(true))
+      .def(
+          "run",
+          [](Fused &f, const at::Tensor &off, const at::Tensor &data, int nt) {
+            DocsIn in(off, data, "FusedPipeline");
+            lm_exec ex = make_exec(nt);
+            ResultGuard res;
+            lm_status s = LM_OK;
+            int err = 0;
+            bool closed = false;
+            {
+              py::gil_scoped_release nogil;
+              std::lock_guard<std::mutex> lk(f.mu);
+              std::unique_lock<std::mutex> dl;
+              if (f.dedup) {
+                dl = std::unique_lock<std::mutex>(f.dedup->mu);
+                closed = f.dedup->closed;
+              }
+              if (!closed) {
+                errno = 0;
+                s = lm_fused_run(f.obj, &in.docs, &res.r, &ex);
+                err = errno;
+              }
+            }
+            if (closed) throw py::value_error("FusedPipeline: its StreamDeduplicator is closed");
+            if (s != LM_OK) raise_status(s, "FusedPipeline", f.dedup ? f.dedup->path : "", err);
+            return take_result(res.r);
+          },
+          py::arg("offsets"), py::arg("data"), py::arg("num_threads") = 0)
+      .def("counters",
+           [](Fused &f) {
+             lm_fused_counters c;
+             {
+               std::lock_guard<std::mutex> lk(f.mu);
+               lm_fused_get_counters(f.obj, &c);
+             }
+             bool has[4] = {bool(f.cleaner), bool(f.quality), bool(f.dedup), bool(f.pii)};
+             return counters_dict(c, has);
+           })
+      .def("reset_counters", [](Fused &f) {
+        std::lock_guard<std::mutex> lk(f.mu);
+        lm_fused_reset_counters(f.obj);
+      });
+}
+
+}  // namespace luminamoon

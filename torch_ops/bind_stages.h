@@ -1,0 +1,64 @@
+// The C++ objects behind the Python stage classes (one core object each, a
+// mutex that serialises calls on it, and its creation parameters).  Declared
+// here so that the FusedPipeline binding can borrow them.
+#pragma once
+
+#include "bind_common.h"
+
+extern "C" {
+#include "luminamoon/clean.h"
+#include "luminamoon/dedup.h"
+#include "luminamoon/pii.h"
+#include "luminamoon/quality.h"
+}
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace luminamoon {
+
+struct Cleaner {
+  lm_cleaner *obj = nullptr;
+  lm_cleaner_params params;
+  std::mutex mu;
+  explicit Cleaner(const py::dict &p);
+  ~Cleaner() { lm_cleaner_destroy(obj); }
+};
+
+struct Quality {
+  lm_quality *obj = nullptr;
+  lm_quality_params params;
+  std::mutex mu;
+  explicit Quality(const py::dict &p);
+  ~Quality() { lm_quality_destroy(obj); }
+};
+
+struct Pii {
+  lm_pii_masker *obj = nullptr;
+  lm_pii_params params;
+  std::vector<std::string> repl_store[LM_PII_TYPE_COUNT];
+  std::vector<const char *> repl_ptrs[LM_PII_TYPE_COUNT];
+  std::mutex mu;
+  explicit Pii(const py::dict &p);
+  ~Pii() { lm_pii_destroy(obj); }
+};
+
+struct Dedup {
+  lm_dedup *obj = nullptr;
+  lm_dedup_params params;
+  std::string path;  // empty: in memory
+  bool closed = false;
+  std::mutex mu;
+  explicit Dedup(const py::dict &p);
+  ~Dedup() { lm_dedup_destroy(obj); }
+  // Raise ValueError when closed (call with mu held).
+  void check_open(const char *what) const;
+};
+
+void bind_text_stages(py::module_ &m);  // stages.cpp
+void bind_dedup(py::module_ &m);        // bind_dedup.cpp
+void bind_pipeline(py::module_ &m);     // bind_pipeline.cpp
+void bind_state(py::module_ &m);        // bind_state.cpp
+
+}  // namespace luminamoon
