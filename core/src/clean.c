@@ -312,7 +312,9 @@ static lm_status run_range(void *vctx, size_t begin, size_t end) {
     for (size_t d = d0; d < d1; d++) {
       const uint8_t *t = x->docs->data + x->docs->offsets[d];
       size_t n = (size_t)(x->docs->offsets[d + 1] - x->docs->offsets[d]);
-      size_t need = lm_clean_bound(n) + 16, ol = 0;
+      /* a document above max_doc_bytes is refused without output: no room for it */
+      int over = x->cl->p.max_doc_bytes && n > x->cl->p.max_doc_bytes;
+      size_t need = over ? 16 : lm_clean_bound(n) + 16, ol = 0;
       int32_t reason;
       lm_status st;
       for (;;) {

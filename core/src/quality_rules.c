@@ -562,13 +562,17 @@ static int fineweb(const lm_quality *q, lm_quality_scratch *s, const uint8_t *t,
 lm_status lm_quality_check(const lm_quality *q, lm_quality_scratch *s, const uint8_t *text, size_t len,
                            lm_quality_doc_result *res, lm_quality_counters *c) {
   if (!q || !s || !res || (len && !text)) return LM_EINVAL;
-  if (len > 0xFFFFFFF0u) return LM_ETOOBIG; /* token offsets are 32-bit */
+  /* the configured limit comes first: a document above it is refused with
+   * LM_REASON_TOO_LARGE whatever its size (the 32-bit check below would
+   * otherwise fail the whole batch for a document the caller asked to drop) */
+  int over_limit = q->p.max_doc_bytes && len > q->p.max_doc_bytes;
+  if (!over_limit && len > 0xFFFFFFF0u) return LM_ETOOBIG; /* token offsets are 32-bit */
   res->reason = LM_REASON_KEPT;
   res->modified = 0;
   res->text = text;
   res->len = len;
   if (c) c->docs_in++, c->bytes_in += len;
-  if (q->p.max_doc_bytes && len > q->p.max_doc_bytes) {
+  if (over_limit) {
     res->reason = LM_REASON_TOO_LARGE;
     if (c) c->too_large++, c->docs_dropped++;
     return LM_OK;

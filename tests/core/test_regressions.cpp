@@ -13,9 +13,12 @@
 #include <utility>
 #include <vector>
 
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 extern "C" {
+#include "luminamoon/clean.h"
 #include "luminamoon/crc32c.h"
 #include "luminamoon/dedup.h"
 #include "luminamoon/quality.h"
@@ -209,4 +212,93 @@ TEST(Regression, DedupHugeInitialCapacityFailsCleanly) {
   p.initial_capacity = SIZE_MAX / 16 - 10;
   EXPECT_EQ(lm_dedup_create(&p, &d), LM_ENOMEM);
   EXPECT_EQ(d, nullptr);
+}
+
+// Review of the size limits (issue 8, resource limits): lm_quality_check tested
+// its 32-bit token-offset bound (4 GiB) before the configured max_doc_bytes, so
+// a document above both failed the whole batch with LM_ETOOBIG instead of being
+// refused with LM_REASON_TOO_LARGE.  The text is never read on that path, so a
+// 1-byte buffer with a 5 GiB length reproduces it.  Fix: core/src/quality_rules.c
+// checks the configured limit first.
+TEST(Regression, QualityLimitBeatsTheFourGigabyteBound) {
+  lm_quality_params p;
+  ASSERT_EQ(lm_quality_params_default(&p), LM_OK);
+  p.max_doc_bytes = 1000;
+  lm_quality *q = nullptr;
+  ASSERT_EQ(lm_quality_create(&p, &q), LM_OK);
+  lm_quality_scratch *s = nullptr;
+  ASSERT_EQ(lm_quality_scratch_create(&s), LM_OK);
+  static const uint8_t byte = 'x';
+  lm_quality_doc_result r;
+  const size_t huge = (size_t)5 << 30;
+  ASSERT_EQ(lm_quality_check(q, s, &byte, huge, &r, nullptr), LM_OK);
+  EXPECT_EQ(r.reason, LM_REASON_TOO_LARGE);
+  // without a configured limit the bound is still a clear error, not a crash
+  lm_quality *q0 = nullptr;
+  ASSERT_EQ(lm_quality_create(nullptr, &q0), LM_OK);
+  EXPECT_EQ(lm_quality_check(q0, s, &byte, huge, &r, nullptr), LM_ETOOBIG);
+  lm_quality_destroy(q0);
+  lm_quality_scratch_destroy(s);
+  lm_quality_destroy(q);
+}
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define LM_REGRESS_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define LM_REGRESS_SANITIZED 1
+#endif
+#endif
+
+// Review of the size limits: lm_cleaner_run reserved lm_clean_bound(len) = 3 x
+// len bytes of output for every document BEFORE lm_clean_text refused it for
+// max_doc_bytes, so a 64 MiB document "refused" at 1 KiB still cost 192 MiB.
+// Reproduced in a child process whose address space leaves ~96 MiB of room
+// beyond the input and the result (the sanitizers reserve huge address ranges,
+// so this one runs in the plain build only).  Fix: core/src/clean.c reserves
+// nothing for a document above the limit.
+TEST(Regression, CleanerRefusesOversizedDocumentWithoutReservingForIt) {
+#ifdef LM_REGRESS_SANITIZED
+  GTEST_SKIP() << "RLIMIT_AS cannot be used under a sanitizer";
+#else
+  const size_t big = (size_t)64 << 20;
+  std::string doc(big, 'a');
+  std::vector<int64_t> offs{0, 5, (int64_t)(5 + big)};
+  std::string data = "small" + doc;
+  doc.clear();
+  doc.shrink_to_fit();
+  lm_cleaner_params p;
+  ASSERT_EQ(lm_cleaner_params_default(&p), LM_OK);
+  p.max_doc_bytes = 1024;
+  lm_cleaner *c = nullptr;
+  ASSERT_EQ(lm_cleaner_create(&p, &c), LM_OK);
+  lm_batch_result r;
+  lm_batch_result_init(&r);
+  lm_docs in{offs.data(), (const uint8_t *)data.data(), 2, data.size()};
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    // the result reserves about data_len up front; leave ~96 MiB beyond that
+    long pages = 0, page = sysconf(_SC_PAGESIZE);
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (!f || fscanf(f, "%ld", &pages) != 1) _exit(3);
+    fclose(f);
+    rlim_t lim = (rlim_t)pages * (rlim_t)page + (rlim_t)data.size() + ((rlim_t)96 << 20);
+    struct rlimit rl = {lim, lim};
+    if (setrlimit(RLIMIT_AS, &rl) != 0) _exit(4);
+    lm_status s = lm_cleaner_run(c, &in, &r, nullptr);
+    if (s != LM_OK) _exit(10 + (int)s);
+    if (r.n_out != 1 || r.reasons[0] != LM_REASON_KEPT || r.reasons[1] != LM_REASON_TOO_LARGE) _exit(5);
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "child exit code (10 + lm_status on an error; 12 = LM_ENOMEM)";
+  // and in this process, without a limit on memory: the same answer
+  ASSERT_EQ(lm_cleaner_run(c, &in, &r, nullptr), LM_OK);
+  EXPECT_EQ(r.reasons[1], LM_REASON_TOO_LARGE);
+  lm_batch_result_free(&r);
+  lm_cleaner_destroy(c);
+#endif
 }
