@@ -7,8 +7,11 @@
  *  - the masked text of a document is exactly the input with each span
  *    replaced by its type's replacement (strict mode, one replacement per type),
  *    so it is valid UTF-8 whenever the input is;
- *  - masking the masked text again changes nothing (the replacement tokens
- *    contain no PII);
+ *  - the replacement tokens are never matched: lm_pii_find on the masked text
+ *    reports no span that overlaps an inserted token (masking is not a fixed
+ *    point in general: context rules look at the neighbours, e.g. a phone glued
+ *    to the digit of an IPv4 address is refused, and accepted once that address
+ *    became "<IP_ADDRESS>" — found by this target, and correct);
  *  - lm_pii_run equals lm_pii_mask_doc per document, 1 thread == 4 threads;
  *    the counters add up to the spans found.
  */
@@ -99,10 +102,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       /* rebuild the masked text from the spans */
       size_t cap = len + nf * 16 + 1, o = 0, at = 0;
       uint8_t *want = malloc(cap);
+      size_t *tok = malloc((2 * nf + 1) * sizeof *tok); /* token intervals in the output */
       for (size_t k = 0; k < nf; k++) {
         memcpy(want + o, t + at, sp[k].start - at);
         o += sp[k].start - at;
         size_t rl = strlen(k_repl[sp[k].type]);
+        tok[2 * k] = o;
+        tok[2 * k + 1] = o + rl;
         memcpy(want + o, k_repl[sp[k].type], rl);
         o += rl;
         at = sp[k].end;
@@ -112,11 +118,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       CHECK(o == outs[i].len && (o == 0 || memcmp(want, outs[i].data, o) == 0));
       free(want);
       if (ref_utf8_valid(t, len)) CHECK(ref_utf8_valid(outs[i].data, outs[i].len));
-      /* a fixed point */
-      lm_pii_buf again = {0};
-      CHECK(lm_pii_mask_doc(m, outs[i].data, outs[i].len, NULL, &again, NULL) == LM_OK);
-      CHECK(again.len == outs[i].len && (again.len == 0 || memcmp(again.data, outs[i].data, again.len) == 0));
-      lm_pii_buf_free(&again);
+      /* the inserted tokens are never matched again */
+      lm_pii_match *sp2 = malloc(MAX_SPANS * sizeof *sp2);
+      size_t nf2 = 0;
+      CHECK(lm_pii_find(m, outs[i].data, outs[i].len, sp2, MAX_SPANS, &nf2) == LM_OK);
+      for (size_t a2 = 0; a2 < nf2 && a2 < MAX_SPANS; a2++)
+        for (size_t k = 0; k < nf; k++) CHECK(sp2[a2].end <= tok[2 * k] || sp2[a2].start >= tok[2 * k + 1]);
+      free(sp2);
+      free(tok);
     }
   }
   /* batch: 1 and 4 threads, same output as per document (counters reset between) */

@@ -104,6 +104,13 @@ def main() -> None:
     write("pii", "datatrove", b"\x09\x00" + strs(*PII))
     write("pii", "public_only", b"\x06\x03" + strs(*PII))
 
+    # pipeline: stage-off bits, options, batch split, then documents
+    mixed = TEXTS + PII + [PROSE, PROSE, TEXTS[1]]
+    write("pipeline", "all_stages", b"\x00\x05\x07" + strs(*mixed))
+    write("pipeline", "datatrove_nfc", b"\x10\x15\x03" + strs(*mixed))
+    write("pipeline", "no_cleaner", b"\x01\x47\x02" + strs(*mixed))
+    write("pipeline", "dedup_only", b"\x0b\x00\x04" + strs(*(mixed + mixed)))
+
     # wal: mode byte, then ops (0/1 valid record, 2 raw, 3 flip, 4 cut, 5 stale copy)
     h16 = lambda k: hashlib.blake2b(bytes([k]), digest_size=16).digest()  # noqa: E731
     write("wal", "records", b"\x00" + b"\x00\x03" + h16(1) + h16(2) + h16(3) + h16(3) + b"\x01\x01" + h16(4) + h16(5))
