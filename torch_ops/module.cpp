@@ -11,6 +11,10 @@
 
 #include "common.h"
 
+extern "C" {
+#include "luminamoon/hash.h"
+}
+
 namespace py = pybind11;
 
 namespace luminamoon {
@@ -198,6 +202,27 @@ void validate_views(const at::Tensor &views, const std::vector<at::Tensor> &buff
   if (s != LM_OK) throw py::value_error("views: not a valid string-view array (" + std::string(lm_status_str(s)) + ")");
 }
 
+// XXH3-128 of each string: int64 [N, 2] (low, high words' bits).
+at::Tensor hash128(const at::Tensor &offsets, const at::Tensor &data, uint64_t seed) {
+  check_strings("hash128", offsets, data);
+  TORCH_CHECK_VALUE(offsets.is_cpu(), "hash128: the strings must be on the CPU");
+  const int64_t n = offsets.numel() - 1;
+  auto out = at::empty({n, 2}, at::TensorOptions().dtype(at::kLong));
+  at::Tensor off64 = offsets.to(at::kLong);
+  const int64_t *o = off64.data_ptr<int64_t>();
+  const uint8_t *d = data.data_ptr<uint8_t>();
+  int64_t *h = out.data_ptr<int64_t>();
+  {
+    py::gil_scoped_release nogil;
+    for (int64_t i = 0; i < n; i++) {
+      lm_hash128_t x = lm_hash128(d + o[i], size_t(o[i + 1] - o[i]), seed);
+      h[2 * i] = int64_t(x.lo);
+      h[2 * i + 1] = int64_t(x.hi);
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 void register_stages(py::module_ &m);  // stages.cpp
@@ -213,5 +238,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("validate_utf8", &validate_utf8, py::arg("offsets"), py::arg("data"));
   m.def("validate_views", &validate_views, py::arg("views"), py::arg("buffers"));
   m.def("cpu_count", &lm_cpu_count);
+  m.def("hash128", &hash128, py::arg("offsets"), py::arg("data"), py::arg("seed") = 0);
   register_stages(m);
 }

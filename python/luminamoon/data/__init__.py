@@ -1,4 +1,4 @@
-"""luminamoon.data: resumable data sources (and, later, the pipeline adapters)."""
+"""luminamoon.data: resumable data sources, ResumablePipeline and the DataLoader collate."""
 from .sources import (
     HFIterableSource,
     IterableSource,
@@ -10,7 +10,12 @@ from .sources import (
     write_jsonl,
 )
 
+from .adapters import Batch, ResumablePipeline
+from .collate import GlobalDedup, ResumableCollate, create_resumable_collate, start_global_dedup
+
 __all__ = [
+    "Batch", "ResumablePipeline", "ResumableCollate", "create_resumable_collate", "GlobalDedup",
+    "start_global_dedup",
     "Source", "IterableSource", "JsonlSource", "TextSource", "ParquetSource",
     "HFIterableSource", "expand_paths", "write_jsonl",
 ]

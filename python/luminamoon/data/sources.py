@@ -89,6 +89,7 @@ def expand_paths(paths_or_glob: PathsArg) -> List[str]:
 
 
 def _compression(path: str) -> str:
+    path = os.fspath(path)
     if path.endswith(".gz") or path.endswith(".gzip"):
         return "gzip"
     if path.endswith(".zst") or path.endswith(".zstd"):
@@ -109,6 +110,7 @@ def write_jsonl(path: str, records: Iterable[Any], frame_bytes: int = 1 << 20, l
     gzip or zstd by suffix.  Compressed output is cut into independent gzip
     members / zstd frames of about ``frame_bytes`` uncompressed bytes so that a
     resume never decompresses more than one of them."""
+    path = os.fspath(path)
     comp = _compression(path)
     tmp = path + ".tmp"
     with open(tmp, "wb") as f:

@@ -1,0 +1,453 @@
+"""ResumablePipeline: background prefetch, atomic commit and exact resume (design.md §5–6).
+
+The promise: kill the process at any instant, restart with the same
+``state_dir``, and every document is delivered exactly once across the runs'
+committed output — none skipped, none repeated, none wrongly dropped as a
+duplicate.
+
+How (design.md §5):
+
+* a background thread reads records from the source, runs the pipeline (clean
+  → quality → dedup → PII) and puts ``Batch`` objects into a bounded
+  ``queue.Queue`` (``prefetch_batches``);
+* ``commit()`` makes durable the coordinate of the **last batch the consumer
+  received** — never one the thread produced ahead: first the dedup WAL is
+  synced, then a small JSON sidecar (source position + your ``extra``) is
+  written atomically, then the 64-byte state slot naming that sidecar is
+  written and synced (``StateTracker``: two slots, a torn write leaves the
+  other valid);
+* on restart the newest valid slot is loaded, the dedup WAL **and table** are
+  truncated back to the committed LSN (hashes of batches after the checkpoint
+  are forgotten, so those documents are not wrongly dropped when read again),
+  and the source is positioned at the committed coordinate.
+
+Example:
+    >>> from luminamoon.data import ResumablePipeline, JsonlSource
+    >>> with ResumablePipeline(JsonlSource("shards/*.jsonl.gz"), batch_size=512,
+    ...                        state_dir="ckpt") as pipe:           # doctest: +SKIP
+    ...     for batch in pipe:
+    ...         train_on(batch.texts)
+    ...         if batch.index % 100 == 0:
+    ...             pipe.commit()
+"""
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import queue
+import shutil
+import tempfile
+import threading
+import weakref
+import zlib
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Union
+
+import torch
+
+from .sources import IterableSource, Source
+
+__all__ = ["Batch", "ResumablePipeline"]
+
+_SENTINEL = object()
+_STATE_VERSION = 1
+_LIVE: "weakref.WeakSet[ResumablePipeline]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_live_pipelines() -> None:
+    """Stop every prefetch thread before the interpreter finalises: a daemon
+    thread still inside a native call would otherwise die mid-call."""
+    for p in list(_LIVE):
+        try:
+            p.close()
+        except Exception:
+            pass
+
+
+@dataclass
+class Batch:
+    """One batch as the consumer receives it.
+
+    ``texts`` are the pipeline's outputs (kept documents, cleaned and masked) in
+    input order; ``reasons`` has one code per *input* record (0 = kept, see
+    ``luminamoon.reason_name``); ``source_index`` maps each output to its input;
+    ``records`` holds each input record without its text field (ids, metadata).
+    """
+
+    index: int
+    texts: Any
+    reasons: torch.Tensor
+    source_index: torch.Tensor
+    records: List[Dict[str, Any]]
+    n_in: int
+    bytes_in: int
+    coord: Dict[str, Any] = field(repr=False, default_factory=dict)
+
+    @property
+    def kept_records(self) -> List[Dict[str, Any]]:
+        """The records of the kept documents, aligned with ``texts``."""
+        return [self.records[i] for i in self.source_index.tolist()]
+
+
+class _ProducerError:
+    def __init__(self, exc: BaseException):
+        self.exc = exc
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _atomic_write(path: str, data: bytes) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(os.path.dirname(path) or ".")
+
+
+class ResumablePipeline:
+    """Iterate processed batches from a source, with exact, crash-safe resume.
+
+    Args:
+        source: a ``luminamoon.data`` source (JSONL / text / Parquet files resume
+            in O(1) by position; ``IterableSource`` replays and skips), or any
+            re-iterable of ``str`` / dicts (wrapped in ``IterableSource``).
+        pipeline: ``"fused"`` (default: one pass, clean → quality → dedup → PII),
+            ``"chain"`` (the four stages as separate batch calls), ``None`` (no
+            processing), or a callable ``StringTensor -> StageResult`` holding no
+            dedup state of its own.
+        dedup: exact deduplication across batches and restarts (its WAL lives
+            in ``state_dir``).
+        stages: keyword arguments for ``FusedPipeline``/``ChainPipeline``
+            (``cleaner=``, ``quality=``, ``pii=``).
+        batch_size: input records per batch.
+        prefetch_batches: batches produced ahead by the background thread (0:
+            produce in the consumer's thread).
+        state_dir: where the state slots, commit sidecars and the dedup WAL
+            live.  ``None``: a private temporary folder (in-process
+            ``state_dict``/``load_state_dict`` still work; nothing survives the
+            process).  A folder with a committed state is resumed from it.
+        text_key: the records' text field.
+        num_threads: C threads per batch (default: ``torch.get_num_threads()``).
+    """
+
+    def __init__(self, source: Union[Source, Iterable[Any]], pipeline: Union[str, Callable, None] = "fused", *,
+                 dedup: bool = True, stages: Optional[Dict[str, Any]] = None, batch_size: int = 1024,
+                 prefetch_batches: int = 2, state_dir: Optional[str] = None, text_key: str = "text",
+                 num_threads: Optional[int] = None, max_queue_bytes: Optional[int] = None):
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        if not isinstance(prefetch_batches, int) or isinstance(prefetch_batches, bool) or prefetch_batches < 0:
+            raise ValueError(f"prefetch_batches must be an int >= 0, got {prefetch_batches!r}")
+        if not isinstance(text_key, str):
+            raise TypeError(f"text_key must be str, got {type(text_key).__name__}")
+        if pipeline not in ("fused", "chain", None) and not callable(pipeline):
+            raise ValueError(f"pipeline must be 'fused', 'chain', None or a callable, got {pipeline!r}")
+        if stages is not None and not isinstance(stages, dict):
+            raise TypeError(f"stages must be a dict of stage arguments, got {type(stages).__name__}")
+        if not isinstance(source, Source):
+            if isinstance(source, (str, bytes)) or not hasattr(source, "__iter__") and not callable(source):
+                raise TypeError(f"source must be a luminamoon.data source or an iterable of records, "
+                                f"got {type(source).__name__}")
+            source = IterableSource(source, text_key=text_key)
+        self.source = source
+        self.batch_size = batch_size
+        self.prefetch_batches = prefetch_batches
+        self.text_key = text_key
+        self.num_threads = num_threads
+        self.max_queue_bytes = max_queue_bytes
+
+        self._own_dir = state_dir is None
+        self.state_dir = tempfile.mkdtemp(prefix="luminamoon-state-") if state_dir is None else os.fspath(state_dir)
+        os.makedirs(self.state_dir, exist_ok=True)
+        if not os.access(self.state_dir, os.W_OK):
+            raise PermissionError(f"state_dir {self.state_dir!r} is not writable")
+
+        from .. import stages as _stages  # the native stage classes
+
+        self._stages_mod = _stages
+        self.dedup = _stages.StreamDeduplicator(wal_path=os.path.join(self.state_dir, "dedup.wal")) if dedup else None
+        self._pipeline = self._make_pipeline(pipeline, stages or {})
+        from ..state import StateTracker
+
+        self.state = StateTracker(os.path.join(self.state_dir, "state"))
+
+        self._lock = threading.Lock()  # serialises use of the pipeline/dedup between threads
+        self._thread: Optional[threading.Thread] = None
+        self._queue: Optional[queue.Queue] = None
+        self._stop = threading.Event()
+        self._closed = False
+        self._started = False
+        self._exhausted = False
+        self._last: Optional[Dict[str, Any]] = None   # coordinate of the last batch received
+        self._commit_id = 0
+        self.resume_extra: Optional[Dict[str, Any]] = None
+        self.commits = 0
+        self._start = {"batch_index": 0, "sample_index": 0, "epoch": 0}
+        self._recover()
+        _LIVE.add(self)
+
+    # ------------------------------------------------------------- building
+    def _make_pipeline(self, pipeline, stage_kwargs):
+        if pipeline is None:
+            return None
+        if callable(pipeline) and not isinstance(pipeline, str):
+            return pipeline
+        cls = self._stages_mod.FusedPipeline if pipeline == "fused" else self._stages_mod.ChainPipeline
+        kw = dict(stage_kwargs)
+        kw["dedup"] = self.dedup if self.dedup is not None else False
+        if self.num_threads is not None:
+            kw["num_threads"] = self.num_threads
+        return cls(**kw)
+
+    # ------------------------------------------------------------- recovery
+    def _sidecar_path(self, commit_id: int) -> str:
+        return os.path.join(self.state_dir, f"commit-{commit_id:020d}.json")
+
+    def _recover(self) -> None:
+        loaded = self.state.load()  # raises StateCorruptError when no valid slot but the file is not fresh
+        if loaded is None:
+            if self.dedup is not None and self.dedup.lsn:
+                self.dedup.truncate(0)  # hashes admitted before any commit are forgotten
+            return
+        coord, _seq = loaded
+        commit_id, crc = int(coord["source_pos"]), int(coord["source_pos2"])
+        path = self._sidecar_path(commit_id)
+        try:
+            with open(path, "rb") as f:
+                raw = f.read()
+        except FileNotFoundError:
+            raise OSError(f"state in {self.state_dir!r} names commit {commit_id}, but {path} is missing: "
+                          "the state folder is incomplete; refusing to restart from zero") from None
+        if zlib.crc32(raw) != crc:
+            raise OSError(f"commit sidecar {path} does not match its state slot (checksum): refusing to resume")
+        side = json.loads(raw)
+        if side.get("version") != _STATE_VERSION:
+            raise OSError(f"commit sidecar {path} has format version {side.get('version')}, expected {_STATE_VERSION}")
+        self._apply(side)
+        self._commit_id = commit_id
+
+    def _apply(self, side: Dict[str, Any]) -> None:
+        """Position source and dedup at a committed coordinate (before iteration)."""
+        lsn = int(side["wal_lsn"])
+        if self.dedup is not None:
+            if self.dedup.lsn < lsn:
+                raise OSError(f"the dedup WAL in {self.state_dir!r} holds {self.dedup.lsn} hashes but the "
+                              f"committed state needs {lsn}: the log lost committed records")
+            self.dedup.truncate(lsn)
+        if side.get("source") is not None:
+            self.source.seek(side["source"])
+        self._start = {k: int(side[k]) for k in ("batch_index", "sample_index", "epoch")}
+        self._last = dict(side)
+        self.resume_extra = side.get("extra")
+
+    # ------------------------------------------------------------ producing
+    def _produce_one(self, it: Iterator[Dict[str, Any]], index: int, sample_index: int) -> Optional[Batch]:
+        from ..string_tensor import StringTensor
+
+        texts: List[str] = []
+        records: List[Dict[str, Any]] = []
+        key = self.text_key
+        for rec in it:
+            t = rec.get(key) if isinstance(rec, dict) else None
+            if not isinstance(t, str):
+                raise ValueError(f"record {sample_index + len(texts)} has no str field {key!r}")
+            texts.append(t)
+            records.append({k: v for k, v in rec.items() if k != key})
+            if len(texts) == self.batch_size:
+                break
+        if not texts:
+            return None
+        pos = self.source.position()
+        st = StringTensor.from_list(texts)
+        bytes_in = st.nbytes
+        with self._lock:
+            if self._pipeline is None:
+                out, reasons = st, torch.zeros(len(texts), dtype=torch.int32)
+                src_idx = torch.arange(len(texts), dtype=torch.int64)
+            else:
+                r = self._pipeline(st)
+                out, reasons, src_idx = r.texts, r.reasons, r.source_index
+            lsn = self.dedup.lsn if self.dedup is not None else 0
+        coord = {"version": _STATE_VERSION, "source": pos, "batch_index": index + 1,
+                 "sample_index": sample_index + len(texts), "epoch": self._start["epoch"], "wal_lsn": lsn}
+        return Batch(index, out, reasons, src_idx, records, len(texts), bytes_in, coord)
+
+    def _batches(self) -> Iterator[Batch]:
+        it = iter(self.source)
+        index, sample = self._start["batch_index"], self._start["sample_index"]
+        while not self._stop.is_set():
+            b = self._produce_one(it, index, sample)
+            if b is None:
+                return
+            index, sample = b.coord["batch_index"], b.coord["sample_index"]
+            yield b
+
+    def _run_thread(self) -> None:
+        q = self._queue
+        try:
+            for b in self._batches():
+                while not self._stop.is_set():
+                    try:
+                        q.put(b, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if self._stop.is_set():
+                    return
+            item = _SENTINEL
+        except BaseException as e:  # re-raised in the consumer
+            item = _ProducerError(e)
+        while not self._stop.is_set():
+            try:
+                q.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+    # ------------------------------------------------------------ consuming
+    def __iter__(self) -> Iterator[Batch]:
+        self._check_open()
+        if self._started:
+            raise RuntimeError("a ResumablePipeline is iterated once; build a new one (it resumes from state_dir)")
+        self._started = True
+        if self.prefetch_batches == 0:
+            for b in self._batches():
+                self._last = b.coord
+                yield b
+            self._exhausted = True
+            return
+        self._queue = queue.Queue(maxsize=self.prefetch_batches)
+        self._thread = threading.Thread(target=self._run_thread, name="luminamoon-prefetch", daemon=True)
+        self._thread.start()
+        while True:
+            item = self._get()
+            if item is _SENTINEL:
+                self._exhausted = True
+                return
+            if isinstance(item, _ProducerError):
+                raise item.exc
+            self._last = item.coord
+            yield item
+
+    def _get(self):
+        while True:
+            try:
+                return self._queue.get(timeout=0.1)
+            except queue.Empty:
+                if self._thread is not None and not self._thread.is_alive() and self._queue.empty():
+                    return _SENTINEL if self._stop.is_set() else _ProducerError(
+                        RuntimeError("the prefetch thread ended without a result"))
+                if self._closed:
+                    return _SENTINEL
+
+    # -------------------------------------------------------------- commits
+    def commit(self, extra: Optional[Dict[str, Any]] = None) -> int:
+        """Make the coordinate of the last batch received durable; returns the commit number.
+
+        ``extra`` (JSON-serialisable) is stored with it and comes back as
+        ``resume_extra`` after a restart: put your own output's position there.
+        """
+        self._check_open()
+        if extra is not None:
+            try:
+                json.dumps(extra)
+            except (TypeError, ValueError) as e:
+                raise TypeError(f"extra must be JSON-serialisable: {e}") from None
+        last = self._last
+        if last is None:  # nothing received yet: commit the starting point
+            last = {"version": _STATE_VERSION, "source": self.source.position(), "wal_lsn": 0, **self._start}
+        side = dict(last)
+        side["extra"] = extra
+        with self._lock:
+            if self.dedup is not None:
+                durable = self.dedup.sync()  # 1. the WAL up to (at least) the batch's LSN
+                if durable < int(side["wal_lsn"]):
+                    raise OSError(f"dedup WAL durable at {durable} < committed LSN {side['wal_lsn']}")
+            raw = json.dumps(side, sort_keys=True).encode()
+            commit_id = self._commit_id + 1
+            _atomic_write(self._sidecar_path(commit_id), raw)  # 2. the sidecar, atomically
+            self.state.commit(epoch=int(side["epoch"]), batch_index=int(side["batch_index"]),  # 3. the slot
+                              sample_index=int(side["sample_index"]), source_pos=commit_id,
+                              source_pos2=zlib.crc32(raw), shard=0, wal_lsn=int(side["wal_lsn"]))
+            old = self._sidecar_path(self._commit_id - 1)
+            self._commit_id = commit_id
+        if os.path.exists(old):  # keep the sidecars of both slots
+            os.remove(old)
+        self.commits += 1
+        return commit_id
+
+    # ------------------------------------------------------ Stateful protocol
+    def state_dict(self) -> Dict[str, Any]:
+        """The coordinate of the last batch received (torchdata ``Stateful``).
+
+        The dedup table itself lives in ``state_dir`` (its WAL); the state dict
+        records the LSN to truncate it back to and the folder.
+        """
+        last = self._last or {"version": _STATE_VERSION, "source": self.source.position(), "wal_lsn": 0,
+                              **self._start}
+        return {**json.loads(json.dumps(last)), "state_dir": self.state_dir}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        """Resume from ``state_dict()`` output; call before iterating."""
+        self._check_open()
+        if self._started:
+            raise RuntimeError("load_state_dict must be called before iteration starts")
+        if not isinstance(state, dict):
+            raise TypeError(f"state must be a dict from state_dict(), got {type(state).__name__}")
+        missing = {"source", "batch_index", "sample_index", "epoch", "wal_lsn"} - set(state)
+        if missing:
+            raise ValueError(f"state is missing {sorted(missing)}")
+        if state.get("version", _STATE_VERSION) != _STATE_VERSION:
+            raise ValueError(f"state has format version {state.get('version')}, expected {_STATE_VERSION}")
+        sd = state.get("state_dir")
+        if self.dedup is not None and sd is not None and os.path.realpath(sd) != os.path.realpath(self.state_dir):
+            raise ValueError(f"state was taken with state_dir={sd!r}; this pipeline uses {self.state_dir!r} "
+                             "(the dedup log lives there)")
+        self._apply(dict(state))
+
+    # -------------------------------------------------------------- closing
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError("this ResumablePipeline is closed")
+
+    def close(self) -> None:
+        """Stop the prefetch thread and release files (uncommitted progress is not saved)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._stop.set()
+        if self._thread is not None:
+            while self._thread.is_alive():
+                try:  # unblock a producer waiting on a full queue
+                    self._queue.get_nowait()
+                except queue.Empty:
+                    pass
+                self._thread.join(timeout=0.05)
+        with self._lock:
+            if self.dedup is not None:
+                self.dedup.close()
+            self.state.close()
+        if self._own_dir:
+            shutil.rmtree(self.state_dir, ignore_errors=True)
+
+    def __enter__(self) -> "ResumablePipeline":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
