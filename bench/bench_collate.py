@@ -62,7 +62,7 @@ def python_pipeline_collate(max_length):
                     break
             if not ok:
                 continue
-            h = xxhash.xxh3_128_intdigest(doc.text)
+            h = xxhash.xxh3_128_intdigest(doc.text.encode())
             if h in seen:
                 continue
             seen.add(h)

@@ -3,6 +3,7 @@
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "common.h"
@@ -322,8 +323,36 @@ at::Tensor views_hash64_cpu(const at::Tensor &views, at::TensorList buffers, int
   return out;
 }
 
+// int64 [N, max_len]: 1 where column < lengths[i], else 0 (the attention mask of
+// pad_bytes' output).  A row is two fills on the CPU; ATen ops on other devices.
+at::Tensor attention_mask_any(const at::Tensor &lengths, int64_t max_len) {
+  TORCH_CHECK_TYPE(lengths.scalar_type() == at::kLong, "luminamoon.attention_mask: lengths must be int64, got ",
+                   lengths.scalar_type());
+  TORCH_CHECK_VALUE(lengths.dim() == 1, "luminamoon.attention_mask: lengths must be 1-D, got shape ", lengths.sizes());
+  TORCH_CHECK_VALUE(max_len >= 0, "luminamoon.attention_mask: max_len must be >= 0, got ", max_len);
+  if (!lengths.is_cpu())
+    return at::arange(max_len, lengths.options()).lt(lengths.unsqueeze(1)).to(at::kLong);
+  auto len = lengths.contiguous();
+  const int64_t n = len.numel();
+  auto out = at::empty({n, max_len}, len.options());
+  const int64_t *l = len.data_ptr<int64_t>();
+  int64_t *o = out.data_ptr<int64_t>();
+  at::parallel_for(0, n, 256, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; i++) {
+      int64_t k = std::min(std::max(l[i], int64_t(0)), max_len);
+      std::fill(o + i * max_len, o + i * max_len + k, int64_t(1));
+      std::fill(o + i * max_len + k, o + (i + 1) * max_len, int64_t(0));
+    }
+  });
+  return out;
+}
+
 }  // namespace
 }  // namespace luminamoon
+
+TORCH_LIBRARY_IMPL(luminamoon, CompositeExplicitAutograd, m) {
+  m.impl("attention_mask", &luminamoon::attention_mask_any);
+}
 
 TORCH_LIBRARY(luminamoon, m) {
   m.def("prefix_match(Tensor offsets, Tensor data, str prefix) -> Tensor");
@@ -332,6 +361,7 @@ TORCH_LIBRARY(luminamoon, m) {
   m.def("hash64(Tensor offsets, Tensor data, int seed=0) -> Tensor");
   m.def("pad_bytes(Tensor offsets, Tensor data, int max_len, int pad_id=0, int bos_id=-1, int eos_id=-1) "
         "-> (Tensor, Tensor)");
+  m.def("attention_mask(Tensor lengths, int max_len) -> Tensor");
   m.def("gather(Tensor offsets, Tensor data, Tensor index) -> (Tensor, Tensor)");
   m.def("compact(Tensor offsets, Tensor data, Tensor mask) -> (Tensor, Tensor)");
   m.def("views_from_offsets(Tensor offsets, Tensor data) -> Tensor");

@@ -17,7 +17,7 @@ import torch
 from . import _C  # noqa: F401  (registers the operators)
 
 __all__ = [
-    "prefix_match", "equal", "equal_scalar", "hash64", "pad_bytes", "gather", "compact",
+    "prefix_match", "equal", "equal_scalar", "hash64", "pad_bytes", "attention_mask", "gather", "compact",
     "views_from_offsets", "offsets_from_views",
 ]
 
@@ -68,6 +68,11 @@ def _pad_bytes_fake(offsets, data, max_len, pad_id=0, bos_id=-1, eos_id=-1):
     _same_device('pad_bytes', offsets=offsets, data=data)
     n = _n(offsets)
     return (offsets.new_empty((n, max_len), dtype=torch.int64), offsets.new_empty((n,), dtype=torch.int64))
+
+
+@torch.library.register_fake("luminamoon::attention_mask")
+def _attention_mask_fake(lengths, max_len):
+    return lengths.new_empty((lengths.shape[0], max_len), dtype=torch.int64)
 
 
 @torch.library.register_fake("luminamoon::gather")
@@ -147,6 +152,11 @@ def hash64(offsets, data, seed: int = 0) -> torch.Tensor:
 def pad_bytes(offsets, data, max_len: int, pad_id: int = 0, bos_id: int = -1, eos_id: int = -1):
     """Byte-level tokens: (int64[N, max_len], lengths int64[N]); bos/eos < 0 mean none."""
     return _lib.pad_bytes(offsets, data, max_len, pad_id, bos_id, eos_id)
+
+
+def attention_mask(lengths: torch.Tensor, max_len: int) -> torch.Tensor:
+    """int64[N, max_len]: 1 where the column is below ``lengths[i]`` (the mask of ``pad_bytes``' tokens)."""
+    return _lib.attention_mask(lengths, max_len)
 
 
 def gather(offsets, data, index: torch.Tensor):

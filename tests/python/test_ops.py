@@ -27,6 +27,7 @@ def test_opcheck_every_op(large):
         (OPS.equal_scalar.default, (off, data, "banana")),
         (OPS.hash64.default, (off, data, 7)),
         (OPS.pad_bytes.default, (off, data, 12, 0, 256, 257)),
+        (OPS.attention_mask.default, (torch.tensor([0, 3, 12, 20]), 12)),
         (OPS.gather.default, (off, data, torch.tensor([3, 0, 3, 7]))),
         (OPS.compact.default, (off, data, torch.tensor([True, False] * 4))),
         (OPS.views_from_offsets.default, (off, data)),
@@ -54,6 +55,14 @@ def test_ops_match_python_references():
         assert n == len(b) and row == b + [-1] * (6 - len(b))
 
 
+def test_attention_mask_matches_reference():
+    lengths = torch.tensor([0, 1, 5, 9, -2])
+    want = (torch.arange(7)[None, :] < lengths.clamp(0, 7)[:, None]).long()
+    assert torch.equal(ops.attention_mask(lengths, 7), want)
+    with pytest.raises(TypeError, match="lengths must be int64"):
+        ops.attention_mask(lengths.int(), 7)
+
+
 def test_outputs_never_alias_inputs():
     off, data = strings()
     all_true = torch.ones(len(ITEMS), dtype=torch.bool)
@@ -73,7 +82,8 @@ def test_compile_fullgraph_fixed_shape_ops():
         s = OPS.equal_scalar(off, data, "apple")
         h = OPS.hash64(off, data, 11)
         tok, lengths = OPS.pad_bytes(off, data, 16, 0, 1, 2)
-        return m & ~e, s, h, (tok * m[:, None]).sum(1) + lengths
+        mask = OPS.attention_mask(lengths, 16)
+        return m & ~e, s, h, (tok * m[:, None] * mask).sum(1) + lengths
 
     eager = f(off, data, o2, d2)
     torch._dynamo.reset()

@@ -233,8 +233,8 @@ class ResumableCollate:
                                                           self.bos_id, self.eos_id)
         else:
             ids, lengths = self._tokenize(texts.tolist())
-        mask = torch.arange(ids.shape[1])[None, :] < lengths[:, None]
-        return {"input_ids": ids, "attention_mask": mask.to(torch.int64), "lengths": lengths}
+        mask = torch.ops.luminamoon.attention_mask(lengths, ids.shape[1])
+        return {"input_ids": ids, "attention_mask": mask, "lengths": lengths}
 
     def _tokenize(self, texts: List[str]):
         tok = self.tokenizer
