@@ -1,0 +1,280 @@
+"""Text stages vs HuggingFace datatrove, on the shared corpus, on ONE CPU core.
+
+Measured in the same run, on the same documents for each ratio:
+  * our FusedPipeline (clean -> quality -> dedup -> PII) vs datatrove's
+    equivalent pipeline: GopherRepetition -> GopherQuality -> C4 -> FineWeb
+    filters (C4 rewrites the text the later steps see), an exact dedup by hash
+    (a Python set of xxh3-128 digests) and PIIFormatter — per document, as
+    datatrove runs them;
+  * each of our stages vs its datatrove counterpart (TextCleaner has none in
+    datatrove: it is compared with a plain-Python re/str implementation);
+  * the deduplicator's inserts+probes per second and bytes per distinct document.
+
+datatrove is slow (milliseconds per document), so it runs on a deterministic
+random sample (--dt-sample, default 2000 documents); our stages are timed on
+that same sample for the ratios, and also on the whole input (--limit) for
+their absolute throughput.  Targets: fused >= 50x datatrove docs/s per core;
+dedup >= 20 M hashes/s per core at <= 32 bytes per distinct document.
+
+Usage: python bench/bench_stages.py [--limit N] [--dt-sample N] [--dedup-hashes N]
+"""
+from __future__ import annotations
+
+import argparse
+import random
+import re
+import sys
+import time
+import warnings
+
+import torch
+
+sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parent))
+from common import load_corpus, print_table  # noqa: E402
+
+import luminamoon as lm  # noqa: E402
+from luminamoon import (FusedPipeline, PIIMasker, QualityFilter, StreamDeduplicator, StringTensor,  # noqa: E402
+                        TextCleaner)
+
+
+def timed(fn, repeat=3):
+    best = float("inf")
+    out = None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        out = fn()
+        best = min(best, time.perf_counter() - t0)
+    return best, out
+
+
+# ------------------------------------------------------------------ datatrove side
+
+def dt_filters():
+    from datatrove.pipeline.filters import (C4QualityFilter, FineWebQualityFilter, GopherQualityFilter,
+                                            GopherRepetitionFilter)
+
+    return {"gopher_repetition": GopherRepetitionFilter(), "gopher_quality": GopherQualityFilter(),
+            "c4": C4QualityFilter(), "fineweb": FineWebQualityFilter()}
+
+
+def dt_keep(flt, doc) -> bool:
+    try:
+        r = flt.filter(doc)
+    except Exception:  # datatrove divides by zero on a few degenerate documents
+        return False
+    return bool(r[0]) if isinstance(r, tuple) else bool(r)
+
+
+def dt_pipeline(texts):
+    import xxhash
+    from datatrove.data import Document
+    from datatrove.pipeline.formatters import PIIFormatter
+
+    filters = list(dt_filters().values())
+    pii = PIIFormatter()
+    seen = set()
+    out = []
+    for i, t in enumerate(texts):
+        doc = Document(text=t, id=str(i))
+        if not all(dt_keep(f, doc) for f in filters):  # all() stops at the first drop
+            continue
+        h = xxhash.xxh3_128_intdigest(doc.text.encode("utf-8"))
+        if h in seen:
+            continue
+        seen.add(h)
+        out.append(pii.format(doc.text))
+    return out
+
+
+def dt_one_filter(name, texts):
+    from datatrove.data import Document
+
+    f = dt_filters()[name]
+    return [dt_keep(f, Document(text=t, id=str(i))) for i, t in enumerate(texts)]
+
+
+def dt_pii(texts):
+    from datatrove.pipeline.formatters import PIIFormatter
+
+    f = PIIFormatter()
+    return [f.format(t) for t in texts]
+
+
+def py_dedup(texts):
+    import xxhash
+
+    seen = set()
+    keep = []
+    for t in texts:
+        h = xxhash.xxh3_128_intdigest(t.encode("utf-8"))
+        keep.append(h not in seen)
+        seen.add(h)
+    return keep
+
+
+_SPACES = re.compile(r"[\u00a0\u1680\u2000-\u200a\u202f\u205f\u3000]")
+_CTRL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def py_clean(texts):
+    out = []
+    for s in texts:
+        s = s.replace("\r\n", "\n").replace("\r", "\n")
+        s = _CTRL.sub("", s)
+        s = _SPACES.sub(" ", s)
+        s = re.sub(r" {2,}", " ", s)
+        s = "\n".join(line.rstrip(" \t") for line in s.split("\n"))
+        s = re.sub(r"\n{4,}", "\n\n\n", s)
+        if s.strip():
+            out.append(s)
+    return out
+
+
+# ------------------------------------------------------------------ main
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--limit", type=int, default=None, help="documents of the corpus to use (default: all)")
+    ap.add_argument("--dt-sample", type=int, default=2000, help="documents datatrove runs on (default 2000)")
+    ap.add_argument("--dedup-hashes", type=int, default=10_000_000, help="distinct hashes for the dedup table test")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+
+    torch.set_num_threads(1)
+    warnings.simplefilter("ignore")
+    texts = load_corpus(args.limit)
+    n = len(texts)
+    mb = sum(len(t.encode()) for t in texts) / 1e6
+    idx = sorted(random.Random(args.seed).sample(range(n), min(args.dt_sample, n)))
+    sample = [texts[i] for i in idx]
+    smb = sum(len(t.encode()) for t in sample) / 1e6
+    st_all = StringTensor.from_list(texts)
+    st_s = StringTensor.from_list(sample)
+    print(f"corpus: {n} docs, {mb:.1f} MB; datatrove sample: {len(sample)} docs ({smb:.2f} MB, random, seed "
+          f"{args.seed}); one core (torch.set_num_threads(1), num_threads=1)")
+
+    try:
+        import datatrove  # noqa: F401
+        import xxhash  # noqa: F401
+        have_dt = True
+    except ImportError:
+        have_dt = False
+        print("datatrove / xxhash not installed: only our side is measured")
+
+    rows = []
+
+    def row(name, ours_s_time, dt_time, ours_all_time, counterpart):
+        ours_dps = len(sample) / ours_s_time
+        r = [name, f"{ours_dps:,.0f}", f"{len(sample) / dt_time:,.0f}" if dt_time else "—",
+             f"{ours_dps / (len(sample) / dt_time):,.0f}x" if dt_time else "—",
+             f"{n / ours_all_time:,.0f}", f"{mb / ours_all_time:,.1f}", counterpart]
+        rows.append(r)
+        print("  " + " | ".join(r), flush=True)
+
+    # fused pipeline
+    def fused(st, mode="datatrove"):
+        return lambda: FusedPipeline(pii=PIIMasker(mode), num_threads=1)(st)
+
+    t_s, _ = timed(fused(st_s))
+    t_all, res = timed(fused(st_all), repeat=2)
+    t_dt = None
+    if have_dt:
+        t0 = time.perf_counter()
+        dt_out = dt_pipeline(sample)
+        t_dt = time.perf_counter() - t0
+        ours_out = FusedPipeline(cleaner=False, pii=PIIMasker("datatrove"), num_threads=1)(st_s).texts.tolist()
+        print(f"  (same-docs check, fused without cleaner vs datatrove pipeline: {len(ours_out)} vs {len(dt_out)} "
+              f"outputs, {sum(a == b for a, b in zip(ours_out, dt_out))} identical in order)")
+    row("FusedPipeline (clean+4 rule sets+dedup+PII dt)", t_s, t_dt, t_all,
+        "4 filters + xxh3-128 set + PIIFormatter")
+    t_s2, _ = timed(fused(st_s, "strict"))
+    t_all2, _ = timed(fused(st_all, "strict"), repeat=2)
+    row("FusedPipeline, PII strict (6 types)", t_s2, t_dt, t_all2, "same datatrove pipeline")
+
+    # each stage
+    t_s, _ = timed(lambda: TextCleaner(num_threads=1)(st_s))
+    t_all, _ = timed(lambda: TextCleaner(num_threads=1)(st_all), repeat=2)
+    t0 = time.perf_counter()
+    py_clean(sample)
+    row("TextCleaner", t_s, time.perf_counter() - t0, t_all, "plain Python re/str (no datatrove step)")
+
+    for rs in ("gopher_repetition", "gopher_quality", "c4", "fineweb"):
+        t_s, _ = timed(lambda: QualityFilter(rules=[rs], num_threads=1)(st_s))
+        t_all, _ = timed(lambda: QualityFilter(rules=[rs], num_threads=1)(st_all), repeat=2)
+        t_dt = None
+        if have_dt:
+            t0 = time.perf_counter()
+            dt_one_filter(rs, sample)
+            t_dt = time.perf_counter() - t0
+        row(f"QualityFilter {rs}", t_s, t_dt, t_all, f"datatrove {rs} filter")
+
+    t_s, _ = timed(lambda: PIIMasker("datatrove", num_threads=1)(st_s))
+    t_all, _ = timed(lambda: PIIMasker("datatrove", num_threads=1)(st_all), repeat=2)
+    t_dt = None
+    if have_dt:
+        t0 = time.perf_counter()
+        dt_pii(sample)
+        t_dt = time.perf_counter() - t0
+    row("PIIMasker datatrove mode", t_s, t_dt, t_all, "datatrove PIIFormatter")
+    t_s, _ = timed(lambda: PIIMasker("strict", num_threads=1)(st_s))
+    t_all, _ = timed(lambda: PIIMasker("strict", num_threads=1)(st_all), repeat=2)
+    row("PIIMasker strict (6 types)", t_s, t_dt, t_all, "datatrove PIIFormatter (2 types)")
+
+    t_s, _ = timed(lambda: StreamDeduplicator(num_threads=1)(st_s))
+    t_all, _ = timed(lambda: StreamDeduplicator(num_threads=1)(st_all), repeat=2)
+    t_dt = None
+    if have_dt:
+        t0 = time.perf_counter()
+        py_dedup(sample)
+        t_dt = time.perf_counter() - t0
+    row("StreamDeduplicator (hash + admit)", t_s, t_dt, t_all, "Python set of xxh3-128")
+
+    print_table("Stages, one core: docs/s (ratios on the same sample of documents)",
+                ["stage", f"ours docs/s ({len(sample)} sample)", "datatrove docs/s", "ratio",
+                 f"ours docs/s (all {n})", "ours MB/s (all)", "counterpart"], rows)
+
+    # dedup table: inserts + probes per second, bytes per distinct document
+    m = args.dedup_hashes
+    g = torch.Generator().manual_seed(1)
+    hashes = torch.randint(-(1 << 63), (1 << 63) - 1, (m, 2), dtype=torch.int64, generator=g)
+    d = StreamDeduplicator()
+    t0 = time.perf_counter()
+    new = d.check_insert_hashes(hashes)
+    t_ins = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    again = d.check_insert_hashes(hashes)
+    t_probe = time.perf_counter() - t0
+    assert bool(new.all()) and not bool(again.any())
+    stt = d.stats
+    # the same into a table pre-sized for m entries (no growth during the run; 1.5 slots per entry)
+    d2 = StreamDeduplicator(initial_capacity=int(m * 1.5))
+    t0 = time.perf_counter()
+    d2.check_insert_hashes(hashes)
+    t_ins2 = time.perf_counter() - t0
+    st2 = d2.stats
+    import xxhash  # noqa: F401  (reference: a Python set of 128-bit ints)
+    pyset = set()
+    ints = [int(a) << 64 | (int(b) & ((1 << 64) - 1)) for a, b in hashes[: min(m, 2_000_000)].tolist()]
+    t0 = time.perf_counter()
+    for h in ints:
+        if h not in pyset:
+            pyset.add(h)
+    t_py = time.perf_counter() - t0
+    py_bytes = sys.getsizeof(pyset) + sum(sys.getsizeof(x) for x in ints[:1000]) / 1000 * len(pyset)
+    print_table("Dedup table, one core (random 128-bit hashes)",
+                ["operation", "hashes", "M hashes/s", "bytes per distinct document", "vs Python set"],
+                [["insert (probe + admit, grows from empty)", f"{m:,}", f"{m / t_ins / 1e6:.1f}",
+                  f"{stt['bytes_per_entry']:.1f}", f"{(m / t_ins) / (len(ints) / t_py):.1f}x"],
+                 ["insert into a pre-sized table", f"{m:,}", f"{m / t_ins2 / 1e6:.1f}",
+                  f"{st2['bytes_per_entry']:.1f}", f"{(m / t_ins2) / (len(ints) / t_py):.1f}x"],
+                 ["probe (all present)", f"{m:,}", f"{m / t_probe / 1e6:.1f}", "",
+                  f"{(m / t_probe) / (len(ints) / t_py):.1f}x"],
+                 ["insert + probe", f"{2 * m:,}", f"{2 * m / (t_ins + t_probe) / 1e6:.1f}", "", ""],
+                 ["Python set of int (reference)", f"{len(ints):,}", f"{len(ints) / t_py / 1e6:.1f}",
+                  f"{py_bytes / len(pyset):.0f}", "1x"]])
+    print(f"\ncorpus dedup: {res.reasons.eq(1).sum().item()} duplicates dropped by the fused pipeline; "
+          f"table {stt['table_bytes'] / 1e6:.0f} MB for {stt['entries']:,} hashes")
+
+
+if __name__ == "__main__":
+    main()
