@@ -38,6 +38,12 @@ lm_status lm_cleaner_create(const lm_cleaner_params *params, lm_cleaner **out) {
 
 void lm_cleaner_destroy(lm_cleaner *c) { free(c); }
 
+lm_status lm_cleaner_get_params(const lm_cleaner *c, lm_cleaner_params *out) {
+  if (!c || !out) return LM_EINVAL;
+  *out = c->p;
+  return LM_OK;
+}
+
 lm_status lm_cleaner_get_counters(const lm_cleaner *c, lm_clean_counters *out) {
   if (!c || !out) return LM_EINVAL;
   *out = c->counters;

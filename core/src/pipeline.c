@@ -21,6 +21,7 @@ typedef struct {
 
 struct lm_fused {
   lm_fused_stages st;
+  size_t clean_max_doc_bytes; /* the cleaner's limit (0: none): no arena room for a document above it */
   lm_fused_counters counters;
   uint64_t cycle[LM_PII_TYPE_COUNT]; /* PII replacement positions (cycle_across_documents) */
   /* kept between batches */
@@ -36,6 +37,10 @@ lm_status lm_fused_create(const lm_fused_stages *stages, lm_fused **out) {
   lm_fused *f = (lm_fused *)calloc(1, sizeof *f);
   if (!f) return LM_ENOMEM;
   if (stages) f->st = *stages;
+  if (f->st.cleaner) {
+    lm_cleaner_params cp;
+    if (lm_cleaner_get_params(f->st.cleaner, &cp) == LM_OK) f->clean_max_doc_bytes = cp.max_doc_bytes;
+  }
   *out = f;
   return LM_OK;
 }
@@ -98,7 +103,9 @@ static lm_status p1_doc(p1_ctx *x, range_state *rs, size_t d) {
   size_t pos = SIZE_MAX, len = n;
   lm_status st;
   if (f->st.cleaner) {
-    size_t need = lm_clean_bound(n) + 16, ol = 0;
+    /* a document above the cleaner's limit is refused without output: reserve nothing for it */
+    int over = f->clean_max_doc_bytes && n > f->clean_max_doc_bytes;
+    size_t need = over ? 16 : lm_clean_bound(n) + 16, ol = 0;
     for (;;) {
       st = arena_reserve(rs, need);
       if (st) return st;

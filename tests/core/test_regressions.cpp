@@ -21,6 +21,7 @@ extern "C" {
 #include "luminamoon/clean.h"
 #include "luminamoon/crc32c.h"
 #include "luminamoon/dedup.h"
+#include "luminamoon/pipeline.h"
 #include "luminamoon/quality.h"
 }
 
@@ -299,6 +300,58 @@ TEST(Regression, CleanerRefusesOversizedDocumentWithoutReservingForIt) {
   ASSERT_EQ(lm_cleaner_run(c, &in, &r, nullptr), LM_OK);
   EXPECT_EQ(r.reasons[1], LM_REASON_TOO_LARGE);
   lm_batch_result_free(&r);
+  lm_cleaner_destroy(c);
+#endif
+}
+
+// The same review for the fused pipeline: its clean phase reserved 3 x len of
+// arena for every document before the cleaner refused it for max_doc_bytes.
+// Fix: core/src/pipeline.c reads the cleaner's limit (lm_cleaner_get_params)
+// and reserves nothing for a document above it.
+TEST(Regression, FusedPipelineRefusesOversizedDocumentWithoutReservingForIt) {
+#ifdef LM_REGRESS_SANITIZED
+  GTEST_SKIP() << "RLIMIT_AS cannot be used under a sanitizer";
+#else
+  const size_t big = (size_t)64 << 20;
+  std::vector<int64_t> offs{0, 5, (int64_t)(5 + big)};
+  std::string data = "small" + std::string(big, 'a');
+  lm_cleaner_params p;
+  ASSERT_EQ(lm_cleaner_params_default(&p), LM_OK);
+  p.max_doc_bytes = 1024;
+  lm_cleaner *c = nullptr;
+  ASSERT_EQ(lm_cleaner_create(&p, &c), LM_OK);
+  lm_cleaner_params back;
+  ASSERT_EQ(lm_cleaner_get_params(c, &back), LM_OK);
+  EXPECT_EQ(back.max_doc_bytes, 1024u);
+  lm_fused_stages st = {c, nullptr, nullptr, nullptr};
+  lm_fused *f = nullptr;
+  ASSERT_EQ(lm_fused_create(&st, &f), LM_OK);
+  lm_batch_result r;
+  lm_batch_result_init(&r);
+  lm_docs in{offs.data(), (const uint8_t *)data.data(), 2, data.size()};
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    long pages = 0, page = sysconf(_SC_PAGESIZE);
+    FILE *fp = fopen("/proc/self/statm", "r");
+    if (!fp || fscanf(fp, "%ld", &pages) != 1) _exit(3);
+    fclose(fp);
+    rlim_t lim = (rlim_t)pages * (rlim_t)page + (rlim_t)data.size() + ((rlim_t)96 << 20);
+    struct rlimit rl = {lim, lim};
+    if (setrlimit(RLIMIT_AS, &rl) != 0) _exit(4);
+    lm_status s = lm_fused_run(f, &in, &r, nullptr);
+    if (s != LM_OK) _exit(10 + (int)s);
+    if (r.n_out != 1 || r.reasons[0] != LM_REASON_KEPT || r.reasons[1] != LM_REASON_TOO_LARGE) _exit(5);
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "child exit code (10 + lm_status on an error; 12 = LM_ENOMEM)";
+  ASSERT_EQ(lm_fused_run(f, &in, &r, nullptr), LM_OK);
+  EXPECT_EQ(r.reasons[1], LM_REASON_TOO_LARGE);
+  lm_batch_result_free(&r);
+  lm_fused_destroy(f);
   lm_cleaner_destroy(c);
 #endif
 }

@@ -86,6 +86,9 @@ lm_status lm_clean_text(const lm_cleaner *c, const uint8_t *text, size_t len, ui
  * for any thread count. */
 lm_status lm_cleaner_run(lm_cleaner *c, const lm_docs *docs, lm_batch_result *out, const lm_exec *exec);
 
+/* The cleaner's parameters (a copy).  LM_EINVAL on NULL. */
+lm_status lm_cleaner_get_params(const lm_cleaner *c, lm_cleaner_params *out);
+
 lm_status lm_cleaner_get_counters(const lm_cleaner *c, lm_clean_counters *out);
 lm_status lm_cleaner_reset_counters(lm_cleaner *c);
 
