@@ -3,10 +3,10 @@
  * Python's re.sub applies them (leftmost-first, backtracking), without a regex
  * engine:
  *
- *   e-mail: \b[a-z0-9!#$%&'*+/=?^_`{|}~-]+(?:\.[a-z0-9!#$%&'*+/=?^_`{|}~-]+)*@
- *           (?:(?:[a-z0-9](?:[a-z0-9-]*[a-z0-9])?\.)+[a-z0-9](?:[a-z0-9-]*[a-z0-9])?
+ *   e-mail: \b[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(?:\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*@
+ *           (?:(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?\.)+[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?
  *            |\[(?:(?:25[0-5]|2[0-4][0-9]|[01]?[0-9][0-9]?)\.){3}
- *              (?:25[0-5]|2[0-4][0-9]|[01]?[0-9][0-9]?|[a-z0-9-]*[a-z0-9]:)\])
+ *              (?:25[0-5]|2[0-4][0-9]|[01]?[0-9][0-9]?|[A-Za-z0-9-]*[A-Za-z0-9]:)\])
  *   IPv4:   (?:(?:25[0-5]|2[0-4][0-9]|[01]?[0-9][0-9]?)\.){3}(?:25[0-5]|2[0-4][0-9]|[01]?[0-9][0-9]?)
  *           validated by ipaddress.ip_address (no leading zeros) and, when asked, is_global.
  *
@@ -25,7 +25,7 @@
 
 #include "pii_internal.h"
 
-static inline int dt_lab(uint8_t c) { return lm_pii_is_lower(c) || lm_pii_is_digit(c); }
+static inline int dt_lab(uint8_t c) { return lm_pii_is_alnum(c); } /* [A-Za-z0-9] (datatrove 0.10) */
 
 static inline int dt_local(uint8_t c) {
   if (dt_lab(c)) return 1;
@@ -80,7 +80,7 @@ static int octet_lens(const uint8_t *s, size_t n, size_t p, int lens[3]) {
   return k;
 }
 
-/* "[" octet "." octet "." octet "." (octet | [a-z0-9-]*[a-z0-9] ":") "]" from octet k at p. */
+/* "[" octet "." octet "." octet "." (octet | [A-Za-z0-9-]*[A-Za-z0-9] ":") "]" from octet k at p. */
 static size_t dt_bracket(const uint8_t *s, size_t n, size_t p, int k) {
   int lens[3], nl = octet_lens(s, n, p, lens);
   if (k == 3) {
@@ -116,7 +116,7 @@ static size_t dt_domain(const uint8_t *s, size_t n, size_t p) {
     break;
   }
   if (k >= 1) {
-    if (q < n && dt_lab(s[q])) { /* final label: the longest prefix of the run ending in [a-z0-9] */
+    if (q < n && dt_lab(s[q])) { /* final label: the longest prefix of the run ending in [A-Za-z0-9] */
       size_t r = q, last = q;
       while (r < n && (dt_lab(s[r]) || s[r] == '-')) {
         if (dt_lab(s[r])) last = r;
