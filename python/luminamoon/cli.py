@@ -197,8 +197,8 @@ def cmd_config(args) -> int:
     return 0
 
 
-_BENCH_ORDER = ["bench_strings.py", "bench_stages.py", "bench_pipeline.py", "bench_adapters.py",
-                "bench_source_resume.py", "bench_gpu.py"]
+_BENCH_ORDER = ["bench_strings.py", "bench_stages.py", "bench_pipeline.py", "bench_collate.py", "bench_prefetch.py",
+                "bench_adapters.py", "bench_source_resume.py", "bench_gpu.py"]
 
 
 def _bench_dir() -> Optional[str]:

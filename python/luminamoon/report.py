@@ -264,6 +264,7 @@ def render_report(stats: Dict[str, Any], path: str, title: Optional[str] = None)
 
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
+    import matplotlib.ticker  # noqa: F401
 
     plt.rcParams.update({"font.size": 10, "axes.spines.top": False, "axes.spines.right": False,
                          "axes.titleweight": "bold", "axes.titlesize": 12, "axes.titlelocation": "left",
@@ -334,8 +335,10 @@ def render_report(stats: Dict[str, Any], path: str, title: Optional[str] = None)
     if len(nz):
         lo, hi = max(nz[0], 1), min(nz[-1] + 2, len(edges) - 1)
         x = edges[lo:hi + 1]
-        ax.stairs(hin[lo:hi], x, fill=True, color="#8d99ae", alpha=0.45, label=f"input ({int(hin.sum()):,})")
-        ax.stairs(hout[lo:hi], x, color=_COLORS["kept"], linewidth=2, label=f"kept, after cleaning ({int(hout.sum()):,})")
+        fin = hin[lo:hi] / max(hin.sum(), 1) * 100
+        fout = hout[lo:hi] / max(hout.sum(), 1) * 100
+        ax.stairs(fin, x, fill=True, color="#8d99ae", alpha=0.45, label=f"input ({int(hin.sum()):,} docs)")
+        ax.stairs(fout, x, color=_COLORS["kept"], linewidth=2, label=f"kept, after cleaning ({int(hout.sum()):,} docs)")
         if hin[0]:
             ax.text(0.01, 0.97, f"{int(hin[0]):,} empty inputs", transform=ax.transAxes, fontsize=8, va="top", color="#555")
         ax.set_xscale("log")
@@ -347,7 +350,7 @@ def render_report(stats: Dict[str, Any], path: str, title: Optional[str] = None)
                     ax.axvline(edges[min(i + 1, len(edges) - 1)], color=col, linestyle=ls, linewidth=1)
     ax.set_title("Document length, before and after (median dashed)")
     ax.set_xlabel("bytes per document (log scale)")
-    ax.set_ylabel("documents")
+    ax.set_ylabel("% of the documents")
     ax.legend(fontsize=8.5, frameon=False, loc="upper left", bbox_to_anchor=(0.0, 0.93))
 
     # -- PII
@@ -362,6 +365,7 @@ def render_report(stats: Dict[str, Any], path: str, title: Optional[str] = None)
     for b, v in zip(bars, vals):
         ax.text(b.get_x() + b.get_width() / 2, b.get_height(), f"{v:,}", ha="center", va="bottom", fontsize=9)
     ax.set_title("PII masked in kept documents, by type")
+    ax.yaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     ax.set_ylabel("replacements")
     ax.grid(axis="x", visible=False)
     if not any(vals):
@@ -419,15 +423,15 @@ def render_report(stats: Dict[str, Any], path: str, title: Optional[str] = None)
     else:
         cl = stats.get("cleaner", {})
         rep = stats.get("input_repairs", {})
-        keys = [("invalid_sequences", "invalid UTF-8 → U+FFFD"), ("control_removed", "control chars removed"),
-                ("spaces_folded", "Unicode spaces folded"), ("spaces_collapsed", "spaces collapsed"),
-                ("trailing_trimmed", "trailing bytes trimmed"), ("blank_lines_removed", "blank lines removed"),
-                ("docs_normalized", "docs NFC/NFKC-normalised")]
+        keys = [("invalid_sequences", "invalid UTF-8"), ("control_removed", "control chars"),
+                ("spaces_folded", "Unicode spaces"), ("spaces_collapsed", "runs of spaces"),
+                ("trailing_trimmed", "trailing spaces"), ("blank_lines_removed", "blank lines"),
+                ("docs_normalized", "NFC/NFKC (docs)")]
         vals = [int(cl.get(k, 0)) + int(rep.get(k, 0)) for k, _ in keys]
         qmod = stats.get("quality", {}).get("docs_modified")
         labels = [lab for _, lab in keys]
         if qmod is not None:
-            labels.append("docs with C4 lines removed")
+            labels.append("C4 line removal (docs)")
             vals.append(int(qmod))
         bars = ax.barh(range(len(vals)), vals, color="#457b9d", height=0.65)
         ax.set_yticks(range(len(vals)))
@@ -436,7 +440,7 @@ def render_report(stats: Dict[str, Any], path: str, title: Optional[str] = None)
         ax.set_xlim(0, max(vals + [1]) * 6)
         for b, v in zip(bars, vals):
             ax.text(b.get_width() * 1.1 + 0.5, b.get_y() + b.get_height() / 2, f"{v:,}", va="center", fontsize=8.5)
-        ax.set_title("What the cleaner repaired")
+        ax.set_title("What the cleaner repaired and removed (characters unless noted)")
         ax.grid(axis="y", visible=False)
     tmp = path + ".tmp.png"
     fig.savefig(tmp, dpi=110)

@@ -238,6 +238,10 @@ def _run_identity(paths: List[str], fmt: str, cfg: Dict[str, Any]) -> Dict[str, 
     for p in paths:
         st = os.stat(p)
         files.append({"path": os.path.abspath(p), "size": st.st_size})
+    # threads and prefetch change neither the output nor the statistics: a resume may use others
+    cfg = json.loads(json.dumps(cfg))
+    for k in ("threads", "prefetch_batches"):
+        cfg["run"].pop(k, None)
     key = json.dumps({"files": files, "format": fmt, "config": cfg}, sort_keys=True)
     return {"files": files, "format": fmt, "config": cfg, "fingerprint": hashlib.sha256(key.encode()).hexdigest()[:16]}
 

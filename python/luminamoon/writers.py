@@ -18,6 +18,7 @@ Example:
 from __future__ import annotations
 
 import io
+import json
 import os
 import re
 from typing import Any, Dict, List, Optional, Sequence
@@ -129,8 +130,9 @@ class ShardWriter:
             vals = (extra or {}).get(k)
             if vals is None:
                 vals = [None] * n
-            self._extra[k].append(pa.array([None if v is None else (v if isinstance(v, str) else str(v))
-                                            for v in vals], type=pa.string()))
+            self._extra[k].append(pa.array([None if v is None else v if isinstance(v, str) else
+                                            json.dumps(v, ensure_ascii=False, sort_keys=True) for v in vals],
+                                            type=pa.string()))
         self._rows += n
         self._bytes += nbytes
 

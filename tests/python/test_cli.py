@@ -328,7 +328,7 @@ def _part_bytes(out):
 
 def _comparable(st):
     st = dict(st)
-    for k in ("throughput", "output", "inputs", "config"):
+    for k in ("throughput", "output", "inputs", "config", "threads"):
         st.pop(k, None)
     return st
 
@@ -349,7 +349,8 @@ def test_clean_interrupt_then_resume(tmp_path, corpus, reference, capsys):
     assert rc == 130 and "--resume" in err
     n_parts = len(_part_bytes(out))
     assert 0 < n_parts < len(_part_bytes(reference))
-    rc, _, err = _run(["run", *corpus["paths"], "-o", out, "-q", *RESUME_ARGS, "--resume"], capsys)
+    # the thread count may change on resume (it changes neither output nor statistics)
+    rc, _, err = _run(["run", *corpus["paths"], "-o", out, "-q", *RESUME_ARGS, "-j", "2", "--resume"], capsys)
     assert rc == 0, err
     assert _part_bytes(out) == _part_bytes(reference)
     a, b = _stats(out), _stats(reference)
@@ -388,6 +389,22 @@ def test_sigkill_at_a_random_moment_then_resume(tmp_path, corpus, reference, see
     assert _part_bytes(out) == _part_bytes(reference)
     assert _comparable(_stats(out)) == _comparable(_stats(reference))
     assert not [f for f in os.listdir(out) if f.startswith(".tmp")]
+
+
+def test_ctrl_c_then_resume(tmp_path, corpus, reference):
+    out = str(tmp_path / "o")
+    cmd = [sys.executable, "-m", "luminamoon", "run", *corpus["paths"], "-o", out, *RESUME_ARGS]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert _wait_for(lambda: len(glob.glob(os.path.join(out, "part-*"))) >= 2 or proc.poll() is not None, 240)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    if proc.returncode != 0:  # it may have finished before the signal arrived
+        assert proc.returncode == 130, err
+        assert "interrupted" in err and "--resume" in err
+    r = subprocess.run(cmd + ["-q", "--resume"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert _part_bytes(out) == _part_bytes(reference)
+    assert _comparable(_stats(out)) == _comparable(_stats(reference))
 
 
 def test_resume_of_a_finished_run_changes_nothing(tmp_path, corpus, capsys):
@@ -448,3 +465,20 @@ def test_shared_corpus(tmp_path, capsys):
             joined = "\n".join(df["text"].to_list())
             assert len(emails) > 100 and not [e for e in emails if e in joined]
             assert st["pii_replacements"]["email"] > 1000
+
+
+# ----------------------------------------------------------------------- bench
+def test_bench_skips_missing_scripts_with_a_note(capsys, monkeypatch, tmp_path):
+    rc, out, _ = _run(["bench", "no_such_benchmark"], capsys)
+    assert rc == 0 and "skipped" in out and "bench_no_such_benchmark.py" in out
+    d = tmp_path / "bench"
+    d.mkdir()
+    (d / "bench_ok.py").write_text("print('| op | ours |')\n")
+    (d / "bench_bad.py").write_text("raise SystemExit(3)\n")
+    monkeypatch.setenv("LUMINAMOON_BENCH_DIR", str(d))
+    import subprocess as sp
+
+    r = sp.run([sys.executable, "-m", "luminamoon", "bench"], capture_output=True, text=True, timeout=120,
+               env=dict(os.environ, LUMINAMOON_BENCH_DIR=str(d)))
+    assert r.returncode == 1  # one script failed
+    assert "| op | ours |" in r.stdout and "bench_bad.py: exit 3" in r.stdout
