@@ -47,19 +47,18 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 # Extra flags from the environment (word-split on purpose).
 read -r -a extra <<<"${LM_FUZZ_ARGS:-}"
 
-failed=0
-total_execs=0
-printf '%-22s %12s %10s %8s  %s\n' target executions exec/s seconds result
-for t in "${targets[@]}"; do
-  short=${t#fuzz_}
-  work="$BUILD/corpus/$short"
-  seeds="fuzz/corpus/$short"
+# Targets run PARALLEL at a time (default: the number of CPUs, at most 2), each
+# for SECS seconds; results are printed in target order once all have finished.
+PARALLEL=${LM_FUZZ_PARALLEL:-$(( $(nproc) < 2 ? 1 : 2 ))}
+
+run_target() {  # $1 = fuzz_<name>; writes $BUILD/logs/<name>.result
+  local t=$1 short=${1#fuzz_}
+  local work="$BUILD/corpus/$short" seeds="fuzz/corpus/$short" log="$BUILD/logs/$short.log"
   mkdir -p "$work"
-  log="$BUILD/logs/$short.log"
+  local before start rc=0 secs execs rate after result
   before=$(find "$FINDINGS" -maxdepth 1 -name "$short-*" | wc -l)
   start=$(date +%s)
-  rc=0
-  dirs=("$work")
+  local dirs=("$work")
   [ -d "$seeds" ] && dirs+=("$seeds")
   timeout $((SECS + 120)) "$BUILD/$t" -max_total_time="$SECS" -print_final_stats=1 -timeout=30 \
     -rss_limit_mb=2560 -malloc_limit_mb=2048 -artifact_prefix="$FINDINGS/$short-" \
@@ -71,12 +70,33 @@ for t in "${targets[@]}"; do
   result=ok
   if [ "$rc" -ne 0 ] || [ "$after" -gt "$before" ]; then
     result="FINDING (rc=$rc, log $log)"
-    failed=1
   fi
-  printf '%-22s %12s %10s %8s  %s\n' "$short" "${execs:-?}" "${rate:-?}" "$secs" "$result"
-  total_execs=$((total_execs + ${execs:-0}))
+  printf '%s\t%s\t%s\t%s\t%s\n' "$short" "${execs:-0}" "${rate:-?}" "$secs" "$result" >"$BUILD/logs/$short.result"
+}
+
+for t in "${targets[@]}"; do
+  rm -f "$BUILD/logs/${t#fuzz_}.result"
+  while [ "$(jobs -rp | wc -l)" -ge "$PARALLEL" ]; do wait -n || true; done
+  run_target "$t" &
+done
+wait
+
+failed=0
+total_execs=0
+printf '%-22s %12s %10s %8s  %s\n' target executions exec/s seconds result
+for t in "${targets[@]}"; do
+  short=${t#fuzz_}
+  if [ ! -f "$BUILD/logs/$short.result" ]; then
+    printf '%-22s %12s %10s %8s  %s\n' "$short" "?" "?" "?" "NO RESULT"
+    failed=1
+    continue
+  fi
+  IFS=$'\t' read -r _ execs rate secs result <"$BUILD/logs/$short.result"
+  printf '%-22s %12s %10s %8s  %s\n' "$short" "$execs" "$rate" "$secs" "$result"
+  total_execs=$((total_execs + execs))
   if [ "$result" != ok ]; then
-    grep -E 'INVARIANT FAILED|ERROR: |runtime error|SUMMARY|Test unit written' "$log" | head -n 8 | sed 's/^/    /'
+    failed=1
+    grep -E 'INVARIANT FAILED|ERROR: |runtime error|SUMMARY|Test unit written' "$BUILD/logs/$short.log" | head -n 8 | sed 's/^/    /'
   fi
 done
 echo "total executions: $total_execs"

@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 
-apt_pkgs=(build-essential cmake ninja-build pkg-config libxxhash-dev libgtest-dev libutf8proc-dev clang)
+apt_pkgs=(build-essential cmake ninja-build pkg-config libxxhash-dev libgtest-dev libutf8proc-dev clang libclang-rt-14-dev)
 missing=()
 for p in "${apt_pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
