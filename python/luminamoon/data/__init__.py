@@ -12,6 +12,7 @@ from .sources import (
 
 from .adapters import Batch, ResumablePipeline
 from .collate import GlobalDedup, ResumableCollate, create_resumable_collate, start_global_dedup
+from .distributed import DistBatch, DistributedPipeline
 
 __all__ = [
     "Batch", "ResumablePipeline", "ResumableCollate", "create_resumable_collate", "GlobalDedup",
@@ -19,3 +20,4 @@ __all__ = [
     "Source", "IterableSource", "JsonlSource", "TextSource", "ParquetSource",
     "HFIterableSource", "expand_paths", "write_jsonl",
 ]
+__all__ += ["DistributedPipeline", "DistBatch"]

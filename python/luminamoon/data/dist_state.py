@@ -1,0 +1,210 @@
+"""Files of the distributed checkpoint (design.md §5–6): dedup WAL reading for
+re-partitioning, atomic sidecars, the global commit record.
+
+Layout of a distributed ``state_dir`` (one folder shared by every rank)::
+
+    state                                   StateTracker (two 64-byte slots), written by rank 0 only:
+                                            the commit point.  source_pos = commit id,
+                                            source_pos2 = CRC32 of the global sidecar, shard = world size
+    commit-<id>.json                        global sidecar: step, world size, source position, every rank's
+                                            committed WAL LSN, every rank's ``extra``
+    commit-<id>-rank<r>-of<W>.json          per-rank sidecar (rank r's LSN), written before the agreement
+    dedup-rank<r>-of<W>.wal                 the dedup table of the hashes rank r owns (owner rule h mod W)
+
+The sidecars of the last two commits are kept (the state file has two slots).
+
+Reading a WAL (``read_wal_hashes``) follows the format documented in
+``core/include/luminamoon/dedup.h``: a 64-byte header (magic ``LMDDWAL\\0``,
+version, header size, seed, CRC32C at byte 60), then records ``u32 magic
+"LMR1" | u32 count | u64 first_lsn | u32 payload CRC32C | u32 header CRC32C |
+count x 16-byte hashes (lo, hi)``.  The reader only reads: it never takes the
+WAL's lock and never changes the file, so the old checkpoint stays intact until
+a new one supersedes it.  Record headers are CRC-checked here; payload CRCs
+are checked by the native reader when the file is opened by the validation
+step of a resize (``validate_wal``), and here, in Python, for any record that
+opening did not check (those before a snapshot).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import struct
+import zlib
+from typing import Any, Dict, Optional
+
+import numpy as np
+import torch
+
+__all__ = ["crc32c", "read_wal_hashes", "validate_wal", "atomic_write", "wal_path", "global_sidecar_path",
+           "rank_sidecar_path", "WAL_NAME_RE"]
+
+_WAL_MAGIC = b"LMDDWAL\0"
+_REC_MAGIC = b"LMR1"
+_WAL_HDR = 64
+_REC_HDR = 24
+_WAL_VERSION = 1
+WAL_NAME_RE = re.compile(r"^dedup-rank(\d+)-of(\d+)\.wal(\.snap(\.tmp)?)?$")
+
+
+def _crc_table():
+    poly = 0x82F63B78
+    t = []
+    for i in range(256):
+        c = i
+        for _ in range(8):
+            c = (c >> 1) ^ poly if c & 1 else c >> 1
+        t.append(c)
+    return t
+
+
+_T = _crc_table()
+
+
+def crc32c(data: bytes, crc: int = 0) -> int:
+    """CRC32C (Castagnoli) in pure Python, for small inputs (record headers).
+
+    >>> hex(crc32c(b"123456789"))
+    '0xe3069283'
+    """
+    c = crc ^ 0xFFFFFFFF
+    t = _T
+    for b in data:
+        c = t[(c ^ b) & 0xFF] ^ (c >> 8)
+    return c ^ 0xFFFFFFFF
+
+
+def wal_path(state_dir: str, rank: int, world_size: int) -> str:
+    """The dedup WAL of ``rank`` under ``world_size`` ranks."""
+    return os.path.join(state_dir, f"dedup-rank{rank}-of{world_size}.wal")
+
+
+def global_sidecar_path(state_dir: str, commit_id: int) -> str:
+    return os.path.join(state_dir, f"commit-{commit_id:020d}.json")
+
+
+def rank_sidecar_path(state_dir: str, commit_id: int, rank: int, world_size: int) -> str:
+    return os.path.join(state_dir, f"commit-{commit_id:020d}-rank{rank}-of{world_size}.json")
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: str, data: bytes) -> None:
+    """tmp + fsync + rename + directory fsync: the file holds the old or the new bytes, never a mix."""
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(os.path.dirname(path) or ".")
+
+
+def dump_json(obj: Dict[str, Any]) -> bytes:
+    return json.dumps(obj, sort_keys=True).encode()
+
+
+def load_json_checked(path: str, crc: Optional[int] = None) -> Dict[str, Any]:
+    """Read a sidecar; with ``crc`` check it against the CRC32 the state slot holds."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        raise OSError(f"the distributed checkpoint names {path}, which is missing: the state folder is "
+                      "incomplete; refusing to restart from zero") from None
+    if crc is not None and zlib.crc32(raw) != crc:
+        raise OSError(f"commit sidecar {path} does not match its state slot (checksum): refusing to resume")
+    return json.loads(raw)
+
+
+def _snapshot_lsn(path: str) -> int:
+    """The LSN a WAL's snapshot file claims to cover (0 when there is none or it is unreadable)."""
+    try:
+        with open(path + ".snap", "rb") as f:
+            h = f.read(32)
+    except OSError:
+        return 0
+    if len(h) < 32:
+        return 0
+    return struct.unpack_from("<Q", h, 24)[0]
+
+
+def read_wal_hashes(path: str, limit_lsn: int, seed: int = 0) -> torch.Tensor:
+    """The first ``limit_lsn`` hashes admitted to the WAL at ``path``, in LSN order: int64 [limit_lsn, 2] (lo, hi).
+
+    Read-only (no lock, no change to the file).  Raises ``OSError`` when the
+    file holds fewer than ``limit_lsn`` valid hashes, has another seed or
+    format, or a record before ``limit_lsn`` fails its checks.
+
+    >>> import tempfile, os, luminamoon
+    >>> p = os.path.join(tempfile.mkdtemp(), "d.wal")
+    >>> with luminamoon.StreamDeduplicator(wal_path=p) as d:
+    ...     _ = d(["a", "b", "a", "c"])
+    >>> read_wal_hashes(p, 3).equal(luminamoon.hash128(["a", "b", "c"]))
+    True
+    """
+    if limit_lsn < 0:
+        raise ValueError(f"limit_lsn must be >= 0, got {limit_lsn}")
+    out = np.empty((limit_lsn, 2), dtype=np.int64)
+    with open(path, "rb") as f:
+        hdr = f.read(_WAL_HDR)
+        if len(hdr) < _WAL_HDR or hdr[:8] != _WAL_MAGIC:
+            raise OSError(f"{path}: not a dedup WAL")
+        version, hsize, wseed = struct.unpack_from("<IIQ", hdr, 8)
+        if version != _WAL_VERSION or hsize != _WAL_HDR:
+            raise OSError(f"{path}: WAL format version {version} (header {hsize} bytes), expected {_WAL_VERSION}")
+        if struct.unpack_from("<I", hdr, 60)[0] != crc32c(hdr[:60]):
+            raise OSError(f"{path}: WAL header checksum mismatch")
+        if wseed != seed:
+            raise OSError(f"{path}: WAL written with hash seed {wseed}, expected {seed}")
+        snap_lsn = _snapshot_lsn(path)
+        got = 0
+        while got < limit_lsn:
+            off = f.tell()
+            rh = f.read(_REC_HDR)
+            if len(rh) < _REC_HDR:
+                break
+            magic, count, first, pcrc, hcrc = struct.unpack("<4sIQII", rh)
+            if magic != _REC_MAGIC or hcrc != crc32c(rh[:20]) or first != got or count == 0:
+                raise OSError(f"{path}: bad WAL record at byte {off} (expected LSN {got})")
+            payload = f.read(count * 16)
+            if len(payload) < count * 16:
+                break
+            if first < snap_lsn and crc32c(payload) != pcrc:  # not checked by the native open
+                raise OSError(f"{path}: WAL record at byte {off} fails its payload checksum")
+            take = min(count, limit_lsn - got)
+            out[got:got + take] = np.frombuffer(payload, dtype="<i8", count=2 * take).reshape(take, 2)
+            got += take
+    if got < limit_lsn:
+        raise OSError(f"{path} holds {got} hashes, but the committed state needs {limit_lsn}: "
+                      "the log lost committed records")
+    return torch.from_numpy(out)
+
+
+def validate_wal(path: str, limit_lsn: int, seed: int = 0) -> None:
+    """Open the WAL natively (every record after its snapshot is CRC-checked; a torn
+    tail past the durable part is cut) and check it holds ``limit_lsn`` hashes.
+    Takes the WAL's lock for the duration: fails if a live process holds it."""
+    from ..stages import StreamDeduplicator
+
+    if not os.path.exists(path):
+        raise OSError(f"the committed dedup log {path} is missing: refusing to resume")
+    d = StreamDeduplicator(wal_path=path, seed=seed)
+    try:
+        if d.lsn < limit_lsn:
+            raise OSError(f"{path} holds {d.lsn} hashes, but the committed state needs {limit_lsn}: "
+                          "the log lost committed records")
+    finally:
+        d.close()
+
+
+def owner_of(hashes: torch.Tensor, world_size: int) -> np.ndarray:
+    """Owner rank of each hash: the low 64 bits as unsigned, mod ``world_size`` (int64 array)."""
+    lo = hashes[:, 0].numpy().view(np.uint64)
+    return (lo % np.uint64(world_size)).astype(np.int64)

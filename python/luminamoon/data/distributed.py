@@ -1,0 +1,686 @@
+"""DistributedPipeline: ResumablePipeline for ``torch.distributed`` — record sharding,
+global exact dedup across ranks, one consistent distributed commit, and elastic
+resume on a different number of ranks (design.md §5–6).
+
+**Global coordinate.**  Every rank reads the same, deterministically ordered
+stream.  A global step takes the next ``G = world_size * batch_size`` records;
+rank ``r`` owns the records of that global batch whose index in it is
+``≡ r (mod world_size)``, and parses only those (JSONL / text lines of the
+other ranks are skipped unparsed).  After every step the source position is
+the same on every rank, and the checkpoint stores it once, with
+``sample_index`` = records consumed: that is the coordinate, independent of
+the world size, so a checkpoint taken on N ranks resumes on M.
+
+**Global exact dedup** (``dedup="global"``, the default): each rank cleans and
+quality-filters its records, then (in the consumer's thread) sends each
+document's XXH3-128 hash to its owner rank ``lo mod world_size``; the owner
+admits what it received in global record order and answers keep/drop
+(``dist_exchange.HashExchange``).  The result — the set of kept documents and
+their texts — equals ``FusedPipeline`` / a one-process ``ResumablePipeline``
+over the same stream.  ``dedup="local"``: each rank deduplicates only its own
+records (no exchange; a document seen by two ranks is kept by both).
+``dedup=None``: no deduplication.
+
+**Distributed commit** (``commit()``, collective): (1) every rank syncs its WAL
+and writes its per-rank sidecar (atomic); (2) all ranks gather each other's
+status — if any failed, or they are not at the same step, every rank raises
+and nothing is committed; (3) rank 0 writes the global sidecar and then the
+state slot: that one atomic write is the commit point; (4) rank 0's outcome is
+broadcast.  A process killed anywhere before (3) leaves the previous global
+checkpoint in force.
+
+**Elastic resume.**  Same world size: each rank truncates its WAL (and table) to
+its committed LSN.  Other world size M: every rank CRC-checks the old WALs, then
+builds a fresh WAL holding every committed hash of every old rank that it owns
+under ``h mod M``.  The old WALs are read only and deleted after the first
+commit under M; a crash before it resumes from the old checkpoint again.
+
+**Threads.**  The prefetch thread reads, parses, cleans, filters, hashes and
+masks PII (PII does not depend on dedup decisions, unless the masker cycles
+replacements across documents, in which case it runs after them).  Every
+collective runs in the consumer's thread, in an order all ranks share
+(iteration, then ``commit()``), on a private gloo group — never on the
+training's default group.
+
+Example (one process per rank, e.g. ``torchrun --nproc-per-node 4 train.py``):
+    >>> import torch.distributed as dist                          # doctest: +SKIP
+    >>> from luminamoon.data import DistributedPipeline, JsonlSource
+    >>> dist.init_process_group("gloo")
+    >>> with DistributedPipeline(JsonlSource("shards/*.jsonl.gz"), batch_size=512,
+    ...                          state_dir="/shared/ckpt") as pipe:
+    ...     for batch in pipe:
+    ...         train_on(batch.texts)
+    ...         if batch.index % 100 == 0:
+    ...             pipe.commit()
+"""
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import queue
+import signal
+import tempfile
+import threading
+import weakref
+import zlib
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Union
+
+import torch
+
+from .adapters import Batch
+from .dist_exchange import HashExchange
+from .dist_state import (WAL_NAME_RE, atomic_write, dump_json, global_sidecar_path, load_json_checked, owner_of,
+                         rank_sidecar_path, read_wal_hashes, validate_wal, wal_path)
+from .dist_stream import GlobalStream
+from .sources import IterableSource, Source
+
+__all__ = ["DistributedPipeline", "DistBatch"]
+
+_VERSION = 1
+_SENTINEL = object()
+_LIVE: "weakref.WeakSet[DistributedPipeline]" = weakref.WeakSet()
+FAULT_ENV = "LUMINAMOON_DIST_FAULT"
+
+
+@atexit.register
+def _close_live() -> None:
+    for p in list(_LIVE):
+        try:
+            p.close()
+        except Exception:
+            pass
+
+
+@dataclass
+class DistBatch(Batch):
+    """A :class:`Batch` of one rank, plus ``global_index`` (int64 per input record:
+    its index in the global stream) and the rank / world size that produced it.
+    ``index`` is the global step, the same on every rank."""
+
+    global_index: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.int64))
+    rank: int = 0
+    world_size: int = 1
+
+    @property
+    def kept_global_index(self) -> torch.Tensor:
+        """Global stream index of each kept document, aligned with ``texts``."""
+        return self.global_index[self.source_index]
+
+
+@dataclass
+class _Prepared:  # one step, processed up to (not including) the dedup decision
+    step: int
+    start: int
+    n_global: int
+    pos: Dict[str, Any]
+    records: List[Dict[str, Any]]
+    gidx: torch.Tensor
+    reasons: torch.Tensor
+    surv: torch.Tensor
+    texts: Any
+    hashes: torch.Tensor
+    bytes_in: int
+
+
+class _ProducerError:
+    def __init__(self, exc: BaseException):
+        self.exc = exc
+
+
+def _fault(point: str, rank: int, commit_no: int) -> None:
+    """Fault injection for tests: LUMINAMOON_DIST_FAULT="point:rank[:commit]" SIGKILLs that rank there."""
+    spec = os.environ.get(FAULT_ENV)
+    if not spec:
+        return
+    parts = spec.split(":")
+    if parts[0] != point or int(parts[1]) != rank or (len(parts) > 2 and int(parts[2]) != commit_no):
+        return
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+class DistributedPipeline:
+    """Iterate this rank's processed batches of a global stream; collective, crash-safe commits.
+
+    Args:
+        source: the *unsharded* source (every rank passes the same one): a
+            ``luminamoon.data`` source or a re-iterable of str / dicts.
+        batch_size: records per rank per step (a global step takes
+            ``world_size * batch_size`` records).
+        dedup: ``"global"`` (exact across ranks), ``"local"`` (per rank) or None.
+        stages: ``cleaner=``, ``quality=``, ``pii=`` as for ``FusedPipeline``.
+        pipeline: ``"fused"`` or ``"chain"`` for the clean + quality part.
+        state_dir: a folder every rank sees (shared file system on several
+            nodes).  None only with one rank (a temporary folder).
+        group: the process group to shard over (default: the initialised
+            default group; none initialised: one rank).  E.g. the data-parallel
+            group in a model-parallel job.
+        prefetch_batches: steps prepared ahead by the background thread (0: none).
+        timeout: of the gloo group created when ``group`` has no CPU backend.
+        exchange_backend: "gloo" (default; CPU tensors: ``group`` itself when it
+            has gloo, else a gloo group over the default group's ranks) or
+            "nccl" (the tensors go to the current CUDA device; ``group`` is used).
+        seed: the XXH3-128 seed of the document hashes.
+    """
+
+    def __init__(self, source: Union[Source, Iterable[Any]], *, batch_size: int = 1024,
+                 dedup: Optional[str] = "global", stages: Optional[Dict[str, Any]] = None,
+                 pipeline: str = "fused", state_dir: Optional[str] = None, group: Any = None,
+                 prefetch_batches: int = 2, text_key: str = "text", num_threads: Optional[int] = None,
+                 timeout: Optional[timedelta] = None, exchange_backend: str = "gloo", seed: int = 0):
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+        if not isinstance(prefetch_batches, int) or isinstance(prefetch_batches, bool) or prefetch_batches < 0:
+            raise ValueError(f"prefetch_batches must be an int >= 0, got {prefetch_batches!r}")
+        if dedup not in ("global", "local", None):
+            raise ValueError(f"dedup must be 'global', 'local' or None, got {dedup!r}")
+        if pipeline not in ("fused", "chain"):
+            raise ValueError(f"pipeline must be 'fused' or 'chain', got {pipeline!r}")
+        if stages is not None and not isinstance(stages, dict):
+            raise TypeError(f"stages must be a dict of stage arguments, got {type(stages).__name__}")
+        if exchange_backend not in ("gloo", "nccl"):
+            raise ValueError(f"exchange_backend must be 'gloo' or 'nccl', got {exchange_backend!r}")
+        if not isinstance(source, Source):
+            if isinstance(source, (str, bytes)) or not hasattr(source, "__iter__") and not callable(source):
+                raise TypeError(f"source must be a luminamoon.data source or an iterable of records, "
+                                f"got {type(source).__name__}")
+            source = IterableSource(source, text_key=text_key)
+        self.source = source
+        self.stream = GlobalStream(source, text_key)
+        self.text_key = self.stream.text_key
+        self.batch_size = batch_size
+        self.dedup_mode = dedup
+        self.prefetch_batches = prefetch_batches
+        self.seed = int(seed)
+
+        import torch.distributed as dist
+
+        if group is None and dist.is_available() and dist.is_initialized():
+            group = dist.group.WORLD
+        self.group = group
+        if group is None:
+            self.rank, self.world_size = 0, 1
+        else:
+            self.rank, self.world_size = dist.get_rank(group), dist.get_world_size(group)
+            if self.rank < 0:
+                raise ValueError("this process is not a member of the given process group")
+        if state_dir is None and self.world_size > 1:
+            raise ValueError("state_dir is required with more than one rank (a folder every rank sees)")
+        self._own_dir = state_dir is None
+        self.state_dir = tempfile.mkdtemp(prefix="luminamoon-dist-") if state_dir is None else os.fspath(state_dir)
+        os.makedirs(self.state_dir, exist_ok=True)
+
+        self._pg = None
+        self._own_pg = False
+        self._root = 0
+        device = None
+        if self.world_size > 1:
+            self._root = dist.get_global_rank(group, 0)
+            backend = str(dist.get_backend(group))
+            if exchange_backend == "nccl":
+                self._pg = group
+                device = torch.device("cuda", torch.cuda.current_device())
+            elif "gloo" in backend:
+                self._pg = group
+            elif group is dist.group.WORLD:  # an NCCL default group: a gloo companion (every rank is here)
+                kw = {} if timeout is None else {"timeout": timeout}
+                self._pg = dist.new_group(backend="gloo", **kw)
+                self._own_pg = True
+            else:
+                raise ValueError(f"the group's backend is {backend!r}: pass a group with gloo "
+                                 "(e.g. dist.new_group(ranks, backend='gloo'), created by every rank) "
+                                 "or exchange_backend='nccl'")
+
+        from .. import stages as _stages
+
+        self._stages = _stages
+        st = dict(stages or {})
+        unknown = set(st) - {"cleaner", "quality", "pii"}
+        if unknown:
+            raise ValueError(f"unknown stages {sorted(unknown)} (valid: cleaner, quality, pii)")
+        cls = _stages.FusedPipeline if pipeline == "fused" else _stages.ChainPipeline
+        nt = {} if num_threads is None else {"num_threads": num_threads}
+        self._local = cls(cleaner=st.get("cleaner", True), quality=st.get("quality", True), dedup=False,
+                          pii=False, **nt)
+        pii = st.get("pii", True)
+        self._pii = None
+        if pii is True:
+            self._pii = _stages.PIIMasker(**nt)
+        elif isinstance(pii, dict):
+            self._pii = _stages.PIIMasker(**{**nt, **pii})
+        elif isinstance(pii, _stages.PIIMasker):
+            self._pii = pii
+        elif pii not in (False, None):
+            raise TypeError(f"stages['pii'] must be True, False, a dict or a PIIMasker, got {type(pii).__name__}")
+        cfg = getattr(self._pii, "_config", {}) or {}
+        self._pii_after = bool(cfg.get("cycle_across_documents")) or cfg.get("mode") == "datatrove"
+
+        self._dedup = None
+        self._exchange: Optional[HashExchange] = None
+        self._state = None  # rank 0's StateTracker
+        self._commit_id = 0
+        self._commits_here = 0
+        self._resized_from: Optional[int] = None
+        self._cleanup_pending = True
+        self.resume_extra: Optional[Any] = None
+        self.resume_extras: Optional[List[Any]] = None
+        self.resumed_from: Optional[Dict[str, Any]] = None
+        self._start = {"step": 0, "sample_index": 0, "epoch": 0}
+        self._last: Optional[Dict[str, Any]] = None
+        self._closed = False
+        self._started = False
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self._queue: Optional[queue.Queue] = None
+        try:
+            self._recover()
+        except BaseException:
+            self._release()
+            raise
+        self._start_pos = self.source.position()
+        if dedup == "global":
+            self._exchange = HashExchange(self._dedup, self._pg, self.rank, self.world_size, device)
+        _LIVE.add(self)
+
+    # ------------------------------------------------------------ collectives
+    def _gather(self, obj: Any) -> List[Any]:
+        if self.world_size == 1:
+            return [obj]
+        import torch.distributed as dist
+
+        out: List[Any] = [None] * self.world_size
+        dist.all_gather_object(out, obj, group=self._pg)
+        return out
+
+    def _bcast(self, obj: Any) -> Any:
+        if self.world_size == 1:
+            return obj
+        import torch.distributed as dist
+
+        lst = [obj]
+        dist.broadcast_object_list(lst, src=self._root, group=self._pg)
+        return lst[0]
+
+    def _agree(self, err: Optional[str], what: str) -> None:
+        """Every rank raises if any rank failed (no rank goes on alone)."""
+        errs = self._gather(err)
+        bad = [f"rank {i}: {e}" for i, e in enumerate(errs) if e is not None]
+        if bad:
+            raise OSError(f"{what} failed on {len(bad)} rank(s): " + "; ".join(bad))
+
+    # --------------------------------------------------------------- recovery
+    def _recover(self) -> None:
+        side, err = None, None
+        if self.rank == 0:
+            try:
+                from ..state import StateTracker
+
+                self._state = StateTracker(os.path.join(self.state_dir, "state"))
+                loaded = self._state.load()
+                if loaded is not None:
+                    coord, _seq = loaded
+                    cid = int(coord["source_pos"])
+                    side = load_json_checked(global_sidecar_path(self.state_dir, cid), int(coord["source_pos2"]))
+                    if side.get("kind") != "distributed" or side.get("version") != _VERSION:
+                        raise OSError(f"{self.state_dir!r} holds a checkpoint of kind {side.get('kind')!r} "
+                                      f"version {side.get('version')}, not a distributed one (version {_VERSION})")
+                    if int(side["commit_id"]) != cid or int(side["world_size"]) != int(coord["shard"]):
+                        raise OSError(f"commit sidecar of commit {cid} does not match the state slot")
+            except Exception as e:  # reported on every rank
+                err = f"{type(e).__name__}: {e}"
+        side, err = self._bcast((side, err))
+        if err is not None:
+            raise OSError(f"loading the distributed checkpoint in {self.state_dir!r}: {err}")
+        if side is not None:
+            if side["dedup"] != self.dedup_mode or int(side["seed"]) != self.seed:
+                raise ValueError(f"the checkpoint was taken with dedup={side['dedup']!r}, seed={side['seed']}; "
+                                 f"this pipeline has dedup={self.dedup_mode!r}, seed={self.seed}")
+            self.source.seek(side["source"])  # the same checks on every rank: all raise or none
+        err = None
+        try:
+            self._open_dedup(side)
+        except Exception as e:
+            err = f"{type(e).__name__}: {e}"
+        self._agree(err, "restoring the dedup state")
+        if side is not None:
+            self._commit_id = int(side["commit_id"])
+            self._start = {"step": int(side["step"]), "sample_index": int(side["sample_index"]),
+                           "epoch": int(side["epoch"])}
+            extras = side.get("extras")
+            self.resume_extras = extras
+            if int(side["world_size"]) == self.world_size and extras is not None:
+                self.resume_extra = extras[self.rank]
+            self.resumed_from = {k: side[k] for k in ("commit_id", "step", "sample_index", "world_size")}
+
+    def _open_dedup(self, side: Optional[Dict[str, Any]]) -> None:
+        mode = self.dedup_mode
+        if mode is None:
+            return
+        W, r, sd = self.world_size, self.rank, self.state_dir
+        path = wal_path(sd, r, W)
+        SD = self._stages.StreamDeduplicator
+        if side is None:  # nothing committed: whatever a crashed run admitted is forgotten
+            self._dedup = SD(wal_path=path, seed=self.seed)
+            if self._dedup.lsn:
+                self._dedup.truncate(0)
+            return
+        lsns = [int(x) for x in side["wal_lsns"]]
+        W_old = int(side["world_size"])
+        if W_old == W:
+            rs = rank_sidecar_path(sd, int(side["commit_id"]), r, W)
+            mine = load_json_checked(rs)
+            if int(mine["wal_lsn"]) != lsns[r]:
+                raise OSError(f"{rs} holds LSN {mine['wal_lsn']}, the global commit {lsns[r]}")
+            self._dedup = SD(wal_path=path, seed=self.seed)
+            if self._dedup.lsn < lsns[r]:
+                raise OSError(f"the dedup WAL {path} holds {self._dedup.lsn} hashes but the committed state "
+                              f"needs {lsns[r]}: the log lost committed records")
+            self._dedup.truncate(lsns[r])
+            return
+        # Elastic: re-partition the committed hashes of W_old ranks onto W.
+        self._resized_from = W_old
+        err = None
+        try:
+            for i in range(r, W_old, W):  # native CRC check of each old log, by one rank each
+                validate_wal(wal_path(sd, i, W_old), lsns[i], self.seed)
+        except Exception as e:
+            err = f"{type(e).__name__}: {e}"
+        self._agree(err, "checking the old dedup logs")
+        for p in (path, path + ".snap"):  # a partial rebuild from a crashed resize: never committed
+            if os.path.exists(p):
+                os.remove(p)
+        d = SD(wal_path=path, seed=self.seed)
+        self._dedup = d
+        for i in range(W_old):
+            h = read_wal_hashes(wal_path(sd, i, W_old), lsns[i], self.seed)
+            if mode == "global":
+                h = h[torch.from_numpy(owner_of(h, W) == r)]
+                new = d.check_insert_hashes(h.contiguous())
+                if not bool(new.all()):
+                    raise OSError(f"old rank {i}'s log repeats a hash another old owner holds: "
+                                  "the logs are not a partition of one dedup state")
+            else:  # local: every new rank holds the union (a document seen before is never kept again)
+                d.check_insert_hashes(h.contiguous())
+        d.sync()
+
+    # -------------------------------------------------------------- producing
+    def _prepare(self, step: int, start: int) -> Optional[_Prepared]:
+        from ..string_tensor import StringTensor
+
+        W, r = self.world_size, self.rank
+        items = self.stream.take(W * self.batch_size)
+        if not items:
+            return None
+        pos = self.stream.position()
+        texts: List[str] = []
+        records: List[Dict[str, Any]] = []
+        gidx: List[int] = []
+        key = self.text_key
+        for j in range(r, len(items), W):
+            rec = self.stream.parse(items[j])
+            if rec is None:
+                continue
+            t = rec.get(key) if isinstance(rec, dict) else None
+            if not isinstance(t, str):
+                raise ValueError(f"record {start + j} has no str field {key!r}")
+            texts.append(t)
+            records.append({k: v for k, v in rec.items() if k != key})
+            gidx.append(start + j)
+        st = StringTensor.from_list(texts)
+        n = len(texts)
+        if n:
+            res = self._local(st)
+            surv, reasons, out = res.source_index, res.reasons, res.texts
+        else:
+            surv, reasons, out = torch.zeros(0, dtype=torch.int64), torch.zeros(0, dtype=torch.int32), st
+        hashes = self._stages.hash128(out, self.seed) if self.dedup_mode else torch.zeros((len(out), 2), dtype=torch.int64)
+        if self._pii is not None and not self._pii_after and len(out):
+            out = self._pii(out).texts
+        return _Prepared(step, start, len(items), pos, records, torch.tensor(gidx, dtype=torch.int64), reasons,
+                         surv, out, hashes, st.nbytes)
+
+    def _prepared(self) -> Iterator[_Prepared]:
+        step, start = self._start["step"], self._start["sample_index"]
+        while not self._stop.is_set():
+            p = self._prepare(step, start)
+            if p is None:
+                return
+            step, start = step + 1, start + p.n_global
+            yield p
+
+    def _run_thread(self) -> None:
+        q = self._queue
+        try:
+            for p in self._prepared():
+                while not self._stop.is_set():
+                    try:
+                        q.put(p, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if self._stop.is_set():
+                    return
+            item = _SENTINEL
+        except BaseException as e:
+            item = _ProducerError(e)
+        while not self._stop.is_set():
+            try:
+                q.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+    def _get(self):
+        while True:
+            try:
+                return self._queue.get(timeout=0.1)
+            except queue.Empty:
+                if self._thread is not None and not self._thread.is_alive() and self._queue.empty():
+                    return _SENTINEL if self._stop.is_set() else _ProducerError(
+                        RuntimeError("the prefetch thread ended without a result"))
+                if self._closed:
+                    return _SENTINEL
+
+    # -------------------------------------------------------------- consuming
+    def _finish(self, p: _Prepared) -> DistBatch:
+        """The dedup decision (collective under global dedup) and the batch."""
+        n_s = len(p.texts)
+        if self.dedup_mode == "global":
+            keep = self._exchange.keep(p.hashes, p.gidx[p.surv])
+        elif self.dedup_mode == "local":
+            keep = self._dedup.check_insert_hashes(p.hashes.contiguous())
+        else:
+            keep = torch.ones(n_s, dtype=torch.bool)
+        texts = p.texts[keep] if n_s else p.texts
+        if self._pii is not None and self._pii_after and len(texts):
+            texts = self._pii(texts).texts
+        reasons = p.reasons.clone()
+        if n_s:
+            reasons[p.surv[~keep]] = self._stages.REASON_DUPLICATE
+        lsn = self._dedup.lsn if self._dedup is not None else 0
+        coord = {"step": p.step + 1, "sample_index": p.start + p.n_global, "source": p.pos, "wal_lsn": lsn,
+                 "epoch": self._start["epoch"]}
+        return DistBatch(p.step, texts, reasons, p.surv[keep] if n_s else p.surv, p.records, len(p.records),
+                         p.bytes_in, coord, global_index=p.gidx, rank=self.rank, world_size=self.world_size)
+
+    def __iter__(self) -> Iterator[DistBatch]:
+        """This rank's batches, one per global step (possibly empty near the end), in step order.
+        Every rank must iterate the same number of steps (they do: the stream is shared)."""
+        self._check_open()
+        if self._started:
+            raise RuntimeError("a DistributedPipeline is iterated once; build a new one (it resumes from state_dir)")
+        self._started = True
+        if self.prefetch_batches == 0:
+            for p in self._prepared():
+                b = self._finish(p)
+                self._last = b.coord
+                yield b
+            return
+        self._queue = queue.Queue(maxsize=self.prefetch_batches)
+        self._thread = threading.Thread(target=self._run_thread, name="luminamoon-dist-prefetch", daemon=True)
+        self._thread.start()
+        while True:
+            item = self._get()
+            if item is _SENTINEL:
+                return
+            if isinstance(item, _ProducerError):
+                raise item.exc
+            b = self._finish(item)
+            self._last = b.coord
+            yield b
+
+    # ---------------------------------------------------------------- commits
+    def commit(self, extra: Any = None) -> int:
+        """Collective: make the coordinate of the last batch received durable on all ranks, or on none.
+
+        Every rank must call it after receiving the same step.  ``extra``
+        (JSON-serialisable, per rank) comes back after a restart as
+        ``resume_extra`` (same world size) and in ``resume_extras`` (one per
+        old rank).  Returns the commit id.
+        """
+        self._check_open()
+        self._commits_here += 1
+        n = self._commits_here
+        W, r, sd = self.world_size, self.rank, self.state_dir
+        last = self._last or {"step": self._start["step"], "sample_index": self._start["sample_index"],
+                              "source": self._start_pos,
+                              "wal_lsn": self._dedup.lsn if self._dedup is not None else 0,
+                              "epoch": self._start["epoch"]}
+        cid = self._commit_id + 1
+        err = None
+        try:
+            json.dumps(extra)
+            lsn = int(last["wal_lsn"])
+            if self._dedup is not None:
+                durable = self._dedup.sync()  # (1) the WAL up to (at least) the step's LSN
+                if durable < lsn:
+                    raise OSError(f"dedup WAL durable at {durable} < committed LSN {lsn}")
+            atomic_write(rank_sidecar_path(sd, cid, r, W), dump_json(
+                {"kind": "distributed-rank", "version": _VERSION, "commit_id": cid, "rank": r, "world_size": W,
+                 "step": last["step"], "sample_index": last["sample_index"], "wal_lsn": lsn, "extra": extra}))
+        except Exception as e:
+            err = f"{type(e).__name__}: {e}"
+        _fault("rank_sidecar", r, n)
+        info = {"err": err, "step": last["step"], "sample_index": last["sample_index"],
+                "lsn": last["wal_lsn"], "extra": extra if err is None else None}
+        infos = self._gather(info)  # (2) agreement
+        bad = [f"rank {i}: {x['err']}" for i, x in enumerate(infos) if x["err"] is not None]
+        if bad:
+            raise OSError("commit failed, nothing committed: " + "; ".join(bad))
+        if len({(x["step"], x["sample_index"]) for x in infos}) != 1:
+            raise RuntimeError("commit() must be called by every rank after the same step; got steps "
+                               f"{[x['step'] for x in infos]}: nothing committed")
+        err0 = None
+        if r == 0:  # (3) the commit point: rank 0's global sidecar, then its state slot
+            try:
+                src = last["source"]
+                side = {"kind": "distributed", "version": _VERSION, "commit_id": cid, "world_size": W,
+                        "batch_size": self.batch_size, "step": last["step"], "sample_index": last["sample_index"],
+                        "epoch": last["epoch"], "source": src, "wal_lsns": [int(x["lsn"]) for x in infos],
+                        "extras": [x["extra"] for x in infos], "dedup": self.dedup_mode, "seed": self.seed}
+                raw = dump_json(side)
+                atomic_write(global_sidecar_path(sd, cid), raw)
+                _fault("global_sidecar", r, n)
+                self._state.commit(epoch=int(last["epoch"]), batch_index=int(last["step"]),
+                                   sample_index=int(last["sample_index"]), source_pos=cid,
+                                   source_pos2=zlib.crc32(raw), shard=W, wal_lsn=sum(side["wal_lsns"]))
+                _fault("slot", r, n)
+            except Exception as e:
+                err0 = f"{type(e).__name__}: {e}"
+        err0 = self._bcast(err0)  # (4) everyone learns the outcome
+        if err0 is not None:
+            raise OSError(f"commit failed on rank 0: {err0}")
+        self._commit_id = cid
+        self._cleanup(cid)
+        return cid
+
+    def _cleanup(self, cid: int) -> None:
+        """Drop sidecars older than the last two commits; after the first commit of
+        this run, rank 0 deletes the WALs of other world sizes (an old checkpoint's)."""
+        sd, W, r = self.state_dir, self.world_size, self.rank
+        old = cid - 2
+        if old >= 1:
+            for p in (rank_sidecar_path(sd, old, r, W), global_sidecar_path(sd, old) if r == 0 else None):
+                if p and os.path.exists(p):
+                    os.remove(p)
+        if self._cleanup_pending and r == 0:
+            for name in os.listdir(sd):
+                m = WAL_NAME_RE.match(name)
+                if m and int(m.group(2)) != W:
+                    os.remove(os.path.join(sd, name))
+                elif name.startswith("commit-") and "-of" in name and not name.endswith(f"-of{W}.json"):
+                    os.remove(os.path.join(sd, name))
+        self._cleanup_pending = False
+
+    # ----------------------------------------------------------------- misc
+    @property
+    def exchange_stats(self) -> Dict[str, int]:
+        """Bytes sent to / received from other ranks by the dedup exchange, documents, steps."""
+        x = self._exchange
+        if x is None:
+            return {"bytes_sent": 0, "bytes_received": 0, "docs": 0, "steps": 0}
+        return {"bytes_sent": x.bytes_sent, "bytes_received": x.bytes_received, "docs": x.docs, "steps": x.steps}
+
+    @property
+    def dedup(self):
+        """This rank's StreamDeduplicator (the hashes it owns), or None."""
+        return self._dedup
+
+    def state_dict(self) -> Dict[str, Any]:
+        """The global coordinate of the last batch received and this rank's LSN (for logging;
+        resume goes through ``commit()`` and ``state_dir``)."""
+        last = self._last or {**self._start, "source": None, "wal_lsn": 0}
+        return {**json.loads(json.dumps(last)), "rank": self.rank, "world_size": self.world_size,
+                "state_dir": self.state_dir}
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError("this DistributedPipeline is closed")
+
+    def _release(self) -> None:
+        if self._dedup is not None:
+            self._dedup.close()
+        if self._state is not None:
+            self._state.close()
+        if self._pg is not None and self._own_pg:
+            import torch.distributed as dist
+
+            try:
+                dist.destroy_process_group(self._pg)
+            except Exception:
+                pass
+        self._pg = None
+
+    def close(self) -> None:
+        """Stop the prefetch thread and release files and the private group (uncommitted progress is lost).
+        Local: no collective, so ranks may close at different times."""
+        if self._closed:
+            return
+        self._closed = True
+        self._stop.set()
+        if self._thread is not None:
+            while self._thread.is_alive():
+                try:
+                    self._queue.get_nowait()
+                except queue.Empty:
+                    pass
+                self._thread.join(timeout=0.05)
+        self._release()
+        if self._own_dir:
+            import shutil
+
+            shutil.rmtree(self.state_dir, ignore_errors=True)
+
+    def __enter__(self) -> "DistributedPipeline":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass

@@ -1,0 +1,90 @@
+"""Rank process of the distributed tests (started with torch.multiprocessing, spawn).
+
+``run(rank, world, init_file, spec)`` joins a gloo group through a file store and
+runs ``spec["jobs"]`` in order.  Each job writes what this rank received as JSON
+lines, one per batch: {"step", "end" (sample_index after the step), "gidx"
+(global indices of the input records), "kept": [[gidx, id, text], ...]}.
+
+Jobs:
+  {"kind": "pool", ...}   world sizes 1..world and dedup modes in one set of
+                          processes, each over a subgroup of ranks 0..W-1
+  {"kind": "phase", ...}  one run of an elastic / crash scenario: resume from
+                          state_dir, commit at the given steps, optionally die
+                          (SIGKILL) after a step, or with a fault injected in commit
+"""
+import json
+import os
+import signal
+import sys
+from datetime import timedelta
+
+
+def _lines(pipe, out_path, commit_at=(), die_after=None, meta_path=None):
+    import torch  # noqa: F401
+
+    with open(out_path, "a") as f:
+        if meta_path:
+            with open(meta_path, "w") as m:
+                json.dump({"resumed_from": pipe.resumed_from, "world_size": pipe.world_size,
+                           "resume_extra": pipe.resume_extra}, m)
+        for b in pipe:
+            ids = [r.get("id") for r in b.records]
+            gi = b.global_index.tolist()
+            kept = [[gi[i], ids[i], t] for i, t in zip(b.source_index.tolist(), b.texts.tolist())]
+            f.write(json.dumps({"step": b.index, "end": b.coord["sample_index"], "gidx": gi, "kept": kept,
+                                "reasons": b.reasons.tolist()}) + "\n")
+            f.flush()
+            if b.index + 1 in commit_at:
+                pipe.commit(extra={"rank": pipe.rank, "step": b.index + 1})
+            if die_after is not None and b.index + 1 == die_after:
+                os.kill(os.getpid(), signal.SIGKILL)
+        pipe.commit(extra={"rank": pipe.rank, "done": True})
+
+
+def run(rank, world, init_file, spec):
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    for k, v in spec.get("env", {}).get(str(rank), {}).items():
+        os.environ[k] = v
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world,
+                            timeout=timedelta(seconds=60))
+    from luminamoon.data import DistributedPipeline, JsonlSource
+
+    try:
+        for job in spec["jobs"]:
+            if job["kind"] == "pool":
+                for W in job["world_sizes"]:
+                    for mode in job["modes"]:
+                        group = None if W == world else dist.new_group(ranks=list(range(W)))
+                        if rank < W:
+                            tag = f"W{W}-{mode}{job.get('tag', '')}"
+                            sd = os.path.join(job["dir"], f"state-{tag}")
+                            with DistributedPipeline(JsonlSource(job["corpus"]), batch_size=job["batch_size"],
+                                                     dedup=None if mode == "none" else mode, state_dir=sd,
+                                                     group=group, prefetch_batches=job.get("prefetch", 2),
+                                                     stages=job.get("stages"),
+                                                     num_threads=1) as pipe:
+                                assert pipe.world_size == W and pipe.rank == rank
+                                _lines(pipe, os.path.join(job["dir"], f"out-{tag}-rank{rank}.jsonl"))
+                                st = pipe.exchange_stats
+                            with open(os.path.join(job["dir"], f"stats-{tag}-rank{rank}.json"), "w") as f:
+                                json.dump(st, f)
+                        dist.barrier()
+            elif job["kind"] == "phase":
+                with DistributedPipeline(JsonlSource(job["corpus"]), batch_size=job["batch_size"],
+                                         dedup=job.get("dedup", "global"), state_dir=job["state_dir"],
+                                         prefetch_batches=job.get("prefetch", 3), num_threads=1,
+                                         stages=job.get("stages"),
+                                         timeout=timedelta(seconds=30)) as pipe:
+                    _lines(pipe, os.path.join(job["dir"], f"out-{job['name']}-rank{rank}.jsonl"),
+                           commit_at=set(job.get("commit_at", ())), die_after=job.get("die_after"),
+                           meta_path=os.path.join(job["dir"], f"meta-{job['name']}-rank{rank}.json"))
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":  # manual use: python dist_worker.py RANK WORLD INIT_FILE SPEC_JSON
+    run(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], json.loads(open(sys.argv[4]).read()))

@@ -1,0 +1,365 @@
+"""DistributedPipeline on gloo (CPU) through torch.multiprocessing: sharding over 1–4 ranks,
+global exact dedup == one process, elastic resume 3 -> 2 -> 4, a rank killed mid-commit.
+
+The multi-rank tests start rank processes (spawn) running tests/python/dist_worker.py;
+each process serves several runs to keep the module short.  The reference is always a
+one-process ResumablePipeline / FusedPipeline over the same corpus.
+"""
+import gzip
+import json
+import os
+import random
+import time
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+import luminamoon
+from luminamoon import FusedPipeline, StreamDeduplicator, hash128
+from luminamoon.data import (DistributedPipeline, IterableSource, JsonlSource, ResumablePipeline, TextSource,
+                             write_jsonl)
+from luminamoon.data.dist_state import crc32c, owner_of, read_wal_hashes, wal_path
+from luminamoon.data.dist_stream import GlobalStream
+
+import dist_worker
+from conftest import CORPUS
+
+STAGES = {"quality": False}  # the corpus is mostly short package blurbs: quality would drop 98% of it
+
+
+def make_corpus(path, n=1500, dups=300, seed=0):
+    """The shared corpus's first n documents (else generated text), plus exact duplicates, shuffled."""
+    rng = random.Random(seed)
+    docs = []
+    if CORPUS.exists():
+        with gzip.open(CORPUS, "rt", encoding="utf-8") as f:
+            for line in f:
+                docs.append(json.loads(line)["text"])
+                if len(docs) >= n:
+                    break
+    else:
+        words = ("data training model token corpus filter clean text quality pipeline resume commit "
+                 "package library debian python kernel tensor").split()
+        for i in range(n):
+            docs.append(" ".join(rng.choice(words) for _ in range(rng.randint(20, 200))) + f". Doc {i}.")
+        docs[5] = "write to ann@example.org or call 555-123-4567 " + docs[5]
+    docs += [docs[rng.randrange(len(docs))] for _ in range(dups)]
+    rng.shuffle(docs)
+    write_jsonl(path, ({"id": f"doc-{i}", "text": t} for i, t in enumerate(docs)))
+    return docs
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    d = tmp_path_factory.mktemp("dist-corpus")
+    path = d / "corpus.jsonl"
+    docs = make_corpus(path)
+    return str(path), docs
+
+
+def single_process(corpus_path, stages=STAGES, dedup=True):
+    """{global index: text} of the kept documents of a one-process ResumablePipeline."""
+    out = {}
+    with ResumablePipeline(JsonlSource(corpus_path), stages=stages, dedup=dedup, batch_size=37,
+                           prefetch_batches=0) as pipe:
+        for b in pipe:
+            for i, t in zip(b.source_index.tolist(), b.texts.tolist()):
+                g = int(b.records[i]["id"].split("-")[1])
+                assert g not in out
+                out[g] = t
+    return out
+
+
+def spawn(world, spec, tmp, expect_ok=True, timeout=240):
+    """Start `world` rank processes running dist_worker.run(spec); returns their exit codes."""
+    ctx = mp.get_context("spawn")
+    store = os.path.join(tmp, f"store-{time.time_ns()}")
+    procs = [ctx.Process(target=dist_worker.run, args=(r, world, store, spec)) for r in range(world)]
+    for p in procs:
+        p.start()
+    deadline = time.monotonic() + timeout
+    for p in procs:
+        p.join(max(0.1, deadline - time.monotonic()))
+    for p in procs:  # stragglers of a crashed group
+        if p.is_alive():
+            p.kill()
+            p.join()
+    codes = [p.exitcode for p in procs]
+    if expect_ok:
+        assert codes == [0] * world, f"rank exit codes {codes}"
+    return codes
+
+
+def read_lines(path):
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.endswith("\n")]
+
+
+# --------------------------------------------------------------- unit tests
+
+
+def test_crc32c_check_value():
+    assert crc32c(b"123456789") == 0xE3069283
+    assert crc32c(b"") == 0
+
+
+def test_read_wal_hashes_lsn_order_and_checks(tmp_path):
+    p = str(tmp_path / "d.wal")
+    texts = [f"document {i % 700}" for i in range(1000)] + [f"late {i}" for i in range(9000)]
+    firsts = list(dict.fromkeys(texts))  # admission order = first occurrences in order
+    with StreamDeduplicator(wal_path=p, wal_buffer_hashes=128) as d:  # many records
+        d(texts[:5000])
+        d.sync()
+        d(texts[5000:])
+        assert d.lsn == len(firsts)
+    full = read_wal_hashes(p, len(firsts))
+    assert full.equal(hash128(firsts))
+    assert read_wal_hashes(p, 333).equal(hash128(firsts[:333]))
+    assert read_wal_hashes(p, 0).shape == (0, 2)
+    with pytest.raises(OSError, match="needs"):
+        read_wal_hashes(p, len(firsts) + 1)
+    with pytest.raises(OSError, match="seed"):
+        read_wal_hashes(p, 10, seed=7)
+    raw = bytearray(open(p, "rb").read())
+    bad = bytearray(raw)
+    bad[64 + 4] ^= 1  # first record's count: its header CRC no longer matches
+    open(p, "wb").write(bytes(bad))
+    with pytest.raises(OSError, match="bad WAL record"):
+        read_wal_hashes(p, 10)
+    bad = bytearray(raw)
+    bad[0] = ord("X")
+    open(p, "wb").write(bytes(bad))
+    with pytest.raises(OSError, match="not a dedup WAL"):
+        read_wal_hashes(p, 10)
+
+
+def test_owner_rule_is_low_64_bits_unsigned_mod_w():
+    h = hash128([f"t{i}" for i in range(500)])
+    for W in (1, 2, 3, 4, 7):
+        own = owner_of(h, W)
+        ref = [(int(lo) & (2 ** 64 - 1)) % W for lo in h[:, 0].tolist()]
+        assert own.tolist() == ref
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "text", "iterable"])
+def test_global_stream_positions_equal_the_sources_own(tmp_path, kind):
+    lines = [f"line {i} " + "x" * (i % 13) for i in range(300)]
+    if kind == "jsonl":
+        p = tmp_path / "a.jsonl.gz"
+        write_jsonl(p, [json.dumps({"text": t}) if i % 17 else "   " for i, t in enumerate(lines)], frame_bytes=2000)
+        make = lambda: JsonlSource(str(p), gzip_index=False)  # noqa: E731
+    elif kind == "text":
+        p = tmp_path / "a.txt"
+        p.write_text("\n".join(lines) + "\n")
+        make = lambda: TextSource(str(p))  # noqa: E731
+    else:
+        make = lambda: IterableSource(lambda: iter(lines))  # noqa: E731
+    gs, ref = GlobalStream(make()), make()
+    it = iter(ref)
+    expected_mode = {"jsonl": "jsonl", "text": "text", "iterable": "records"}[kind]
+    assert gs.mode == expected_mode
+    total = 0
+    for n in (1, 7, 50, 1000):
+        items = gs.take(n)
+        want = [next(it) for _ in range(len(items))]
+        assert [gs.parse(x)["text"] for x in items] == [w["text"] for w in want]
+        if len(items) < n:  # the stream ended inside take(): both are past the end
+            assert list(it) == []
+        assert gs.position() == ref.position()
+        total += len(items)
+    assert gs.take(5) == []
+    # resuming a source at a GlobalStream position continues exactly there
+    s2 = make()
+    gs2 = GlobalStream(s2)
+    gs2.take(123)
+    s3 = make()
+    s3.seek(gs2.position())
+    assert [r["text"] for r in s3] == [gs2.parse(x)["text"] for x in gs2.take(10 ** 6)]
+
+
+def test_sharded_source_is_refused(tmp_path):
+    p = tmp_path / "a.jsonl"
+    write_jsonl(p, [{"text": "a"}])
+    with pytest.raises(ValueError, match="unsharded"):
+        DistributedPipeline(JsonlSource(str(p), rank=0, world_size=2))
+
+
+def test_one_rank_without_process_group_equals_fused_and_resumes(corpus, tmp_path):
+    path, docs = corpus
+    ref = FusedPipeline(quality=False)(docs)
+    ref_kept = dict(zip(ref.source_index.tolist(), ref.texts.tolist()))
+    assert ref_kept == single_process(path)
+    sd = str(tmp_path / "state")
+    got = {}
+    with DistributedPipeline(JsonlSource(path), batch_size=64, stages=STAGES, state_dir=sd) as pipe:
+        assert (pipe.rank, pipe.world_size) == (0, 1)
+        for b in pipe:
+            assert b.reasons.shape[0] == b.n_in == len(b.records)
+            for g, t in zip(b.kept_global_index.tolist(), b.texts.tolist()):
+                got[g] = t
+            if b.index == 9:
+                pipe.commit(extra={"at": 10})
+            if b.index == 14:
+                break  # steps 10..14 delivered but not committed
+    assert {g: t for g, t in got.items()} == {g: t for g, t in ref_kept.items() if g < 15 * 64}
+    got2 = {}
+    with DistributedPipeline(JsonlSource(path), batch_size=64, stages=STAGES, state_dir=sd) as pipe:
+        assert pipe.resumed_from["step"] == 10 and pipe.resume_extra == {"at": 10}
+        for b in pipe:
+            for g, t in zip(b.kept_global_index.tolist(), b.texts.tolist()):
+                got2[g] = t
+    assert min(got2) >= 640
+    merged = {g: t for g, t in got.items() if g < 640}
+    assert not set(merged) & set(got2)
+    merged.update(got2)
+    assert merged == ref_kept
+    # a checkpoint taken under another dedup mode is refused
+    with pytest.raises(ValueError, match="dedup"):
+        DistributedPipeline(JsonlSource(path), dedup="local", stages=STAGES, state_dir=sd)
+
+
+def test_refuses_a_single_process_state_dir(corpus, tmp_path):
+    path, _ = corpus
+    sd = str(tmp_path / "rp")
+    with ResumablePipeline(JsonlSource(path), batch_size=100, state_dir=sd, prefetch_batches=0) as pipe:
+        next(iter(pipe))
+        pipe.commit()
+    with pytest.raises(OSError, match="not a distributed one"):
+        DistributedPipeline(JsonlSource(path), state_dir=sd)
+
+
+# --------------------------------------------------------------- multi-rank
+
+
+def test_world_sizes_1_to_4_equal_single_process(corpus, tmp_path):
+    """Global dedup: the union over ranks == the one-process run, exactly (kept set and texts).
+    dedup="local": each rank == one-process dedup of its own records (a document that
+    two ranks see is kept by both; the union has every distinct text).  dedup=None:
+    the union == the one-process run without dedup."""
+    path, docs = corpus
+    d = str(tmp_path)
+    spec = {"jobs": [
+        {"kind": "pool", "world_sizes": [1, 2, 3, 4], "modes": ["global", "local", "none"], "dir": d,
+         "corpus": path, "batch_size": 16, "stages": STAGES, "prefetch": 2},
+        {"kind": "pool", "world_sizes": [3], "modes": ["global"], "dir": d, "tag": "-q", "corpus": path,
+         "batch_size": 40, "stages": None, "prefetch": 0},  # quality on, no prefetch
+    ]}
+    spawn(4, spec, d)
+    ref = single_process(path)
+    ref_none = single_process(path, dedup=False)
+    ref_q = single_process(path, stages=None)
+    n = len(docs)
+    assert len(ref) < len(ref_none) == n  # the corpus has duplicates
+    for W in (1, 2, 3, 4):
+        for mode, want in (("global", ref), ("none", ref_none), ("local", None)):
+            union, seen_inputs = {}, []
+            for r in range(W):
+                lines = read_lines(os.path.join(d, f"out-W{W}-{mode}-rank{r}.jsonl"))
+                assert [x["step"] for x in lines] == list(range(len(lines)))
+                mine = {}
+                for x in lines:
+                    # record sharding: rank r gets the records of each global batch with index = r mod W
+                    assert all(g % W == r for g in x["gidx"])
+                    seen_inputs += x["gidx"]
+                    for g, i, t in x["kept"]:
+                        assert i == f"doc-{g}" and g not in union
+                        union[g] = mine[g] = t
+                if mode == "local":  # one-process dedup of this rank's own records
+                    sub = [g for g in range(n) if g % W == r]
+                    res = FusedPipeline(quality=False)([docs[g] for g in sub])
+                    assert mine == {sub[i]: t for i, t in zip(res.source_index.tolist(), res.texts.tolist())}
+            assert sorted(seen_inputs) == list(range(n))  # every record read by exactly one rank
+            if want is not None:
+                assert union == want, (W, mode)
+            else:
+                assert set(union.values()) == set(ref.values()) and len(union) >= len(ref)
+            stats = [json.load(open(os.path.join(d, f"stats-W{W}-{mode}-rank{r}.json"))) for r in range(W)]
+            if mode == "global":
+                sent = sum(s["bytes_sent"] for s in stats)
+                assert sent == sum(s["bytes_received"] for s in stats)
+                docs_x = sum(s["docs"] for s in stats)
+                assert docs_x == n
+                if W == 1:
+                    assert sent == 0
+                else:  # 24 B per request and 1 B per answer to a peer, 8 B counts per peer and step
+                    steps = stats[0]["steps"]
+                    assert 0 < sent <= 25 * n + 8 * W * (W - 1) * steps
+    union = {}
+    for r in range(3):
+        for x in read_lines(os.path.join(d, f"out-W3-global-q-rank{r}.jsonl")):
+            for g, _, t in x["kept"]:
+                union[g] = t
+    assert union == ref_q and len(ref_q) < len(ref)
+
+
+def _committed(d, names, last_ok=True):
+    """Concatenate the committed outputs of consecutive runs: run j's batches whose
+    end coordinate is <= the sample index the next run resumed from."""
+    starts = []
+    for name in names:
+        meta = json.load(open(os.path.join(d, f"meta-{name}-rank0.json")))
+        rf = meta["resumed_from"]
+        starts.append(0 if rf is None else rf["sample_index"])
+    kept, inputs = {}, []
+    for j, name in enumerate(names):
+        limit = starts[j + 1] if j + 1 < len(names) else float("inf")
+        W = json.load(open(os.path.join(d, f"meta-{name}-rank0.json")))["world_size"]
+        for r in range(W):
+            for x in read_lines(os.path.join(d, f"out-{name}-rank{r}.jsonl")):
+                if x["end"] <= limit:
+                    inputs += x["gidx"]
+                    for g, i, t in x["kept"]:
+                        assert g not in kept, f"document {g} delivered twice"
+                        kept[g] = t
+    return kept, inputs, starts
+
+
+def test_elastic_3_to_2_to_4_exactly_once(corpus, tmp_path):
+    path, docs = corpus
+    d, sd = str(tmp_path), str(tmp_path / "state")
+    base = {"kind": "phase", "dir": d, "corpus": path, "state_dir": sd, "batch_size": 16, "stages": STAGES}
+    # 3 ranks: G = 48; commits after steps 4 and 8, SIGKILL after step 11 (3 steps uncommitted)
+    spawn(3, {"jobs": [dict(base, name="a", commit_at=[4, 8], die_after=11)]}, d, expect_ok=False)
+    assert sorted(f for f in os.listdir(sd) if f.endswith(".wal")) == [f"dedup-rank{i}-of3.wal" for i in range(3)]
+    # 2 ranks (G = 32) resume at sample 8 * 48; commit after step 14, SIGKILL after step 17
+    spawn(2, {"jobs": [dict(base, name="b", commit_at=[14], die_after=17)]}, d, expect_ok=False)
+    assert sorted(f for f in os.listdir(sd) if f.endswith(".wal")) == ["dedup-rank0-of2.wal", "dedup-rank1-of2.wal"]
+    # 4 ranks (G = 64) resume at 8 * 48 + 6 * 32 and run to the end
+    spawn(4, {"jobs": [dict(base, name="c", commit_at=[20])]}, d)
+    metas = [json.load(open(os.path.join(d, f"meta-{n}-rank0.json"))) for n in "abc"]
+    assert metas[1]["resumed_from"] == {"commit_id": 2, "step": 8, "sample_index": 384, "world_size": 3}
+    assert metas[2]["resumed_from"] == {"commit_id": 3, "step": 14, "sample_index": 576, "world_size": 2}
+    assert metas[2]["resume_extra"] is None  # another world size: the per-rank extras are not handed out
+    kept, inputs, _ = _committed(d, list("abc"))
+    assert sorted(inputs) == list(range(len(docs)))  # every record processed exactly once overall
+    assert kept == single_process(path)  # same dedup decisions and texts as one process
+    assert sorted(f for f in os.listdir(sd) if f.endswith(".wal")) == [f"dedup-rank{i}-of4.wal" for i in range(4)]
+    assert all(read_wal_hashes(wal_path(sd, i, 4), 1).shape == (1, 2) for i in range(4))
+
+
+def test_rank_killed_mid_commit_keeps_previous_checkpoint(corpus, tmp_path):
+    path, docs = corpus
+    d, sd = str(tmp_path), str(tmp_path / "state")
+    base = {"kind": "phase", "dir": d, "corpus": path, "state_dir": sd, "batch_size": 16, "stages": STAGES}
+    fault = lambda rank, spec: {str(rank): {"LUMINAMOON_DIST_FAULT": spec}}  # noqa: E731
+    # rank 1 dies in its 2nd commit (step 6) after its WAL sync + sidecar, before the agreement
+    spawn(3, {"env": fault(1, "rank_sidecar:1:2"), "jobs": [dict(base, name="a", commit_at=[3, 6])]}, d,
+          expect_ok=False)
+    # same world size; rank 0 dies in its 2nd commit (step 9) after the global sidecar, before the slot
+    spawn(3, {"env": fault(0, "global_sidecar:0:2"), "jobs": [dict(base, name="b", commit_at=[5, 9])]}, d,
+          expect_ok=False)
+    # 2 ranks; rank 0 dies in its 2nd commit (step 12) right after the slot: that commit stands
+    spawn(2, {"env": fault(0, "slot:0:2"), "jobs": [dict(base, name="c", commit_at=[8, 12])]}, d, expect_ok=False)
+    spawn(3, {"jobs": [dict(base, name="d")]}, d)
+    rf = [json.load(open(os.path.join(d, f"meta-{n}-rank0.json")))["resumed_from"] for n in "abcd"]
+    assert rf[0] is None
+    assert (rf[1]["step"], rf[1]["world_size"]) == (3, 3)  # the killed commit of step 6 never happened
+    assert (rf[2]["step"], rf[2]["world_size"]) == (5, 3)  # nor the one of step 9
+    assert (rf[3]["step"], rf[3]["world_size"]) == (12, 2)  # the slot was written: step 12 is committed
+    kept, inputs, starts = _committed(d, list("abcd"))
+    assert starts == [0, 3 * 48, 5 * 48, 5 * 48 + 7 * 32]
+    assert sorted(inputs) == list(range(len(docs)))
+    assert kept == single_process(path)
