@@ -54,8 +54,6 @@ def _build_config(args) -> Dict[str, Any]:
         i["skip_bad_records"] = True
     if getattr(args, "format", None):
         o["format"] = args.format
-        if args.format == "jsonl" and o["compression"] not in ("none", "gzip", "zstd"):
-            o["compression"] = "none"
     if getattr(args, "compression", None):
         o["compression"] = args.compression
     if getattr(args, "part_docs", None):
@@ -97,6 +95,11 @@ def _validate(cfg: Dict[str, Any]) -> None:
         raise ConfigError(f"input.text_per must be line or file, not {i['text_per']!r}")
     if o["format"] not in ("parquet", "jsonl"):
         raise ConfigError(f"output.format must be parquet or jsonl, not {o['format']!r}")
+    comps = ("auto", "zstd", "snappy", "gzip", "lz4", "brotli", "none") if o["format"] == "parquet" else \
+        ("auto", "none", "gzip", "zstd")
+    if o["compression"] not in comps:
+        raise ConfigError(f"output.compression for {o['format']} must be one of {', '.join(comps)}, "
+                          f"not {o['compression']!r}")
     if o["part_docs"] < 1 or o["part_mb"] <= 0:
         raise ConfigError("output.part_docs and output.part_mb must be positive")
     if r["batch_size"] < 1:
@@ -275,7 +278,8 @@ def _add_run_flags(p: argparse.ArgumentParser, demo: bool = False) -> None:
         g.add_argument("--skip-bad-records", action="store_true",
                        help="skip malformed lines/rows (counted in stats.json) instead of stopping")
     g.add_argument("--format", choices=["parquet", "jsonl"], help="output format (default: parquet)")
-    g.add_argument("--compression", help="parquet: zstd|snappy|gzip|none; jsonl: none|gzip|zstd")
+    g.add_argument("--compression", help="auto (parquet: zstd, jsonl: none); parquet: zstd|snappy|gzip|none; "
+                   "jsonl: none|gzip|zstd")
     g.add_argument("--part-docs", type=int, metavar="N", help="kept documents per part file (default 50000)")
     g.add_argument("--keep-fields", metavar="LIST", help="input fields to copy to the output, comma-separated")
     g.add_argument("--group-by", metavar="FIELD", help="count kept/dropped per value of this input field")

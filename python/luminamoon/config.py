@@ -46,7 +46,7 @@ _BASE: Dict[str, Dict[str, Any]] = {
     },
     "output": {
         "format": "parquet",        # parquet | jsonl
-        "compression": "zstd",      # parquet: zstd | snappy | gzip | none; jsonl: none | gzip | zstd
+        "compression": "auto",      # auto (parquet: zstd, jsonl: none) | zstd | snappy | gzip | none
         "part_docs": 50000,         # kept documents per part file; each finished part is a commit
         "part_mb": 256.0,           # ... or this many MB of text, whichever comes first
         "keep_fields": [],          # input fields copied to the output beside id and text

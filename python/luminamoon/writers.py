@@ -60,6 +60,8 @@ class ShardWriter:
         if fmt not in ("parquet", "jsonl"):
             raise ValueError(f"output format must be parquet or jsonl, not {fmt!r}")
         comp = (compression or "none").lower()
+        if comp == "auto":
+            comp = "zstd" if fmt == "parquet" else "none"
         if fmt == "parquet" and comp not in ("zstd", "snappy", "gzip", "none", "lz4", "brotli"):
             raise ValueError(f"Parquet compression must be zstd, snappy, gzip, lz4, brotli or none, not {compression!r}")
         if fmt == "jsonl" and comp not in ("none", "gzip", "zstd"):

@@ -138,6 +138,17 @@ def test_run_parquet_end_to_end(tmp_path, corpus, capsys):
     assert w >= 1200 and hgt >= 800
 
 
+def test_jsonl_output_is_plain_by_default(tmp_path, capsys):
+    src = tmp_path / "in.jsonl"
+    _write_lines(src, GOOD)
+    out = str(tmp_path / "o")
+    assert _run(["run", str(src), "-o", out, "-q", "--no-report", "--format", "jsonl", "--no-quality"], capsys)[0] == 0
+    parts = sorted(glob.glob(os.path.join(out, "part-*")))
+    assert [os.path.basename(p) for p in parts] == ["part-00000.jsonl"]
+    rows = [json.loads(l) for l in open(parts[0], encoding="utf-8")]
+    assert [r["id"] for r in rows] == [f"g{i}" for i in range(40)]
+
+
 def test_run_jsonl_output_and_text_input(tmp_path, corpus, capsys):
     # text input: one document per line; ids are <file>:<line>
     txt = tmp_path / "lines.txt"
@@ -224,6 +235,7 @@ def test_config_file_and_overrides_change_the_run(tmp_path, corpus, capsys):
     ("[nope]\nx = 1\n", "unknown section [nope]"),
     ("[quality]\ngq_min_doc_words = \"many\"\n", "must be an integer"),
     ("[quality\n", "invalid TOML"),
+    ("[output]\nformat = \"jsonl\"\ncompression = \"snappy\"\n", "output.compression for jsonl"),
     ("[quality]\nrules = [\"gopher_quality\", \"no_such_rule\"]\n", "unknown quality rule"),
 ])
 def test_bad_config(tmp_path, corpus, capsys, content, needle):
