@@ -15,12 +15,24 @@ typedef struct {
   uint8_t *out;
 } CTX(prefix);
 
+/* Pass 1 decides on the lengths alone (vectorised: restrict, no branches);
+ * pass 2 compares the bytes of the few candidates. */
+static void LM_CAT(SUF, _len_ge)(const OFF_T *restrict off, uint8_t *restrict out, size_t begin, size_t end,
+                                 uint64_t plen) {
+  for (size_t i = begin; i < end; i++) out[i] = (uint64_t)(off[i + 1] - off[i]) >= plen;
+}
+
+static void LM_CAT(SUF, _len_eq)(const OFF_T *restrict off, uint8_t *restrict out, size_t begin, size_t end,
+                                 uint64_t len) {
+  for (size_t i = begin; i < end; i++) out[i] = (uint64_t)(off[i + 1] - off[i]) == len;
+}
+
 static lm_status RNG(prefix)(void *ctx, size_t begin, size_t end) {
   const CTX(prefix) *c = ctx;
-  for (size_t i = begin; i < end; i++) {
-    size_t len = (size_t)(c->off[i + 1] - c->off[i]);
-    c->out[i] = len >= c->plen && (c->plen == 0 || memcmp(c->data + c->off[i], c->p, c->plen) == 0);
-  }
+  LM_CAT(SUF, _len_ge)(c->off, c->out, begin, end, c->plen);
+  if (c->plen == 0) return LM_OK;
+  for (size_t i = begin; i < end; i++)
+    if (c->out[i]) c->out[i] = memcmp(c->data + c->off[i], c->p, c->plen) == 0;
   return LM_OK;
 }
 
@@ -35,10 +47,10 @@ lm_status FN(prefix_match)(const OFF_T *offsets, size_t n, const uint8_t *data, 
 /* ---- equal scalar */
 static lm_status RNG(eqs)(void *ctx, size_t begin, size_t end) {
   const CTX(prefix) *c = ctx;
-  for (size_t i = begin; i < end; i++) {
-    size_t len = (size_t)(c->off[i + 1] - c->off[i]);
-    c->out[i] = len == c->plen && (len == 0 || memcmp(c->data + c->off[i], c->p, len) == 0);
-  }
+  LM_CAT(SUF, _len_eq)(c->off, c->out, begin, end, c->plen);
+  if (c->plen == 0) return LM_OK;
+  for (size_t i = begin; i < end; i++)
+    if (c->out[i]) c->out[i] = memcmp(c->data + c->off[i], c->p, c->plen) == 0;
   return LM_OK;
 }
 
