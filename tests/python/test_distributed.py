@@ -241,7 +241,11 @@ def test_world_sizes_1_to_4_equal_single_process(corpus, tmp_path):
     the union == the one-process run without dedup."""
     path, docs = corpus
     d = str(tmp_path)
+    tiny = os.path.join(d, "tiny.jsonl")  # 10 records, 4 ranks x 2: the last step has 2 records for 4 ranks
+    write_jsonl(tiny, ({"id": f"doc-{i}", "text": t} for i, t in enumerate("a b a c b d e a f a".split())))
     spec = {"jobs": [
+        {"kind": "pool", "world_sizes": [4], "modes": ["global"], "dir": d, "tag": "-tiny", "corpus": tiny,
+         "batch_size": 2, "stages": {"quality": False, "cleaner": False}},
         {"kind": "pool", "world_sizes": [1, 2, 3, 4], "modes": ["global", "local", "none"], "dir": d,
          "corpus": path, "batch_size": 16, "stages": STAGES, "prefetch": 2},
         {"kind": "pool", "world_sizes": [3], "modes": ["global"], "dir": d, "tag": "-q", "corpus": path,
@@ -287,6 +291,16 @@ def test_world_sizes_1_to_4_equal_single_process(corpus, tmp_path):
                 else:  # 24 B per request and 1 B per answer to a peer, 8 B counts per peer and step
                     steps = stats[0]["steps"]
                     assert 0 < sent <= 25 * n + 8 * W * (W - 1) * steps
+    union, steps = {}, []
+    for r in range(4):
+        lines = read_lines(os.path.join(d, f"out-W4-global-tiny-rank{r}.jsonl"))
+        steps.append(len(lines))
+        assert lines[-1]["gidx"] == ([8 + r] if r < 2 else [])  # every rank gets the last step, maybe empty
+        for x in lines:
+            for g, _, t in x["kept"]:
+                union[g] = t
+    assert steps == [2] * 4
+    assert union == {0: "a", 1: "b", 3: "c", 5: "d", 6: "e", 8: "f"}
     union = {}
     for r in range(3):
         for x in read_lines(os.path.join(d, f"out-W3-global-q-rank{r}.jsonl")):
@@ -324,16 +338,22 @@ def test_elastic_3_to_2_to_4_exactly_once(corpus, tmp_path):
     # 3 ranks: G = 48; commits after steps 4 and 8, SIGKILL after step 11 (3 steps uncommitted)
     spawn(3, {"jobs": [dict(base, name="a", commit_at=[4, 8], die_after=11)]}, d, expect_ok=False)
     assert sorted(f for f in os.listdir(sd) if f.endswith(".wal")) == [f"dedup-rank{i}-of3.wal" for i in range(3)]
+    # a switch to 2 ranks that dies before its first commit: the 3-rank checkpoint stays in force
+    spawn(2, {"jobs": [dict(base, name="a2", die_after=10)]}, d, expect_ok=False)
+    assert sorted(f for f in os.listdir(sd) if f.endswith(".wal")) == sorted(
+        ["dedup-rank0-of2.wal", "dedup-rank1-of2.wal"] + [f"dedup-rank{i}-of3.wal" for i in range(3)])
     # 2 ranks (G = 32) resume at sample 8 * 48; commit after step 14, SIGKILL after step 17
     spawn(2, {"jobs": [dict(base, name="b", commit_at=[14], die_after=17)]}, d, expect_ok=False)
     assert sorted(f for f in os.listdir(sd) if f.endswith(".wal")) == ["dedup-rank0-of2.wal", "dedup-rank1-of2.wal"]
     # 4 ranks (G = 64) resume at 8 * 48 + 6 * 32 and run to the end
     spawn(4, {"jobs": [dict(base, name="c", commit_at=[20])]}, d)
     metas = [json.load(open(os.path.join(d, f"meta-{n}-rank0.json"))) for n in "abc"]
-    assert metas[1]["resumed_from"] == {"commit_id": 2, "step": 8, "sample_index": 384, "world_size": 3}
+    a2 = json.load(open(os.path.join(d, "meta-a2-rank0.json")))
+    assert metas[1]["resumed_from"] == a2["resumed_from"] == {"commit_id": 2, "step": 8, "sample_index": 384,
+                                                              "world_size": 3}
     assert metas[2]["resumed_from"] == {"commit_id": 3, "step": 14, "sample_index": 576, "world_size": 2}
     assert metas[2]["resume_extra"] is None  # another world size: the per-rank extras are not handed out
-    kept, inputs, _ = _committed(d, list("abc"))
+    kept, inputs, _ = _committed(d, ["a", "a2", "b", "c"])
     assert sorted(inputs) == list(range(len(docs)))  # every record processed exactly once overall
     assert kept == single_process(path)  # same dedup decisions and texts as one process
     assert sorted(f for f in os.listdir(sd) if f.endswith(".wal")) == [f"dedup-rank{i}-of4.wal" for i in range(4)]

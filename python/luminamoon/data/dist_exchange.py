@@ -16,6 +16,7 @@ moved to the current CUDA device.
 """
 from __future__ import annotations
 
+import time
 from typing import Optional
 
 import numpy as np
@@ -35,7 +36,9 @@ class HashExchange:
     ranks of ``group`` call it for the same step.
 
     Counters: ``bytes_sent`` / ``bytes_received`` (to/from other ranks; the
-    part a rank sends itself is not counted), ``docs``, ``steps``.
+    part a rank sends itself is not counted), ``docs``, ``steps``, ``seconds``
+    (wall time inside ``keep``: the collectives, including waiting for the
+    slowest rank, and the owner's admissions).
     """
 
     def __init__(self, dedup, group, rank: int, world_size: int, device: Optional[torch.device] = None):
@@ -48,6 +51,7 @@ class HashExchange:
         self.bytes_received = 0
         self.docs = 0
         self.steps = 0
+        self.seconds = 0.0
 
     def _a2a(self, send: torch.Tensor, in_splits, out_splits) -> torch.Tensor:
         import torch.distributed as dist
@@ -62,6 +66,13 @@ class HashExchange:
 
     def keep(self, hashes: torch.Tensor, gidx: torch.Tensor) -> torch.Tensor:
         """hashes int64 [N, 2], gidx int64 [N] (global record indices, increasing) -> bool [N]."""
+        t0 = time.perf_counter()
+        try:
+            return self._keep(hashes, gidx)
+        finally:
+            self.seconds += time.perf_counter() - t0
+
+    def _keep(self, hashes: torch.Tensor, gidx: torch.Tensor) -> torch.Tensor:
         n = hashes.shape[0]
         self.docs += n
         self.steps += 1

@@ -617,11 +617,12 @@ class DistributedPipeline:
     # ----------------------------------------------------------------- misc
     @property
     def exchange_stats(self) -> Dict[str, int]:
-        """Bytes sent to / received from other ranks by the dedup exchange, documents, steps."""
+        """Bytes sent to / received from other ranks by the dedup exchange, documents, steps, seconds."""
         x = self._exchange
         if x is None:
-            return {"bytes_sent": 0, "bytes_received": 0, "docs": 0, "steps": 0}
-        return {"bytes_sent": x.bytes_sent, "bytes_received": x.bytes_received, "docs": x.docs, "steps": x.steps}
+            return {"bytes_sent": 0, "bytes_received": 0, "docs": 0, "steps": 0, "seconds": 0.0}
+        return {"bytes_sent": x.bytes_sent, "bytes_received": x.bytes_received, "docs": x.docs, "steps": x.steps,
+                "seconds": x.seconds}
 
     @property
     def dedup(self):
