@@ -72,6 +72,26 @@ def run(rank, world, init_file, spec):
                             with open(os.path.join(job["dir"], f"stats-{tag}-rank{rank}.json"), "w") as f:
                                 json.dump(st, f)
                         dist.barrier()
+            elif job["kind"] == "mismatch":  # ranks 0 and 1 commit after different steps
+                group = dist.new_group(ranks=[0, 1])
+                if rank < 2:
+                    sd = os.path.join(job["dir"], "state-mismatch")
+                    with DistributedPipeline(JsonlSource(job["corpus"]), batch_size=8, dedup="local", state_dir=sd,
+                                             group=group, prefetch_batches=0) as pipe:
+                        it = iter(pipe)
+                        next(it)
+                        pipe.commit()  # step 1 on both: fine
+                        next(it)
+                        if rank == 1:
+                            next(it)
+                        try:
+                            pipe.commit()
+                            msg = None
+                        except RuntimeError as e:
+                            msg = str(e)
+                        with open(os.path.join(job["dir"], f"mismatch-rank{rank}.json"), "w") as f:
+                            json.dump({"error": msg, "commit_id": pipe._commit_id}, f)
+                dist.barrier()
             elif job["kind"] == "phase":
                 with DistributedPipeline(JsonlSource(job["corpus"]), batch_size=job["batch_size"],
                                          dedup=job.get("dedup", "global"), state_dir=job["state_dir"],

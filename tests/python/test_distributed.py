@@ -250,6 +250,7 @@ def test_world_sizes_1_to_4_equal_single_process(corpus, tmp_path):
          "corpus": path, "batch_size": 16, "stages": STAGES, "prefetch": 2},
         {"kind": "pool", "world_sizes": [3], "modes": ["global"], "dir": d, "tag": "-q", "corpus": path,
          "batch_size": 40, "stages": None, "prefetch": 0},  # quality on, no prefetch
+        {"kind": "mismatch", "dir": d, "corpus": path},
     ]}
     spawn(4, spec, d)
     ref = single_process(path)
@@ -291,6 +292,9 @@ def test_world_sizes_1_to_4_equal_single_process(corpus, tmp_path):
                 else:  # 24 B per request and 1 B per answer to a peer, 8 B counts per peer and step
                     steps = stats[0]["steps"]
                     assert 0 < sent <= 25 * n + 8 * W * (W - 1) * steps
+    for r in range(2):  # commits after different steps: refused on both ranks, the first commit stands
+        m = json.load(open(os.path.join(d, f"mismatch-rank{r}.json")))
+        assert "after the same step" in m["error"] and m["commit_id"] == 1
     union, steps = {}, []
     for r in range(4):
         lines = read_lines(os.path.join(d, f"out-W4-global-tiny-rank{r}.jsonl"))

@@ -43,10 +43,10 @@ collective runs in the consumer's thread, in an order all ranks share
 training's default group.
 
 Example (one process per rank, e.g. ``torchrun --nproc-per-node 4 train.py``):
-    >>> import torch.distributed as dist                          # doctest: +SKIP
+    >>> import torch.distributed as dist
     >>> from luminamoon.data import DistributedPipeline, JsonlSource
-    >>> dist.init_process_group("gloo")
-    >>> with DistributedPipeline(JsonlSource("shards/*.jsonl.gz"), batch_size=512,
+    >>> dist.init_process_group("gloo")                           # doctest: +SKIP
+    >>> with DistributedPipeline(JsonlSource("shards/*.jsonl.gz"), batch_size=512,  # doctest: +SKIP
     ...                          state_dir="/shared/ckpt") as pipe:
     ...     for batch in pipe:
     ...         train_on(batch.texts)
@@ -535,7 +535,10 @@ class DistributedPipeline:
     def commit(self, extra: Any = None) -> int:
         """Collective: make the coordinate of the last batch received durable on all ranks, or on none.
 
-        Every rank must call it after receiving the same step.  ``extra``
+        Every rank must call it after receiving the same step (checked: all
+        ranks raise and nothing is committed; with ``dedup="global"`` a rank
+        that runs ahead meets the others in a different collective instead,
+        which blocks until the group's timeout).  ``extra``
         (JSON-serialisable, per rank) comes back after a restart as
         ``resume_extra`` (same world size) and in ``resume_extras`` (one per
         old rank).  Returns the commit id.
