@@ -31,13 +31,13 @@ import os
 import re
 import struct
 import zlib
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, Optional
 
 import numpy as np
 import torch
 
 __all__ = ["crc32c", "read_wal_hashes", "validate_wal", "atomic_write", "wal_path", "global_sidecar_path",
-           "rank_sidecar_path", "WAL_NAME_RE"]
+           "rank_sidecar_path", "WAL_NAME_RE", "owner_of", "restore_dedup", "cleanup"]
 
 _WAL_MAGIC = b"LMDDWAL\0"
 _REC_MAGIC = b"LMR1"
@@ -208,3 +208,93 @@ def owner_of(hashes: torch.Tensor, world_size: int) -> np.ndarray:
     """Owner rank of each hash: the low 64 bits as unsigned, mod ``world_size`` (int64 array)."""
     lo = hashes[:, 0].numpy().view(np.uint64)
     return (lo % np.uint64(world_size)).astype(np.int64)
+
+
+def restore_dedup(state_dir: str, rank: int, world_size: int, mode: Optional[str], seed: int,
+                  side: Optional[Dict[str, Any]], agree: Callable[[Optional[str], str], None]):
+    """Open this rank's ``StreamDeduplicator`` at the committed state ``side`` (the global
+    sidecar, or None when nothing was committed).  Returns (dedup or None, old world size
+    when the table was re-partitioned, else None).
+
+    * nothing committed: the rank's WAL is cut to 0 (a crashed run's hashes are forgotten);
+    * same world size: the WAL is cut back to this rank's committed LSN;
+    * another world size: the old WALs are CRC-checked (each by one rank; ``agree`` is the
+      collective that makes every rank raise if any failed), then read, and this rank's new
+      WAL receives every committed hash it owns under ``h mod world_size`` ("global"), or
+      all of them ("local": a document seen before the switch is never kept again).
+    """
+    from ..stages import StreamDeduplicator as SD
+
+    if mode is None:
+        return None, None
+    W, r, sd = world_size, rank, state_dir
+    path = wal_path(sd, r, W)
+    if side is None:
+        d = SD(wal_path=path, seed=seed)
+        if d.lsn:
+            d.truncate(0)
+        return d, None
+    lsns = [int(x) for x in side["wal_lsns"]]
+    W_old = int(side["world_size"])
+    if W_old == W:
+        rs = rank_sidecar_path(sd, int(side["commit_id"]), r, W)
+        mine = load_json_checked(rs)
+        if int(mine["wal_lsn"]) != lsns[r]:
+            raise OSError(f"{rs} holds LSN {mine['wal_lsn']}, the global commit {lsns[r]}")
+        d = SD(wal_path=path, seed=seed)
+        try:
+            if d.lsn < lsns[r]:
+                raise OSError(f"the dedup WAL {path} holds {d.lsn} hashes but the committed state "
+                              f"needs {lsns[r]}: the log lost committed records")
+            d.truncate(lsns[r])
+        except BaseException:
+            d.close()
+            raise
+        return d, None
+    err = None
+    try:
+        for i in range(r, W_old, W):  # native CRC check of each old log, by one rank each
+            validate_wal(wal_path(sd, i, W_old), lsns[i], seed)
+    except Exception as e:
+        err = f"{type(e).__name__}: {e}"
+    agree(err, "checking the old dedup logs")
+    for p in (path, path + ".snap"):  # a partial rebuild from a crashed resize: never committed
+        if os.path.exists(p):
+            os.remove(p)
+    d = SD(wal_path=path, seed=seed)
+    try:
+        for i in range(W_old):
+            h = read_wal_hashes(wal_path(sd, i, W_old), lsns[i], seed)
+            if mode == "global":
+                h = h[torch.from_numpy(owner_of(h, W) == r)]
+                new = d.check_insert_hashes(h.contiguous())
+                if not bool(new.all()):
+                    raise OSError(f"old rank {i}'s log repeats a hash another old owner holds: "
+                                  "the logs are not a partition of one dedup state")
+            else:
+                d.check_insert_hashes(h.contiguous())
+        d.sync()
+    except BaseException:
+        d.close()
+        raise
+    return d, W_old
+
+
+def cleanup(state_dir: str, commit_id: int, rank: int, world_size: int, stale_wals: bool) -> None:
+    """After commit ``commit_id``: drop this rank's sidecars older than the last two commits
+    (rank 0 also the global one); with ``stale_wals`` (the first commit of a run) rank 0
+    deletes the WALs and rank sidecars of other world sizes — an old checkpoint's, or a
+    crashed re-partition's."""
+    sd, W, r = state_dir, world_size, rank
+    old = commit_id - 2
+    if old >= 1:
+        for p in (rank_sidecar_path(sd, old, r, W), global_sidecar_path(sd, old) if r == 0 else None):
+            if p and os.path.exists(p):
+                os.remove(p)
+    if stale_wals and r == 0:
+        for name in os.listdir(sd):
+            m = WAL_NAME_RE.match(name)
+            if m and int(m.group(2)) != W:
+                os.remove(os.path.join(sd, name))
+            elif name.startswith("commit-") and "-of" in name and not name.endswith(f"-of{W}.json"):
+                os.remove(os.path.join(sd, name))

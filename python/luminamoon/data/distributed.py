@@ -72,8 +72,8 @@ import torch
 
 from .adapters import Batch
 from .dist_exchange import HashExchange
-from .dist_state import (WAL_NAME_RE, atomic_write, dump_json, global_sidecar_path, load_json_checked, owner_of,
-                         rank_sidecar_path, read_wal_hashes, validate_wal, wal_path)
+from .dist_state import (atomic_write, cleanup, dump_json, global_sidecar_path, load_json_checked,
+                         rank_sidecar_path, restore_dedup)
 from .dist_stream import GlobalStream
 from .sources import IterableSource, Source
 
@@ -340,7 +340,8 @@ class DistributedPipeline:
             self.source.seek(side["source"])  # the same checks on every rank: all raise or none
         err = None
         try:
-            self._open_dedup(side)
+            self._dedup, self._resized_from = restore_dedup(self.state_dir, self.rank, self.world_size,
+                                                            self.dedup_mode, self.seed, side, self._agree)
         except Exception as e:
             err = f"{type(e).__name__}: {e}"
         self._agree(err, "restoring the dedup state")
@@ -353,57 +354,6 @@ class DistributedPipeline:
             if int(side["world_size"]) == self.world_size and extras is not None:
                 self.resume_extra = extras[self.rank]
             self.resumed_from = {k: side[k] for k in ("commit_id", "step", "sample_index", "world_size")}
-
-    def _open_dedup(self, side: Optional[Dict[str, Any]]) -> None:
-        mode = self.dedup_mode
-        if mode is None:
-            return
-        W, r, sd = self.world_size, self.rank, self.state_dir
-        path = wal_path(sd, r, W)
-        SD = self._stages.StreamDeduplicator
-        if side is None:  # nothing committed: whatever a crashed run admitted is forgotten
-            self._dedup = SD(wal_path=path, seed=self.seed)
-            if self._dedup.lsn:
-                self._dedup.truncate(0)
-            return
-        lsns = [int(x) for x in side["wal_lsns"]]
-        W_old = int(side["world_size"])
-        if W_old == W:
-            rs = rank_sidecar_path(sd, int(side["commit_id"]), r, W)
-            mine = load_json_checked(rs)
-            if int(mine["wal_lsn"]) != lsns[r]:
-                raise OSError(f"{rs} holds LSN {mine['wal_lsn']}, the global commit {lsns[r]}")
-            self._dedup = SD(wal_path=path, seed=self.seed)
-            if self._dedup.lsn < lsns[r]:
-                raise OSError(f"the dedup WAL {path} holds {self._dedup.lsn} hashes but the committed state "
-                              f"needs {lsns[r]}: the log lost committed records")
-            self._dedup.truncate(lsns[r])
-            return
-        # Elastic: re-partition the committed hashes of W_old ranks onto W.
-        self._resized_from = W_old
-        err = None
-        try:
-            for i in range(r, W_old, W):  # native CRC check of each old log, by one rank each
-                validate_wal(wal_path(sd, i, W_old), lsns[i], self.seed)
-        except Exception as e:
-            err = f"{type(e).__name__}: {e}"
-        self._agree(err, "checking the old dedup logs")
-        for p in (path, path + ".snap"):  # a partial rebuild from a crashed resize: never committed
-            if os.path.exists(p):
-                os.remove(p)
-        d = SD(wal_path=path, seed=self.seed)
-        self._dedup = d
-        for i in range(W_old):
-            h = read_wal_hashes(wal_path(sd, i, W_old), lsns[i], self.seed)
-            if mode == "global":
-                h = h[torch.from_numpy(owner_of(h, W) == r)]
-                new = d.check_insert_hashes(h.contiguous())
-                if not bool(new.all()):
-                    raise OSError(f"old rank {i}'s log repeats a hash another old owner holds: "
-                                  "the logs are not a partition of one dedup state")
-            else:  # local: every new rank holds the union (a document seen before is never kept again)
-                d.check_insert_hashes(h.contiguous())
-        d.sync()
 
     # -------------------------------------------------------------- producing
     def _prepare(self, step: int, start: int) -> Optional[_Prepared]:
@@ -596,26 +546,10 @@ class DistributedPipeline:
         if err0 is not None:
             raise OSError(f"commit failed on rank 0: {err0}")
         self._commit_id = cid
-        self._cleanup(cid)
-        return cid
-
-    def _cleanup(self, cid: int) -> None:
-        """Drop sidecars older than the last two commits; after the first commit of
-        this run, rank 0 deletes the WALs of other world sizes (an old checkpoint's)."""
-        sd, W, r = self.state_dir, self.world_size, self.rank
-        old = cid - 2
-        if old >= 1:
-            for p in (rank_sidecar_path(sd, old, r, W), global_sidecar_path(sd, old) if r == 0 else None):
-                if p and os.path.exists(p):
-                    os.remove(p)
-        if self._cleanup_pending and r == 0:
-            for name in os.listdir(sd):
-                m = WAL_NAME_RE.match(name)
-                if m and int(m.group(2)) != W:
-                    os.remove(os.path.join(sd, name))
-                elif name.startswith("commit-") and "-of" in name and not name.endswith(f"-of{W}.json"):
-                    os.remove(os.path.join(sd, name))
+        if self._cleanup_pending or cid > 2:
+            cleanup(self.state_dir, cid, self.rank, self.world_size, stale_wals=self._cleanup_pending)
         self._cleanup_pending = False
+        return cid
 
     # ----------------------------------------------------------------- misc
     @property
