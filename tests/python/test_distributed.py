@@ -387,3 +387,66 @@ def test_rank_killed_mid_commit_keeps_previous_checkpoint(corpus, tmp_path):
     assert starts == [0, 3 * 48, 5 * 48, 5 * 48 + 7 * 32]
     assert sorted(inputs) == list(range(len(docs)))
     assert kept == single_process(path)
+
+
+@pytest.mark.parametrize("mode", ["global", "local"])
+def test_restore_dedup_repartitions_committed_hashes_only(tmp_path, mode):
+    """Old world of 3 ranks with committed LSNs and uncommitted tails -> new world of 2:
+    each new rank holds exactly the committed hashes it owns (global) or all of them (local)."""
+    from luminamoon.data.dist_state import restore_dedup
+
+    sd = str(tmp_path)
+    texts = [f"doc {i}" for i in range(3000)]
+    h = hash128(texts)
+    own3 = owner_of(h, 3)
+    committed, lsns = [], []
+    for i in range(3):
+        mine = [t for t, o in zip(texts, own3.tolist()) if o == i]
+        cut = len(mine) * 2 // 3
+        with StreamDeduplicator(wal_path=wal_path(sd, i, 3), wal_buffer_hashes=100) as d:
+            d(mine[:cut])
+            d.sync()
+            d(mine[cut:])  # admitted after the commit: must not survive the switch
+        committed += mine[:cut]
+        lsns.append(cut)
+    side = {"world_size": 3, "wal_lsns": lsns, "commit_id": 1}
+    calls = []
+
+    def agree(err, what):
+        calls.append((err, what))
+        if err:
+            raise OSError(err)
+
+    want = set(map(tuple, hash128(committed).tolist()))
+    for r in range(2):
+        d, resized = restore_dedup(sd, r, 2, mode, 0, side, agree)
+        try:
+            assert resized == 3
+            held = read_wal_hashes(d.path, d.lsn)
+            got = set(map(tuple, held.tolist()))
+            if mode == "global":
+                assert got == {x for x in want if (x[0] & (2 ** 64 - 1)) % 2 == r}
+            else:
+                assert got == want
+            assert d.lsn == len(got)
+            for t in committed[:50]:
+                assert (t in d) == (mode == "local" or owner_of(hash128([t]), 2)[0] == r)
+        finally:
+            d.close()
+    assert [c[0] for c in calls] == [None, None]
+    # the old logs are untouched: still every admitted hash, committed or not
+    assert sum(len(read_wal_hashes(wal_path(sd, i, 3), 0)) for i in range(3)) == 0
+    for i in range(3):
+        with StreamDeduplicator(wal_path=wal_path(sd, i, 3)) as d:
+            assert d.lsn == int((own3 == i).sum())
+    # a damaged old log is reported through the agreement, and nothing is built on it
+    with open(wal_path(sd, 1, 3), "r+b") as f:
+        f.seek(64 + 24 + 5)
+        b = f.read(1)
+        f.seek(64 + 24 + 5)
+        f.write(bytes([b[0] ^ 0xFF]))
+    size = os.path.getsize(wal_path(sd, 1, 3))
+    with pytest.raises(OSError):
+        restore_dedup(sd, 1, 2, mode, 0, side, agree)
+    assert calls[-1][0].startswith("CorruptError")
+    assert os.path.getsize(wal_path(sd, 1, 3)) == size  # corruption in the middle: the file is left as it is
