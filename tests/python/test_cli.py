@@ -23,7 +23,7 @@ from luminamoon.config import default_config  # noqa: E402
 from luminamoon.demo_corpus import generate  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-SHARED = ROOT.parent / "shared" / "corpus" / "debian-dev.jsonl.gz"
+from conftest import CORPUS as SHARED  # noqa: E402  (honours LM_NO_CORPUS)
 EMAIL = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}")
 
 

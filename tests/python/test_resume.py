@@ -30,11 +30,13 @@ def make_corpus(path, n=3000, seed=0):
                 docs.append(json.loads(line)["text"])
                 if len(docs) >= n:
                     break
-    else:
-        words = ("data training model token corpus filter clean text quality pipeline resume commit "
-                 "package library debian python kernel tensor").split()
+    else:  # generated documents that pass the quality filters (enough words, sentences, punctuation)
+        words = ("the data pipeline reads many documents and cleans them before training a model on the text "
+                 "because quality matters for every language model we build with care").split()
         for i in range(n):
-            docs.append(" ".join(rng.choice(words) for _ in range(rng.randint(20, 200))) + f". Document {i}.")
+            sents = [" ".join(rng.choice(words) for _ in range(rng.randint(8, 14))).capitalize() + "."
+                     for _ in range(rng.randint(6, 10))]
+            docs.append(f"Document {i} is about topic {i % 17}. " + " ".join(sents[:3]) + "\n" + " ".join(sents[3:]))
     docs += [docs[rng.randrange(len(docs))] for _ in range(n // 5)]  # exact duplicates, later in the stream
     rng.shuffle(docs)
     write_jsonl(path, ({"id": f"doc-{i}", "text": t} for i, t in enumerate(docs)))
