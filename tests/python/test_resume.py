@@ -112,9 +112,9 @@ def test_prefetched_batches_are_not_committed(tmp_path):
                              state_dir=str(tmp_path / "s"))
     got = batches_of(pipe, 3)
     deadline = time.time() + 30
-    while pipe._queue.qsize() < 8 and time.time() < deadline:  # let the producer run 8 batches ahead
+    while pipe._prefetch.qsize() < 8 and time.time() < deadline:  # let the producer run 8 batches ahead
         time.sleep(0.01)
-    assert pipe._queue.qsize() == 8
+    assert pipe._prefetch.qsize() == 8
     pipe.commit()
     pipe.close()  # a crash: the prefetched batches' hashes reached the WAL, their batches were never consumed
     with ResumablePipeline(JsonlSource(str(corpus)), batch_size=40, prefetch_batches=8,

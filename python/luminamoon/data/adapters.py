@@ -35,7 +35,6 @@ from __future__ import annotations
 import atexit
 import json
 import os
-import queue
 import shutil
 import tempfile
 import threading
@@ -46,11 +45,11 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Unio
 
 import torch
 
+from ._prefetch import END, Prefetcher, atomic_write
 from .sources import IterableSource, Source
 
 __all__ = ["Batch", "ResumablePipeline"]
 
-_SENTINEL = object()
 _STATE_VERSION = 1
 _LIVE: "weakref.WeakSet[ResumablePipeline]" = weakref.WeakSet()
 
@@ -91,29 +90,6 @@ class Batch:
         return [self.records[i] for i in self.source_index.tolist()]
 
 
-class _ProducerError:
-    def __init__(self, exc: BaseException):
-        self.exc = exc
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _atomic_write(path: str, data: bytes) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(os.path.dirname(path) or ".")
-
-
 class ResumablePipeline:
     """Iterate processed batches from a source, with exact, crash-safe resume.
 
@@ -143,7 +119,7 @@ class ResumablePipeline:
     def __init__(self, source: Union[Source, Iterable[Any]], pipeline: Union[str, Callable, None] = "fused", *,
                  dedup: bool = True, stages: Optional[Dict[str, Any]] = None, batch_size: int = 1024,
                  prefetch_batches: int = 2, state_dir: Optional[str] = None, text_key: str = "text",
-                 num_threads: Optional[int] = None, max_queue_bytes: Optional[int] = None):
+                 num_threads: Optional[int] = None):
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
         if not isinstance(prefetch_batches, int) or isinstance(prefetch_batches, bool) or prefetch_batches < 0:
@@ -164,7 +140,6 @@ class ResumablePipeline:
         self.prefetch_batches = prefetch_batches
         self.text_key = text_key
         self.num_threads = num_threads
-        self.max_queue_bytes = max_queue_bytes
 
         self._own_dir = state_dir is None
         self.state_dir = tempfile.mkdtemp(prefix="luminamoon-state-") if state_dir is None else os.fspath(state_dir)
@@ -182,8 +157,7 @@ class ResumablePipeline:
         self.state = StateTracker(os.path.join(self.state_dir, "state"))
 
         self._lock = threading.Lock()  # serialises use of the pipeline/dedup between threads
-        self._thread: Optional[threading.Thread] = None
-        self._queue: Optional[queue.Queue] = None
+        self._prefetch: Optional[Prefetcher] = None
         self._stop = threading.Event()
         self._closed = False
         self._started = False
@@ -292,28 +266,6 @@ class ResumablePipeline:
             index, sample = b.coord["batch_index"], b.coord["sample_index"]
             yield b
 
-    def _run_thread(self) -> None:
-        q = self._queue
-        try:
-            for b in self._batches():
-                while not self._stop.is_set():
-                    try:
-                        q.put(b, timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                if self._stop.is_set():
-                    return
-            item = _SENTINEL
-        except BaseException as e:  # re-raised in the consumer
-            item = _ProducerError(e)
-        while not self._stop.is_set():
-            try:
-                q.put(item, timeout=0.1)
-                return
-            except queue.Full:
-                continue
-
     # ------------------------------------------------------------ consuming
     def __iter__(self) -> Iterator[Batch]:
         self._check_open()
@@ -326,29 +278,14 @@ class ResumablePipeline:
                 yield b
             self._exhausted = True
             return
-        self._queue = queue.Queue(maxsize=self.prefetch_batches)
-        self._thread = threading.Thread(target=self._run_thread, name="luminamoon-prefetch", daemon=True)
-        self._thread.start()
+        self._prefetch = Prefetcher(self._batches, self.prefetch_batches)
         while True:
-            item = self._get()
-            if item is _SENTINEL:
-                self._exhausted = True
+            item = self._prefetch.get()
+            if item is END:
+                self._exhausted = not self._closed
                 return
-            if isinstance(item, _ProducerError):
-                raise item.exc
             self._last = item.coord
             yield item
-
-    def _get(self):
-        while True:
-            try:
-                return self._queue.get(timeout=0.1)
-            except queue.Empty:
-                if self._thread is not None and not self._thread.is_alive() and self._queue.empty():
-                    return _SENTINEL if self._stop.is_set() else _ProducerError(
-                        RuntimeError("the prefetch thread ended without a result"))
-                if self._closed:
-                    return _SENTINEL
 
     # -------------------------------------------------------------- commits
     def commit(self, extra: Optional[Dict[str, Any]] = None) -> int:
@@ -375,7 +312,7 @@ class ResumablePipeline:
                     raise OSError(f"dedup WAL durable at {durable} < committed LSN {side['wal_lsn']}")
             raw = json.dumps(side, sort_keys=True).encode()
             commit_id = self._commit_id + 1
-            _atomic_write(self._sidecar_path(commit_id), raw)  # 2. the sidecar, atomically
+            atomic_write(self._sidecar_path(commit_id), raw)  # 2. the sidecar, atomically
             self.state.commit(epoch=int(side["epoch"]), batch_index=int(side["batch_index"]),  # 3. the slot
                               sample_index=int(side["sample_index"]), source_pos=commit_id,
                               source_pos2=zlib.crc32(raw), shard=0, wal_lsn=int(side["wal_lsn"]))
@@ -426,13 +363,8 @@ class ResumablePipeline:
             return
         self._closed = True
         self._stop.set()
-        if self._thread is not None:
-            while self._thread.is_alive():
-                try:  # unblock a producer waiting on a full queue
-                    self._queue.get_nowait()
-                except queue.Empty:
-                    pass
-                self._thread.join(timeout=0.05)
+        if self._prefetch is not None:
+            self._prefetch.stop()
         with self._lock:
             if self.dedup is not None:
                 self.dedup.close()

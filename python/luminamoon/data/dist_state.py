@@ -36,6 +36,8 @@ from typing import Any, Callable, Dict, Optional
 import numpy as np
 import torch
 
+from ._prefetch import atomic_write
+
 __all__ = ["crc32c", "read_wal_hashes", "validate_wal", "atomic_write", "wal_path", "global_sidecar_path",
            "rank_sidecar_path", "WAL_NAME_RE", "owner_of", "restore_dedup", "cleanup"]
 
@@ -85,25 +87,6 @@ def global_sidecar_path(state_dir: str, commit_id: int) -> str:
 
 def rank_sidecar_path(state_dir: str, commit_id: int, rank: int, world_size: int) -> str:
     return os.path.join(state_dir, f"commit-{commit_id:020d}-rank{rank}-of{world_size}.json")
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def atomic_write(path: str, data: bytes) -> None:
-    """tmp + fsync + rename + directory fsync: the file holds the old or the new bytes, never a mix."""
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(os.path.dirname(path) or ".")
 
 
 def dump_json(obj: Dict[str, Any]) -> bytes:

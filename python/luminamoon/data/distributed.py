@@ -58,7 +58,6 @@ from __future__ import annotations
 import atexit
 import json
 import os
-import queue
 import signal
 import tempfile
 import threading
@@ -72,6 +71,7 @@ import torch
 
 from .adapters import Batch
 from .dist_exchange import HashExchange
+from ._prefetch import END, Prefetcher
 from .dist_state import (atomic_write, cleanup, dump_json, global_sidecar_path, load_json_checked,
                          rank_sidecar_path, restore_dedup)
 from .dist_stream import GlobalStream
@@ -80,7 +80,6 @@ from .sources import IterableSource, Source
 __all__ = ["DistributedPipeline", "DistBatch"]
 
 _VERSION = 1
-_SENTINEL = object()
 _LIVE: "weakref.WeakSet[DistributedPipeline]" = weakref.WeakSet()
 FAULT_ENV = "LUMINAMOON_DIST_FAULT"
 
@@ -123,11 +122,6 @@ class _Prepared:  # one step, processed up to (not including) the dedup decision
     texts: Any
     hashes: torch.Tensor
     bytes_in: int
-
-
-class _ProducerError:
-    def __init__(self, exc: BaseException):
-        self.exc = exc
 
 
 def _fault(point: str, rank: int, commit_no: int) -> None:
@@ -272,8 +266,7 @@ class DistributedPipeline:
         self._closed = False
         self._started = False
         self._stop = threading.Event()
-        self._thread: Optional[threading.Thread] = None
-        self._queue: Optional[queue.Queue] = None
+        self._prefetch: Optional[Prefetcher] = None
         try:
             self._recover()
         except BaseException:
@@ -400,39 +393,6 @@ class DistributedPipeline:
             step, start = step + 1, start + p.n_global
             yield p
 
-    def _run_thread(self) -> None:
-        q = self._queue
-        try:
-            for p in self._prepared():
-                while not self._stop.is_set():
-                    try:
-                        q.put(p, timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                if self._stop.is_set():
-                    return
-            item = _SENTINEL
-        except BaseException as e:
-            item = _ProducerError(e)
-        while not self._stop.is_set():
-            try:
-                q.put(item, timeout=0.1)
-                return
-            except queue.Full:
-                continue
-
-    def _get(self):
-        while True:
-            try:
-                return self._queue.get(timeout=0.1)
-            except queue.Empty:
-                if self._thread is not None and not self._thread.is_alive() and self._queue.empty():
-                    return _SENTINEL if self._stop.is_set() else _ProducerError(
-                        RuntimeError("the prefetch thread ended without a result"))
-                if self._closed:
-                    return _SENTINEL
-
     # -------------------------------------------------------------- consuming
     def _finish(self, p: _Prepared) -> DistBatch:
         """The dedup decision (collective under global dedup) and the batch."""
@@ -468,15 +428,11 @@ class DistributedPipeline:
                 self._last = b.coord
                 yield b
             return
-        self._queue = queue.Queue(maxsize=self.prefetch_batches)
-        self._thread = threading.Thread(target=self._run_thread, name="luminamoon-dist-prefetch", daemon=True)
-        self._thread.start()
+        self._prefetch = Prefetcher(self._prepared, self.prefetch_batches, name="luminamoon-dist-prefetch")
         while True:
-            item = self._get()
-            if item is _SENTINEL:
+            item = self._prefetch.get()
+            if item is END:
                 return
-            if isinstance(item, _ProducerError):
-                raise item.exc
             b = self._finish(item)
             self._last = b.coord
             yield b
@@ -598,13 +554,8 @@ class DistributedPipeline:
             return
         self._closed = True
         self._stop.set()
-        if self._thread is not None:
-            while self._thread.is_alive():
-                try:
-                    self._queue.get_nowait()
-                except queue.Empty:
-                    pass
-                self._thread.join(timeout=0.05)
+        if self._prefetch is not None:
+            self._prefetch.stop()
         self._release()
         if self._own_dir:
             import shutil
