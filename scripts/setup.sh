@@ -27,4 +27,7 @@ $PY -m pip install -q --disable-pip-version-check -r requirements.txt
 echo "setup: building luminamoon (C core + torch extension)"
 MAX_JOBS=${MAX_JOBS:-2} $PY -m pip install -q --disable-pip-version-check --no-build-isolation -e . \
   > build-setup.log 2>&1 || { tail -50 build-setup.log; echo "setup: build failed (full log: build-setup.log)"; exit 1; }
+# pyenv installs console scripts behind shims: make sure `luminamoon` is on PATH.
+if command -v pyenv >/dev/null 2>&1; then pyenv rehash >/dev/null 2>&1 || true; fi
 $PY -c "import luminamoon, torch; print('setup: luminamoon', luminamoon.__version__, 'with torch', torch.__version__)"
+command -v luminamoon >/dev/null 2>&1 || echo "setup: note: the luminamoon command is in $($PY -c 'import sysconfig; print(sysconfig.get_path("scripts"))'), which is not on PATH"
