@@ -22,17 +22,3 @@ def corpus_texts(limit=None):
             if limit is not None and len(out) >= limit:
                 break
     return out
-
-
-@pytest.fixture(scope="session")
-def corpus():
-    return corpus_texts()
-
-
-def pytest_collection_modifyitems(config, items):
-    if os.environ.get("LM_SLOW") == "1":
-        return
-    skip = pytest.mark.skip(reason="slow test: set LM_SLOW=1 to run it")
-    for item in items:
-        if "slow" in item.keywords:
-            item.add_marker(skip)

@@ -161,7 +161,6 @@ class ResumablePipeline:
         self._stop = threading.Event()
         self._closed = False
         self._started = False
-        self._exhausted = False
         self._last: Optional[Dict[str, Any]] = None   # coordinate of the last batch received
         self._commit_id = 0
         self.resume_extra: Optional[Dict[str, Any]] = None
@@ -276,13 +275,11 @@ class ResumablePipeline:
             for b in self._batches():
                 self._last = b.coord
                 yield b
-            self._exhausted = True
             return
         self._prefetch = Prefetcher(self._batches, self.prefetch_batches)
         while True:
             item = self._prefetch.get()
             if item is END:
-                self._exhausted = not self._closed
                 return
             self._last = item.coord
             yield item
