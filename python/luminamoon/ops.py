@@ -38,6 +38,18 @@ def _same_device(op: str, **tensors) -> None:
                              f"got {t0.device} and {t.device}")
 
 
+def _views_device(op: str, **args) -> None:
+    """The views and every payload buffer on one device (one meta tensor among CPU ones would
+    otherwise dispatch the whole call to the fake kernel and return uninitialised memory)."""
+    flat = {}
+    for name, t in args.items():
+        if isinstance(t, (list, tuple)):
+            flat.update({f"{name}[{i}]": b for i, b in enumerate(t)})
+        else:
+            flat[name] = t
+    _same_device(op, **flat)
+
+
 @torch.library.register_fake("luminamoon::prefix_match")
 def _prefix_match_fake(offsets, data, prefix):
     _same_device('prefix_match', offsets=offsets, data=data)
@@ -102,28 +114,78 @@ def _views_from_offsets_fake(offsets, data):
 
 @torch.library.register_fake("luminamoon::offsets_from_views")
 def _offsets_from_views_fake(views, buffers, large=False):
+    _views_device("offsets_from_views", views=views, buffers=buffers)
     nbytes = torch.library.get_ctx().new_dynamic_size()
     dtype = torch.int64 if large else torch.int32
     return views.new_empty((views.shape[0] + 1,), dtype=dtype), views.new_empty((nbytes,))
 
 
 for _name in ("views_prefix_match", "views_equal_scalar"):
-    def _fake(views, buffers, s):
+    def _fake(views, buffers, s, _name=_name):
+        _views_device(_name, views=views, buffers=buffers)
         return views.new_empty((views.shape[0],), dtype=torch.bool)
     torch.library.register_fake(f"luminamoon::{_name}", _fake)
 
 
 @torch.library.register_fake("luminamoon::views_equal")
 def _views_equal_fake(views_a, buffers_a, views_b, buffers_b):
+    _views_device("views_equal", views_a=views_a, buffers_a=buffers_a, views_b=views_b, buffers_b=buffers_b)
     return views_a.new_empty((views_a.shape[0],), dtype=torch.bool)
 
 
 @torch.library.register_fake("luminamoon::views_hash64")
 def _views_hash64_fake(views, buffers, seed=0):
+    _views_device("views_hash64", views=views, buffers=buffers)
     return views.new_empty((views.shape[0],), dtype=torch.int64)
 
 
 # ---------------------------------------------------------------- wrappers
+# The wrappers check their scalar arguments (the dispatcher would raise a RuntimeError
+# for them) and leave the tensor checks to the kernels, which name the argument.
+
+_I64 = (-(1 << 63), (1 << 63) - 1)
+
+
+def _str_arg(op: str, name: str, value) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"luminamoon.{op}: {name} must be str, got {type(value).__name__}")
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError(f"luminamoon.{op}: {name} cannot be encoded as UTF-8 (it holds a lone surrogate)") \
+                from None
+    return value
+
+
+def _int_arg(op: str, name: str, value, lo: int = _I64[0], hi: int = _I64[1]):
+    if isinstance(value, torch.SymInt):  # traced by torch.compile: the kernel checks it
+        return value
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"luminamoon.{op}: {name} must be an int, got {type(value).__name__}")
+    if not lo <= value <= hi:
+        raise ValueError(f"luminamoon.{op}: {name} must be in [{lo}, {hi}], got {value}")
+    return value
+
+
+def _tensor_list(op: str, name: str, value) -> list:
+    if isinstance(value, torch.Tensor) or not isinstance(value, (list, tuple)):
+        raise TypeError(f"luminamoon.{op}: {name} must be a list of tensors, got {type(value).__name__}")
+    for i, t in enumerate(value):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"luminamoon.{op}: {name}[{i}] must be a torch.Tensor, got {type(t).__name__}")
+    return list(value)
+
+
+def _check_pad_size(op: str, n, max_len) -> None:
+    if isinstance(n, int) and isinstance(max_len, int) and max_len > _I64[1] // (8 * max(n, 1)):
+        raise ValueError(f"luminamoon.{op}: max_len {max_len} is too large for {n} rows "
+                         "(the int64 output would need more than 2**63 bytes)")
+
+
+def _rows(t, minus: int = 0):
+    return t.shape[0] - minus if isinstance(t, torch.Tensor) and t.dim() == 1 else None
+
 
 def prefix_match(offsets: torch.Tensor, data: torch.Tensor, prefix: str) -> torch.Tensor:
     """bool[N]: which strings start with ``prefix`` (UTF-8 bytes).
@@ -131,7 +193,7 @@ def prefix_match(offsets: torch.Tensor, data: torch.Tensor, prefix: str) -> torc
     >>> prefix_match(torch.tensor([0, 2, 5], dtype=torch.int32), torch.tensor(list(b"abcde"), dtype=torch.uint8), "cd")
     tensor([False,  True])
     """
-    return _lib.prefix_match(offsets, data, prefix)
+    return _lib.prefix_match(offsets, data, _str_arg("prefix_match", "prefix", prefix))
 
 
 def equal(offsets_a, data_a, offsets_b, data_b) -> torch.Tensor:
@@ -141,21 +203,27 @@ def equal(offsets_a, data_a, offsets_b, data_b) -> torch.Tensor:
 
 def equal_scalar(offsets, data, s: str) -> torch.Tensor:
     """bool[N]: which strings equal ``s``."""
-    return _lib.equal_scalar(offsets, data, s)
+    return _lib.equal_scalar(offsets, data, _str_arg("equal_scalar", "s", s))
 
 
 def hash64(offsets, data, seed: int = 0) -> torch.Tensor:
     """int64[N]: XXH3-64 of each string (the unsigned value's bits), identical on CPU and CUDA."""
-    return _lib.hash64(offsets, data, seed)
+    return _lib.hash64(offsets, data, _int_arg("hash64", "seed", seed))
 
 
 def pad_bytes(offsets, data, max_len: int, pad_id: int = 0, bos_id: int = -1, eos_id: int = -1):
     """Byte-level tokens: (int64[N, max_len], lengths int64[N]); bos/eos < 0 mean none."""
-    return _lib.pad_bytes(offsets, data, max_len, pad_id, bos_id, eos_id)
+    op = "pad_bytes"
+    max_len = _int_arg(op, "max_len", max_len, 0)
+    _check_pad_size(op, _rows(offsets, 1), max_len)
+    return _lib.pad_bytes(offsets, data, max_len, _int_arg(op, "pad_id", pad_id), _int_arg(op, "bos_id", bos_id),
+                          _int_arg(op, "eos_id", eos_id))
 
 
 def attention_mask(lengths: torch.Tensor, max_len: int) -> torch.Tensor:
     """int64[N, max_len]: 1 where the column is below ``lengths[i]`` (the mask of ``pad_bytes``' tokens)."""
+    max_len = _int_arg("attention_mask", "max_len", max_len, 0)
+    _check_pad_size("attention_mask", _rows(lengths), max_len)
     return _lib.attention_mask(lengths, max_len)
 
 
@@ -176,4 +244,6 @@ def views_from_offsets(offsets, data) -> torch.Tensor:
 
 def offsets_from_views(views, buffers, large: bool = False):
     """(offsets, data) from views + payload buffers; copies the payload once."""
-    return _lib.offsets_from_views(views, list(buffers), large)
+    if not isinstance(large, bool):
+        raise TypeError(f"luminamoon.offsets_from_views: large must be a bool, got {type(large).__name__}")
+    return _lib.offsets_from_views(views, _tensor_list("offsets_from_views", "buffers", buffers), large)
