@@ -13,7 +13,10 @@
  *    to the digit of an IPv4 address is refused, and accepted once that address
  *    became "<IP_ADDRESS>" — found by this target, and correct);
  *  - lm_pii_run equals lm_pii_mask_doc per document, 1 thread == 4 threads;
- *    the counters add up to the spans found.
+ *    the counters add up to the spans found;
+ *  - with max_doc_bytes set, a larger document is refused (LM_REASON_TOO_LARGE,
+ *    no output; LM_ETOOBIG from mask_doc / find) and the others come out as
+ *    without the limit.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -147,6 +150,40 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (int k = 0; k < LM_PII_TYPE_COUNT; k++) CHECK(c.matches[k] == total_matches[k]);
     lm_batch_result_free(&r);
   }
+  /* the size limit */
+  p.max_doc_bytes = (size_t)(a >> 4) * 8 + 1;
+  lm_pii_masker *ml = NULL;
+  CHECK(lm_pii_create(&p, &ml) == LM_OK);
+  {
+    lm_exec ex = {2, 1};
+    lm_batch_result r;
+    lm_batch_result_init(&r);
+    CHECK(lm_pii_run(ml, &docs, &r, &ex) == LM_OK);
+    size_t j = 0, refused = 0;
+    int same_cycle = mode == LM_PII_MODE_STRICT || !p.cycle_across_documents;
+    for (size_t i = 0; i < n; i++) {
+      size_t len = (size_t)(offs[i + 1] - offs[i]);
+      if (len > p.max_doc_bytes) {
+        CHECK(r.reasons[i] == LM_REASON_TOO_LARGE);
+        lm_pii_buf tb = {NULL, 0, 0};
+        size_t nf = 0;
+        CHECK(lm_pii_mask_doc(ml, buf + offs[i], len, NULL, &tb, NULL) == LM_ETOOBIG && tb.len == 0);
+        CHECK(lm_pii_find(ml, buf + offs[i], len, NULL, 0, &nf) == LM_ETOOBIG);
+        lm_pii_buf_free(&tb);
+        refused++;
+        continue;
+      }
+      CHECK(r.reasons[i] == LM_REASON_KEPT && j < r.n_out && r.source_index[j] == (int64_t)i);
+      size_t l = (size_t)(r.offsets[j + 1] - r.offsets[j]);
+      if (same_cycle) CHECK(l == outs[i].len && (l == 0 || memcmp(r.data + r.offsets[j], outs[i].data, l) == 0));
+      j++;
+    }
+    CHECK(j == r.n_out);
+    lm_pii_counts c;
+    CHECK(lm_pii_get_counters(ml, &c) == LM_OK && c.docs == j && c.docs_too_large == refused);
+    lm_batch_result_free(&r);
+  }
+  lm_pii_destroy(ml);
   for (size_t i = 0; i < n; i++) lm_pii_buf_free(&outs[i]);
   free(sp), free(buf);
   lm_pii_destroy(m);

@@ -132,6 +132,7 @@ static void make_stages(uint8_t a, uint8_t b, stages *s) {
   if (!(a & 8)) {
     lm_pii_params p;
     lm_pii_params_default(&p, (a & 0x10) ? LM_PII_MODE_DATATROVE : LM_PII_MODE_STRICT);
+    p.max_doc_bytes = (b & 0x80) ? 48 : 0;
     CHECK(lm_pii_create(&p, &s->pii) == LM_OK);
   }
 }

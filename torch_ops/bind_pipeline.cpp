@@ -45,6 +45,7 @@ py::dict counters_dict(const lm_fused_counters &c, bool has[4]) {
   d["dropped_clean"] = c.dropped_clean;
   d["dropped_quality"] = c.dropped_quality;
   d["dropped_duplicate"] = c.dropped_duplicate;
+  d["dropped_pii"] = c.dropped_pii;
   if (has[0]) d["clean"] = fused_clean_counters(c.clean);
   if (has[1]) d["quality"] = fused_quality_counters(c.quality);
   if (has[2]) {

@@ -67,6 +67,7 @@ py::dict pii_counters(const lm_pii_counts &c) {
   for (int t = 0; t < LM_PII_TYPE_COUNT; t++) m[k_pii_types[t]] = c.matches[t];
   d["matches"] = m;
   d["docs"] = c.docs;
+  d["docs_too_large"] = c.docs_too_large;
   d["docs_changed"] = c.docs_changed;
   d["bytes_in"] = c.bytes_in;
   d["bytes_out"] = c.bytes_out;
@@ -229,7 +230,7 @@ Quality::Quality(const py::dict &p) {
 
 Pii::Pii(const py::dict &p) {
   static const char *const known[] = {"mode", "types", "ipv4_public_only", "ipv6_public_only", "replacements",
-                                      "cycle_across_documents", nullptr};
+                                      "cycle_across_documents", "max_doc_bytes", nullptr};
   const char *w = "PIIMasker";
   check_keys(p, known, w);
   int mode = 0;
@@ -242,6 +243,7 @@ Pii::Pii(const py::dict &p) {
   param_bool(p, "ipv4_public_only", &params.ipv4_public_only, w);
   param_bool(p, "ipv6_public_only", &params.ipv6_public_only, w);
   param_bool(p, "cycle_across_documents", &params.cycle_across_documents, w);
+  param_size(p, "max_doc_bytes", &params.max_doc_bytes, w);
   if (p.contains("replacements") && !p["replacements"].is_none()) {
     py::handle r = p["replacements"];
     if (!PyDict_Check(r.ptr()))
@@ -393,6 +395,10 @@ void bind_text_stages(py::module_ &m) {
                                   &n);
                }
              }
+             if (st == LM_ETOOBIG)
+               throw py::value_error("PIIMasker.find: text has " + std::to_string(s.size()) +
+                                     " bytes, more than the masker's max_doc_bytes=" +
+                                     std::to_string(o.params.max_doc_bytes));
              if (st) raise_status(st, "PIIMasker.find");
              py::list out;
              for (size_t i = 0; i < n; i++) out.append(py::make_tuple(k_pii_types[ms[i].type], ms[i].start, ms[i].end));

@@ -62,6 +62,7 @@ lm_status lm_pii_create(const lm_pii_params *params, lm_pii_masker **out) {
   m->ipv4_public_only = params->ipv4_public_only != 0;
   m->ipv6_public_only = params->ipv6_public_only != 0;
   m->cycle_across_documents = params->cycle_across_documents != 0;
+  m->max_doc_bytes = params->max_doc_bytes;
   for (int t = 0; t < LM_PII_TYPE_COUNT; t++) {
     const char *const *src = params->replacements[t];
     size_t n = params->n_replacements[t];
@@ -166,6 +167,7 @@ static int mask_pass(mask_ctx *c, const uint8_t *src, size_t len, int pass) {
 lm_status lm_pii_mask_doc(const lm_pii_masker *m, const uint8_t *text, size_t len, const uint64_t *cycle_start,
                           lm_pii_buf *out, lm_pii_counts *counts) {
   if (!m || !out || (len && !text)) return LM_EINVAL;
+  if (m->max_doc_bytes && len > m->max_doc_bytes) return LM_ETOOBIG;
   static const uint8_t empty = 0;
   if (!len) text = &empty;
   mask_ctx c;
@@ -234,6 +236,7 @@ static int find_emit(void *vctx, lm_pii_type t, size_t st, size_t en) {
 lm_status lm_pii_find(const lm_pii_masker *m, const uint8_t *text, size_t len, lm_pii_match *out, size_t cap,
                       size_t *n_found) {
   if (!m || !n_found || (len && !text) || (cap && !out)) return LM_EINVAL;
+  if (m->max_doc_bytes && len > m->max_doc_bytes) return LM_ETOOBIG;
   static const uint8_t empty = 0;
   if (!len) text = &empty;
   find_ctx f = {out, cap, 0};
@@ -299,6 +302,11 @@ static lm_status run_chunks(void *vctx, size_t cb, size_t ce) {
       int64_t o0 = r->docs->offsets[i], o1 = r->docs->offsets[i + 1];
       lm_pii_counts dc;
       size_t before = cs->buf.len;
+      if (r->m->max_doc_bytes && (size_t)(o1 - o0) > r->m->max_doc_bytes) {
+        if (!r->count_only) cs->lens[i - b] = SIZE_MAX; /* refused: dropped, not passed through */
+        cs->counts.docs_too_large += 1;
+        continue;
+      }
       lm_status s = lm_pii_mask_doc(r->m, r->docs->data + o0, (size_t)(o1 - o0), cyc, &cs->buf, &dc);
       if (s) return s;
       if (r->count_only) {
@@ -393,6 +401,10 @@ lm_status lm_pii_run(lm_pii_masker *m, const lm_docs *docs, lm_batch_result *out
       chunk_range(n, nchunks, c, &b, &e);
       for (size_t i = b; i < e && !s; i++) {
         size_t len = chunks[c].lens[i - b];
+        if (len == SIZE_MAX) {
+          out->reasons[i] = LM_REASON_TOO_LARGE;
+          continue;
+        }
         if (len) memcpy(out->data + out->data_len, chunks[c].buf.data + off, len);
         off += len;
         out->reasons[i] = LM_REASON_KEPT;
@@ -408,6 +420,7 @@ lm_status lm_pii_run(lm_pii_masker *m, const lm_docs *docs, lm_batch_result *out
         if (cycling) m->cycle[t] += chunks[c].counts.matches[t];
       }
       tot->docs += chunks[c].counts.docs;
+      tot->docs_too_large += chunks[c].counts.docs_too_large;
       tot->docs_changed += chunks[c].counts.docs_changed;
       tot->bytes_in += chunks[c].counts.bytes_in;
       tot->bytes_out += chunks[c].counts.bytes_out;
@@ -431,6 +444,12 @@ lm_status lm_pii_reset_counters(lm_pii_masker *m) {
   if (!m) return LM_EINVAL;
   memset(&m->counters, 0, sizeof m->counters);
   memset(m->cycle, 0, sizeof m->cycle);
+  return LM_OK;
+}
+
+lm_status lm_pii_max_doc_bytes(const lm_pii_masker *m, size_t *out) {
+  if (!m || !out) return LM_EINVAL;
+  *out = m->max_doc_bytes;
   return LM_OK;
 }
 

@@ -9,6 +9,7 @@ struct lm_pii_masker {
   lm_pii_mode mode;
   unsigned types;
   int ipv4_public_only, ipv6_public_only, cycle_across_documents;
+  size_t max_doc_bytes;                /* 0: no limit */
   char **repl[LM_PII_TYPE_COUNT];      /* owned copies */
   size_t *repl_len[LM_PII_TYPE_COUNT];
   size_t nrepl[LM_PII_TYPE_COUNT];

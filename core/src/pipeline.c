@@ -344,6 +344,22 @@ lm_status lm_fused_run(lm_fused *f, const lm_docs *docs, lm_batch_result *out, c
     if (st) goto done;
   }
 
+  /* The masker refuses documents over its max_doc_bytes: dropped (TOO_LARGE),
+   * after the dedup admission exactly as in the chain lm_dedup_run -> lm_pii_run. */
+  uint64_t pii_too_large = 0;
+  if (f->st.pii && f->st.pii->max_doc_bytes) {
+    size_t w = 0;
+    for (size_t k = 0; k < nsurv; k++) {
+      if (len[surv[k]] > f->st.pii->max_doc_bytes) {
+        out->reasons[surv[k]] = LM_REASON_TOO_LARGE;
+        pii_too_large++;
+      } else {
+        surv[w++] = surv[k];
+      }
+    }
+    nsurv = w;
+  }
+
   /* phase 3 */
   {
     size_t nch = threads_for(&ex, nsurv, grain ? grain : 256);
@@ -420,6 +436,8 @@ lm_status lm_fused_run(lm_fused *f, const lm_docs *docs, lm_batch_result *out, c
         add_u64((uint64_t *)&C->clean, (const uint64_t *)&f->ranges[r].cc, sizeof C->clean / sizeof(uint64_t));
         add_u64((uint64_t *)&C->quality, (const uint64_t *)&f->ranges[r].qc, sizeof C->quality / sizeof(uint64_t));
       }
+      C->dropped_pii += pii_too_large;
+      C->pii.docs_too_large += pii_too_large;
       for (size_t r = 0; r < nr; r++) {
         C->dropped_clean += f->ranges[r].drop_clean;
         C->dropped_quality += f->ranges[r].drop_quality;

@@ -325,8 +325,10 @@ class PIIMasker(_Stage):
     its replacement strings used in turn).  ``types``: an iterable of type
     names (``PII_TYPES``) to mask (default: all of the mode).  Other
     parameters: ``ipv4_public_only``, ``ipv6_public_only``,
-    ``cycle_across_documents`` (bools) and ``replacements`` ({type: str or
-    list of str}).
+    ``cycle_across_documents`` (bools), ``replacements`` ({type: str or
+    list of str}) and ``max_doc_bytes`` (0 = no limit): a larger document is
+    refused — dropped with reason TOO_LARGE, never passed through unmasked —
+    and ``find`` raises ValueError for it.
 
     >>> PIIMasker()(["write to ann@example.org or call 555-123-4567"]).texts.tolist()
     ['write to <EMAIL> or call <PHONE>']

@@ -476,3 +476,63 @@ TEST(PiiStrict, HundredMegabyteDocument) {
   EXPECT_EQ(out.substr(0, 13), std::string("mail ") + E + " ");
   EXPECT_EQ(out.substr(out.size() - 11), std::string("end ") + E);
 }
+
+// max_doc_bytes: a larger document is refused (TOO_LARGE, no output, counted),
+// never passed through unmasked; smaller ones are masked as without the limit.
+TEST(PiiLimits, MaxDocBytesRefusesLargerDocuments) {
+  const std::string small = "mail ann@example.org";                            // 20 bytes
+  const std::string large = "write to bob@example.org or 8.8.8.8 " + std::string(40, 'x');
+  Masker unlimited;
+  Masker limited(LM_PII_MODE_STRICT, [](lm_pii_params *p) { p->max_doc_bytes = 32; });
+  size_t lim = 0;
+  ASSERT_EQ(lm_pii_max_doc_bytes(limited.m, &lim), LM_OK);
+  EXPECT_EQ(lim, 32u);
+  EXPECT_EQ(limited.mask(small), unlimited.mask(small));
+
+  lm_pii_buf b = {nullptr, 0, 0};
+  EXPECT_EQ(lm_pii_mask_doc(limited.m, (const uint8_t *)large.data(), large.size(), nullptr, &b, nullptr), LM_ETOOBIG);
+  EXPECT_EQ(b.len, 0u);
+  size_t n = 0;
+  EXPECT_EQ(lm_pii_find(limited.m, (const uint8_t *)large.data(), large.size(), nullptr, 0, &n), LM_ETOOBIG);
+  lm_pii_buf_free(&b);
+
+  // batch: order kept, the large document dropped with its reason, for 1 and 2 threads
+  for (int threads : {1, 2}) {
+    std::vector<std::string> docs;
+    for (int i = 0; i < 40; i++) docs.push_back(i % 3 == 0 ? large : small + std::to_string(i));
+    std::vector<int64_t> off{0};
+    std::string data;
+    for (auto &d : docs) {
+      data += d;
+      off.push_back(int64_t(data.size()));
+    }
+    lm_docs in{off.data(), (const uint8_t *)data.data(), docs.size(), data.size()};
+    Masker m(LM_PII_MODE_STRICT, [](lm_pii_params *p) { p->max_doc_bytes = 32; });
+    lm_batch_result r;
+    lm_batch_result_init(&r);
+    lm_exec ex{threads, 4};
+    ASSERT_EQ(lm_pii_run(m.m, &in, &r, &ex), LM_OK);
+    size_t j = 0;
+    for (size_t i = 0; i < docs.size(); i++) {
+      if (docs[i].size() > 32) {
+        EXPECT_EQ(r.reasons[i], LM_REASON_TOO_LARGE);
+        continue;
+      }
+      EXPECT_EQ(r.reasons[i], LM_REASON_KEPT);
+      ASSERT_LT(j, r.n_out);
+      EXPECT_EQ(r.source_index[j], int64_t(i));
+      std::string got((const char *)r.data + r.offsets[j], size_t(r.offsets[j + 1] - r.offsets[j]));
+      EXPECT_EQ(got, unlimited.mask(docs[i]));
+      j++;
+    }
+    EXPECT_EQ(j, r.n_out);
+    lm_pii_counts c;
+    ASSERT_EQ(lm_pii_get_counters(m.m, &c), LM_OK);
+    size_t n_large = 0;
+    for (auto &d : docs) n_large += d.size() > 32;
+    EXPECT_GT(n_large, 0u);
+    EXPECT_EQ(c.docs_too_large, n_large);
+    EXPECT_EQ(c.docs, docs.size() - n_large);
+    lm_batch_result_free(&r);
+  }
+}

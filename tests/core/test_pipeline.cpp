@@ -107,7 +107,7 @@ struct Stages {
   lm_dedup *d = nullptr;
   lm_pii_masker *p = nullptr;
   Stages(bool clean, bool quality, bool dedup, bool pii, lm_pii_mode mode = LM_PII_MODE_STRICT,
-         const char *wal = nullptr) {
+         const char *wal = nullptr, size_t pii_max_doc_bytes = 0) {
     if (clean) {
       EXPECT_EQ(lm_cleaner_create(nullptr, &c), LM_OK);
     }
@@ -124,6 +124,7 @@ struct Stages {
     if (pii) {
       lm_pii_params pp;
       lm_pii_params_default(&pp, mode);
+      pp.max_doc_bytes = pii_max_doc_bytes;
       EXPECT_EQ(lm_pii_create(&pp, &p), LM_OK);
     }
   }
@@ -205,13 +206,16 @@ void expect_same_dedup(const lm_dedup *a, const lm_dedup *b) {
 }
 
 // Fused == chain over several batches, one configuration.
-void check_equal(bool clean, bool quality, bool dedup, bool pii, lm_pii_mode mode, int threads, size_t grain,
-                 uint64_t seed, size_t n = 1500) {
+// Returns the number of documents the masker refused (its max_doc_bytes).
+uint64_t check_equal(bool clean, bool quality, bool dedup, bool pii, lm_pii_mode mode, int threads, size_t grain,
+                     uint64_t seed, size_t n = 1500, size_t pii_max_doc_bytes = 0) {
   auto docs = make_docs(seed, n);
-  Stages a(clean, quality, dedup, pii, mode), b(clean, quality, dedup, pii, mode);
+  Stages a(clean, quality, dedup, pii, mode, nullptr, pii_max_doc_bytes),
+      b(clean, quality, dedup, pii, mode, nullptr, pii_max_doc_bytes);
   lm_fused_stages fs = a.fused();
   lm_fused *f = nullptr;
-  ASSERT_EQ(lm_fused_create(&fs, &f), LM_OK);
+  EXPECT_EQ(lm_fused_create(&fs, &f), LM_OK);
+  if (!f) return 0;
   lm_exec ex{threads, grain};
   size_t cuts[] = {0, 1, n * 2 / 5, n * 2 / 5 + 1, n * 4 / 5, n};
   size_t kept = 0;
@@ -220,17 +224,16 @@ void check_equal(bool clean, bool quality, bool dedup, bool pii, lm_pii_mode mod
     lm_docs d = B.docs();
     Out fo = fused_run(f, d, &ex);
     Out co;
-    ASSERT_EQ(chain_run(b, d, &co, &ex), LM_OK);
-    ASSERT_EQ(fo.reasons, co.reasons) << "batch " << k;
-    ASSERT_EQ(fo.src, co.src) << "batch " << k;
-    ASSERT_EQ(fo.texts.size(), co.texts.size());
-    for (size_t i = 0; i < fo.texts.size(); i++) ASSERT_EQ(fo.texts[i], co.texts[i]) << "batch " << k << " out " << i;
+    EXPECT_EQ(chain_run(b, d, &co, &ex), LM_OK);
+    EXPECT_EQ(fo.reasons, co.reasons) << "batch " << k;
+    EXPECT_EQ(fo.src, co.src) << "batch " << k;
+    EXPECT_EQ(fo.texts, co.texts) << "batch " << k;
     kept += fo.texts.size();
   }
   if (dedup) expect_same_dedup(a.d, b.d);
   // counters agree with the stages' own counters of the chain
   lm_fused_counters fc;
-  ASSERT_EQ(lm_fused_get_counters(f, &fc), LM_OK);
+  EXPECT_EQ(lm_fused_get_counters(f, &fc), LM_OK);
   EXPECT_EQ(fc.docs_in, n);
   EXPECT_EQ(fc.docs_out, kept);
   if (clean) {
@@ -257,10 +260,23 @@ void check_equal(bool clean, bool quality, bool dedup, bool pii, lm_pii_mode mod
     EXPECT_EQ(sa.duplicates, sb.duplicates);
     EXPECT_EQ(fc.dropped_duplicate, sb.duplicates);
   }
+  EXPECT_EQ(fc.dropped_pii, fc.pii.docs_too_large);
   lm_fused_destroy(f);
+  return fc.dropped_pii;
 }
 
 }  // namespace
+
+// The masker's size limit drops documents (TOO_LARGE, no text) at the same
+// place in the fused pipeline as in the chain: after the dedup admission.
+TEST(FusedPipeline, PiiSizeLimitEqualsChain) {
+  for (int threads : {1, 2}) {
+    uint64_t refused = check_equal(true, false, true, true, LM_PII_MODE_STRICT, threads, 64, 11, 1500, 400);
+    EXPECT_GT(refused, 0u) << "the limit must bite on this data";
+    refused = check_equal(false, false, false, true, LM_PII_MODE_DATATROVE, threads, 64, 12, 1500, 400);
+    EXPECT_GT(refused, 0u);
+  }
+}
 
 TEST(FusedPipeline, EqualsChainAllStages) {
   for (int t : {1, 2, 4}) {

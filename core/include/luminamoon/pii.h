@@ -35,7 +35,9 @@
  * exact unless an e-mail replacement string itself contains an IPv4 address
  * that the datatrove IPv4 pass would replace — the defaults do not.)
  *
- * Reason codes: the masker drops nothing; every document is LM_REASON_KEPT.
+ * Reason codes: every document is LM_REASON_KEPT, except one larger than
+ * max_doc_bytes (when set), which gets LM_REASON_TOO_LARGE and no output text:
+ * a document the masker refuses is dropped, never passed through unmasked.
  * Memory: lm_pii_run keeps its per-thread output buffers between calls (about
  * one batch of output), freed by lm_pii_destroy.
  *
@@ -88,12 +90,16 @@ typedef struct lm_pii_params {
   const char *const *replacements[LM_PII_TYPE_COUNT];
   size_t n_replacements[LM_PII_TYPE_COUNT];
   int cycle_across_documents; /* default 0 in strict mode, 1 in datatrove mode */
+  size_t max_doc_bytes;       /* 0 (default): no limit; a larger document is refused
+                                 (LM_REASON_TOO_LARGE in lm_pii_run, LM_ETOOBIG from
+                                 lm_pii_mask_doc / lm_pii_find) */
 } lm_pii_params;
 
 /* Per-type and per-document counters. */
 typedef struct lm_pii_counts {
   uint64_t matches[LM_PII_TYPE_COUNT]; /* replacements made, per type */
-  uint64_t docs;                       /* documents processed */
+  uint64_t docs;                       /* documents masked (refused ones not included) */
+  uint64_t docs_too_large;             /* documents refused: larger than max_doc_bytes */
   uint64_t docs_changed;               /* documents with at least one replacement */
   uint64_t bytes_in, bytes_out;
 } lm_pii_counts;
@@ -124,8 +130,8 @@ lm_status lm_pii_params_default(lm_pii_params *p, lm_pii_mode mode);
 lm_status lm_pii_create(const lm_pii_params *params, lm_pii_masker **out);
 void lm_pii_destroy(lm_pii_masker *m); /* NULL is ignored */
 
-/* Mask a batch: out receives one output text per input document (all kept,
- * LM_REASON_KEPT) in input order.  Documents run in parallel under exec; the
+/* Mask a batch: out receives one output text per input document (LM_REASON_KEPT;
+ * LM_REASON_TOO_LARGE and no text for one over max_doc_bytes) in input order.  Documents run in parallel under exec; the
  * output is identical for any thread count.  Bytes are processed as they are
  * (invalid UTF-8 and NUL bytes are copied through; only ASCII anchors match).
  * Adds to the masker's counters and advances its cycle positions. */
@@ -134,7 +140,8 @@ lm_status lm_pii_run(lm_pii_masker *m, const lm_docs *docs, lm_batch_result *out
 /* Mask one document, appending the output to *out (out->len grows; what was
  * there is kept).  cycle_start: LM_PII_TYPE_COUNT replacement positions to start
  * from (NULL = all 0).  counts (may be NULL) receives this document's counts
- * (set, not added).  For a fused pipeline; const and thread-safe. */
+ * (set, not added).  LM_ETOOBIG (nothing appended) when len > max_doc_bytes.
+ * For a fused pipeline; const and thread-safe. */
 lm_status lm_pii_mask_doc(const lm_pii_masker *m, const uint8_t *text, size_t len,
                           const uint64_t *cycle_start, lm_pii_buf *out, lm_pii_counts *counts);
 
@@ -142,7 +149,7 @@ lm_status lm_pii_mask_doc(const lm_pii_masker *m, const uint8_t *text, size_t le
  * matches to out (may be NULL when cap == 0) and the total number into *n_found.
  * Datatrove mode reports the e-mail spans and the IPv4 spans of its second pass
  * in the coordinates of the text after e-mail replacement; in strict mode all
- * spans are in input coordinates. */
+ * spans are in input coordinates.  LM_ETOOBIG when len > max_doc_bytes. */
 lm_status lm_pii_find(const lm_pii_masker *m, const uint8_t *text, size_t len, lm_pii_match *out,
                       size_t cap, size_t *n_found);
 
@@ -150,6 +157,9 @@ lm_status lm_pii_find(const lm_pii_masker *m, const uint8_t *text, size_t len, l
  * positions) back to zero. */
 lm_status lm_pii_get_counters(const lm_pii_masker *m, lm_pii_counts *out);
 lm_status lm_pii_reset_counters(lm_pii_masker *m);
+
+/* The configured max_doc_bytes (0 = none).  LM_EINVAL if m or out is NULL. */
+lm_status lm_pii_max_doc_bytes(const lm_pii_masker *m, size_t *out);
 
 /* The number of replacement strings of `type` (for cycle arithmetic): *n >= 1. */
 lm_status lm_pii_replacement_count(const lm_pii_masker *m, lm_pii_type type, size_t *n);

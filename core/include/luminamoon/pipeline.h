@@ -59,6 +59,7 @@ typedef struct lm_fused_counters {
   uint64_t dropped_clean;      /* LM_REASON_EMPTY or LM_REASON_TOO_LARGE from the cleaner */
   uint64_t dropped_quality;    /* dropped by a quality rule (or its size limit) */
   uint64_t dropped_duplicate;  /* LM_REASON_DUPLICATE */
+  uint64_t dropped_pii;        /* LM_REASON_TOO_LARGE from the masker's max_doc_bytes */
   lm_clean_counters clean;     /* as lm_cleaner_run would count them */
   lm_quality_counters quality; /* as lm_quality_run would count them (documents the cleaner kept) */
   uint64_t dedup_probes, dedup_inserts; /* documents checked / admitted */
