@@ -64,6 +64,10 @@ run_target() {  # $1 = fuzz_<name>; writes $BUILD/logs/<name>.result
     -rss_limit_mb=2560 -malloc_limit_mb=2048 -artifact_prefix="$FINDINGS/$short-" \
     "${extra[@]}" "${dirs[@]}" >"$log" 2>&1 || rc=$?
   secs=$(( $(date +%s) - start ))
+  # CPU seconds of the target (children's user+system time of this subshell).
+  local st cpu
+  read -r -a st </proc/$BASHPID/stat
+  cpu=$(( (st[15] + st[16]) / $(getconf CLK_TCK) ))
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)
   rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -n 1)
   after=$(find "$FINDINGS" -maxdepth 1 -name "$short-*" | wc -l)
@@ -71,7 +75,7 @@ run_target() {  # $1 = fuzz_<name>; writes $BUILD/logs/<name>.result
   if [ "$rc" -ne 0 ] || [ "$after" -gt "$before" ]; then
     result="FINDING (rc=$rc, log $log)"
   fi
-  printf '%s\t%s\t%s\t%s\t%s\n' "$short" "${execs:-0}" "${rate:-?}" "$secs" "$result" >"$BUILD/logs/$short.result"
+  printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$short" "${execs:-0}" "${rate:-?}" "$secs" "$cpu" "$result" >"$BUILD/logs/$short.result"
 }
 
 for t in "${targets[@]}"; do
@@ -83,16 +87,16 @@ wait
 
 failed=0
 total_execs=0
-printf '%-22s %12s %10s %8s  %s\n' target executions exec/s seconds result
+printf '%-22s %12s %10s %8s %8s  %s\n' target executions exec/s seconds cpu_s result
 for t in "${targets[@]}"; do
   short=${t#fuzz_}
   if [ ! -f "$BUILD/logs/$short.result" ]; then
-    printf '%-22s %12s %10s %8s  %s\n' "$short" "?" "?" "?" "NO RESULT"
+    printf '%-22s %12s %10s %8s %8s  %s\n' "$short" "?" "?" "?" "?" "NO RESULT"
     failed=1
     continue
   fi
-  IFS=$'\t' read -r _ execs rate secs result <"$BUILD/logs/$short.result"
-  printf '%-22s %12s %10s %8s  %s\n' "$short" "$execs" "$rate" "$secs" "$result"
+  IFS=$'\t' read -r _ execs rate secs cpu result <"$BUILD/logs/$short.result"
+  printf '%-22s %12s %10s %8s %8s  %s\n' "$short" "$execs" "$rate" "$secs" "$cpu" "$result"
   total_execs=$((total_execs + execs))
   if [ "$result" != ok ]; then
     failed=1
