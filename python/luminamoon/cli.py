@@ -110,6 +110,10 @@ def _validate(cfg: Dict[str, Any]) -> None:
         raise ConfigError(f"run.pipeline must be fused or chain, not {r['pipeline']!r}")
     if r["prefetch_batches"] < 0:
         raise ConfigError("run.prefetch_batches must be >= 0")
+    if not cfg["input"]["max_record_mb"] >= 0:
+        raise ConfigError("input.max_record_mb must be >= 0 (0: no limit)")
+    if not r["prefetch_mb"] > 0:
+        raise ConfigError("run.prefetch_mb must be positive")
     from .stages import PII_TYPES, QUALITY_RULE_SETS, QUALITY_RULES
 
     for rule in cfg["quality"]["rules"]:
@@ -119,6 +123,8 @@ def _validate(cfg: Dict[str, Any]) -> None:
     for t in cfg["pii"]["types"]:
         if t not in PII_TYPES:
             raise ConfigError(f"unknown PII type {t!r} (known: {', '.join(PII_TYPES)})")
+    if cfg["pii"]["max_doc_bytes"] < 0:
+        raise ConfigError("pii.max_doc_bytes must be >= 0 (0: no limit)")
     if cfg["pii"]["mode"] not in ("strict", "datatrove"):
         raise ConfigError(f"pii.mode must be strict or datatrove, not {cfg['pii']['mode']!r}")
 

@@ -43,6 +43,7 @@ _BASE: Dict[str, Dict[str, Any]] = {
         "id_field": "id",           # records without it get "<file>:<line>" (or "<file>:<row>")
         "text_per": "line",         # text files: one document per "line" or per "file"
         "skip_bad_records": False,  # malformed lines / rows: skip and count instead of stopping
+        "max_record_mb": 64.0,      # a larger line / row is a bad record (refused, never read whole); 0: no limit
     },
     "output": {
         "format": "parquet",        # parquet | jsonl
@@ -55,6 +56,7 @@ _BASE: Dict[str, Dict[str, Any]] = {
         "batch_size": 2048,         # input documents per batch
         "threads": 0,               # C threads per batch; 0: all cores
         "prefetch_batches": 2,      # batches prepared ahead by the background thread
+        "prefetch_mb": 256.0,       # ... holding at most this many MB (a larger single batch goes alone)
         "pipeline": "fused",        # fused (one pass) | chain (the four stages one after another)
         "group_by": "",             # an input field: the stats count kept/dropped per value of it
     },
@@ -91,7 +93,7 @@ def _stage_defaults() -> Dict[str, Dict[str, Any]]:
     quality = {"enabled": True, "rules": list(stages.QUALITY_RULE_SETS), **{k: _plain(v) for k, v in q.items()}}
     dedup = {"enabled": True, "seed": 0}
     pii = {"enabled": True, "mode": "strict", "types": list(stages.PII_TYPES),
-           "ipv4_public_only": True, "ipv6_public_only": True}
+           "ipv4_public_only": True, "ipv6_public_only": True, "max_doc_bytes": 0}
     return {"cleaner": cleaner, "quality": quality, "dedup": dedup, "pii": pii}
 
 

@@ -79,10 +79,12 @@ def _make_source(paths: List[str], fmt: str, cfg: Dict[str, Any]):
     icfg = cfg["input"]
     on_error = "skip" if icfg["skip_bad_records"] else "raise"
     key = icfg["text_field"]
+    mb = icfg["max_record_mb"]
+    limit = {"on_error": on_error, "max_record_bytes": max(1, int(mb * 2**20)) if mb else None}
     if fmt == "jsonl":
-        return S.JsonlSource(paths, text_key=key, on_error=on_error)
+        return S.JsonlSource(paths, text_key=key, **limit)
     if fmt == "text":
-        return S.TextSource(paths, per=icfg["text_per"], text_key=key, on_error=on_error)
+        return S.TextSource(paths, per=icfg["text_per"], text_key=key, **limit)
     if fmt == "parquet":
         import pyarrow.parquet as pq
 
@@ -94,7 +96,7 @@ def _make_source(paths: List[str], fmt: str, cfg: Dict[str, Any]):
             if key not in names:
                 raise RunError(f"{p}: no column {key!r} (columns: {', '.join(names)}); "
                                f"name the text column with --text-field")
-        return S.ParquetSource(paths, text_column=key, on_error=on_error)
+        return S.ParquetSource(paths, text_column=key, **limit)
     raise RunError(f"unknown input format {fmt!r}")
 
 
@@ -240,7 +242,7 @@ def _run_identity(paths: List[str], fmt: str, cfg: Dict[str, Any]) -> Dict[str, 
         files.append({"path": os.path.abspath(p), "size": st.st_size})
     # threads and prefetch change neither the output nor the statistics: a resume may use others
     cfg = json.loads(json.dumps(cfg))
-    for k in ("threads", "prefetch_batches"):
+    for k in ("threads", "prefetch_batches", "prefetch_mb"):
         cfg["run"].pop(k, None)
     key = json.dumps({"files": files, "format": fmt, "config": cfg}, sort_keys=True)
     return {"files": files, "format": fmt, "config": cfg, "fingerprint": hashlib.sha256(key.encode()).hexdigest()[:16]}
@@ -341,7 +343,8 @@ def run_corpus(inputs: Sequence[str], out: str, cfg: Dict[str, Any], *, resume: 
     try:
         pipe = ResumablePipeline(source, pipeline=measured, dedup=cfg["dedup"]["enabled"],
                                  batch_size=rcfg["batch_size"], prefetch_batches=rcfg["prefetch_batches"],
-                                 state_dir=state_dir, text_key=cfg["input"]["text_field"], num_threads=threads)
+                                 state_dir=state_dir, text_key=cfg["input"]["text_field"], num_threads=threads,
+                                 max_prefetch_bytes=max(1, int(rcfg["prefetch_mb"] * 2**20)))
     except (OSError, ValueError) as e:
         raise RunError(f"cannot open the run state in {state_dir!r}: {e}") from None
     try:

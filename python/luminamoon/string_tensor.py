@@ -60,6 +60,18 @@ def _as_offsets(t, name: str = "offsets") -> torch.Tensor:
     return t.contiguous()
 
 
+def _as_index_tensor(t, name: str) -> torch.Tensor:
+    """torch.as_tensor with errors that name the argument."""
+    try:
+        return torch.as_tensor(t)
+    except OverflowError:
+        raise IndexError(f"{name} holds a value outside the int64 range") from None
+    except (TypeError, ValueError, RuntimeError) as e:
+        if "overflow" in str(e).lower():
+            raise IndexError(f"{name} holds a value outside the int64 range") from None
+        raise TypeError(f"{name} must be a tensor, array or list of integers/bools, got {type(t).__name__}") from None
+
+
 def _frombuffer(buf) -> torch.Tensor:
     """A uint8 CPU tensor sharing memory with an Arrow/Python buffer (kept alive by the tensor)."""
     if len(memoryview(buf)) == 0:
@@ -127,6 +139,9 @@ class StringTensor:
         data = _as_uint8(data, "data")
         if offsets.device != data.device:
             raise ValueError(f"offsets and data must be on the same device, got {offsets.device} and {data.device}")
+        if offsets.device.type == "meta":
+            raise ValueError("offsets and data are on the meta device, which holds no values to check; "
+                             "build the StringTensor on the CPU and move it with .to('meta')")
         if offsets.device.type == "cpu":
             # monotone + bounds (raises ValueError/IndexError naming the argument)
             _lib.prefix_match(offsets, data, "")
@@ -224,12 +239,35 @@ class StringTensor:
     def device(self) -> torch.device:
         return self._offsets.device if self._offsets is not None else self._views.device
 
+    def _require_data(self, what: str) -> None:
+        if self.device.type == "meta":
+            raise ValueError(f"{what}: this StringTensor is on the meta device, which holds shapes but no strings; "
+                             "build it on the CPU (or move it to a real device) first")
+
     @property
     def nbytes(self) -> int:
         """Bytes of string content (sum of lengths)."""
+        self._require_data("nbytes")
         if self._offsets is not None:
             return int(self._offsets[-1]) if self._offsets.numel() else 0
         return int(self._views[:, :4].contiguous().view(torch.int32).sum())
+
+    @property
+    def storage_nbytes(self) -> int:
+        """Bytes of memory held by the tensor's storages (offsets and payload, views
+        and payload buffers, whichever exist); a storage shared by two of them is
+        counted once.  A slice holds its parent's whole storage, so it counts it."""
+        seen, total = set(), 0
+        parts = [self._offsets, self._data, self._views, *(self._buffers or ())]
+        for t in parts:
+            if t is None:
+                continue
+            st = t.untyped_storage()
+            key = (t.device, st.data_ptr())
+            if key not in seen:
+                seen.add(key)
+                total += st.nbytes()
+        return total
 
     # ------------------------------------------------------------ sequence API
     def __len__(self) -> int:
@@ -246,6 +284,9 @@ class StringTensor:
 
     def tolist(self, *, bytes: bool = False) -> list:
         """The strings as a Python list of ``str`` (``bytes`` with ``bytes=True``)."""
+        if not isinstance(bytes, bool):
+            raise TypeError(f"bytes must be a bool, got {type(bytes).__name__}")
+        self._require_data("tolist")
         if self.device.type != "cpu":
             return self.cpu().tolist(bytes=bytes)
         if self._views is not None:
@@ -255,6 +296,7 @@ class StringTensor:
     to_pylist = tolist
 
     def __getitem__(self, key):
+        self._require_data("indexing")
         n = len(self)
         if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
             i = int(key)
@@ -296,7 +338,8 @@ class StringTensor:
 
     def take(self, index) -> "StringTensor":
         """The strings at ``index`` (integers, negative counted from the end). No payload copy on the CPU."""
-        index = torch.as_tensor(index)
+        self._require_data("take")
+        index = _as_index_tensor(index, "index")
         if index.dtype not in (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8):
             raise TypeError(f"index must hold integers, got {index.dtype}")
         if index.dim() != 1:
@@ -315,7 +358,8 @@ class StringTensor:
 
     def mask(self, mask) -> "StringTensor":
         """The strings where ``mask`` (bool[N]) is true. No payload copy on the CPU."""
-        mask = torch.as_tensor(mask)
+        self._require_data("mask")
+        mask = _as_index_tensor(mask, "mask")
         if mask.dtype != torch.bool:
             raise TypeError(f"mask must be bool, got {mask.dtype}")
         if mask.shape != (len(self),):
@@ -337,6 +381,7 @@ class StringTensor:
     def fast_eq(self, other) -> torch.Tensor:
         """bool[N]: element-wise equality with one ``str`` or another StringTensor of the same length."""
         if isinstance(other, str):
+            _ops._str_arg("fast_eq", "other", other)
             if self.device.type == "cpu" and self._views is not None:
                 return _lib.views_equal_scalar(self._views, list(self._buffers), other)
             return _lib.equal_scalar(self.offsets, self.data, other)
@@ -363,13 +408,13 @@ class StringTensor:
 
     def equals(self, other) -> bool:
         """True when both hold the same strings in the same order."""
+        self._require_data("equals")
         other = self._other(other) if not isinstance(other, StringTensor) else other
         return len(self) == len(other) and bool(self.fast_eq(other).all())
 
     def starts_with(self, prefix: str) -> torch.Tensor:
         """bool[N]: which strings start with ``prefix``."""
-        if not isinstance(prefix, str):
-            raise TypeError(f"prefix must be str, got {type(prefix).__name__}")
+        _ops._str_arg("starts_with", "prefix", prefix)
         if self.device.type == "cpu" and self._views is not None:
             return _lib.views_prefix_match(self._views, list(self._buffers), prefix)
         return _lib.prefix_match(self.offsets, self.data, prefix)
@@ -391,14 +436,24 @@ class StringTensor:
 
     def pad_bytes(self, max_len: int, pad_id: int = 0, bos_id: int = -1, eos_id: int = -1):
         """Byte-level tokens and lengths: see ``luminamoon.ops.pad_bytes``."""
-        return _lib.pad_bytes(self.offsets, self.data, max_len, pad_id, bos_id, eos_id)
+        return _ops.pad_bytes(self.offsets, self.data, max_len, pad_id, bos_id, eos_id)
 
     # ----------------------------------------------------------------- devices
     def to(self, device, non_blocking: bool = False) -> "StringTensor":
         """Move to ``device`` in the offsets layout (pinned staging when ``non_blocking``)."""
-        device = torch.device(device)
+        if not isinstance(non_blocking, bool):
+            raise TypeError(f"non_blocking must be a bool, got {type(non_blocking).__name__}")
+        if not isinstance(device, (str, int, torch.device)) or isinstance(device, bool):
+            raise TypeError(f"device must be a torch.device, a device string or an index, got {type(device).__name__}")
+        try:
+            device = torch.device(device)
+        except (RuntimeError, ValueError) as e:
+            raise ValueError(f"device {device!r} is not a usable device: {e}") from None
         if device == self.device:
             return self
+        self._require_data(f"to({str(device)!r})")
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(f"device {str(device)!r}: CUDA is not available on this machine")
         off, data = self.offsets, self.data
         if device.type != "cpu" and non_blocking and off.device.type == "cpu" and not off.is_pinned():
             off, data = off.pin_memory(), data.pin_memory()
@@ -412,6 +467,8 @@ class StringTensor:
 
     def pin_memory(self) -> "StringTensor":
         """A copy of the offsets layout in pinned (page-locked) host memory."""
+        if self.device.type != "cpu":
+            raise ValueError(f"pin_memory: only a CPU StringTensor can be pinned, this one is on {self.device}")
         return StringTensor(self.offsets.pin_memory(), self.data.pin_memory())
 
     def is_pinned(self) -> bool:
@@ -432,6 +489,7 @@ class StringTensor:
 
     def to_numpy_gpu(self) -> tuple[np.ndarray, np.ndarray]:
         """(offsets, payload) in the GPU layout as host NumPy arrays (shared on the CPU)."""
+        self._require_data("to_numpy_gpu")
         off, data = self.offsets, self.data
         if off.device.type != "cpu":
             off, data = off.cpu(), data.cpu()
@@ -443,12 +501,14 @@ class StringTensor:
 
     def to_arrow(self, zero_copy: bool = True):
         """``pa.string()`` (int32 offsets) or ``pa.large_string()`` array sharing the offsets and payload."""
+        self._require_data("to_arrow")
         from . import arrow as _arrow
 
         return _arrow.to_arrow(self, zero_copy=zero_copy)
 
     def to_arrow_view(self):
         """``pa.string_view()`` array over the views and payload buffers (no copy)."""
+        self._require_data("to_arrow_view")
         from . import arrow as _arrow
 
         return _arrow.to_arrow_view(self)

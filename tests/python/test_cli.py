@@ -280,6 +280,26 @@ def test_bad_records_stop_with_a_clear_message_or_are_skipped(tmp_path, capsys, 
     assert st["documents"]["kept"] + st["documents"]["dropped"] == len(GOOD)
 
 
+def test_oversize_records_are_refused_or_skipped(tmp_path, capsys):
+    big = json.dumps({"id": "big", "text": "Long words " * 300})  # about 3.3 kB
+    src = tmp_path / "in.jsonl"
+    _write_lines(src, GOOD[:7] + [big] + GOOD[7:])
+    out = str(tmp_path / "o")
+    limit = ["--set", "input.max_record_mb=0.002"]  # 2,097 bytes
+    rc, _, err = _run(["run", str(src), "-o", out, "-q", "--no-report", *limit], capsys)
+    assert rc == 2
+    assert "in.jsonl:8" in err and "larger than max_record_bytes=2097" in err, err
+    rc, _, err = _run(["run", str(src), "-o", out, "-q", "--no-report", "--skip-bad-records", "--overwrite",
+                       "--no-quality", *limit], capsys)
+    assert rc == 0, err
+    st = _stats(out)
+    assert st["documents"]["skipped_bad_records"] == 1
+    assert st["documents"]["input"] == len(GOOD)
+    rc, _, err = _run(["run", str(src), "-o", out, "-q", "--no-report", "--overwrite", "--no-quality"], capsys)
+    assert rc == 0, err  # the default limit (64 MB) lets it through
+    assert _stats(out)["documents"]["input"] == len(GOOD) + 1
+
+
 def test_bad_record_at_the_end_is_counted(tmp_path, capsys):
     src = tmp_path / "in.jsonl"
     _write_lines(src, GOOD + [b"{oops"])

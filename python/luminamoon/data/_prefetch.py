@@ -10,13 +10,40 @@ thread promptly (the queue is bounded, so a producer may be waiting on it).
 from __future__ import annotations
 
 import os
-import queue
 import threading
-from typing import Any, Callable, Iterable
+from collections import deque
+from typing import Any, Callable, Deque, Dict, Iterable, Optional, Tuple
 
-__all__ = ["END", "Prefetcher", "fsync_dir", "atomic_write"]
+__all__ = ["END", "Prefetcher", "fsync_dir", "atomic_write", "DEFAULT_MAX_PREFETCH_BYTES", "check_max_bytes",
+           "empty_prefetch_stats", "tensor_memory"]
+
+DEFAULT_MAX_PREFETCH_BYTES = 256 << 20
 
 END = object()
+
+
+def check_max_bytes(value: Any, name: str = "max_prefetch_bytes") -> None:
+    if value is None:
+        return
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{name} must be a positive int (bytes) or None, got {value!r}")
+
+
+def empty_prefetch_stats(depth: int, max_bytes: Optional[int]) -> Dict[str, Any]:
+    return {"queued_batches": 0, "queued_bytes": 0, "peak_batches": 0, "peak_bytes": 0,
+            "max_batches": depth, "max_bytes": max_bytes, "producer_waits": 0}
+
+
+def tensor_memory(x: Any) -> int:
+    """Bytes held by a torch.Tensor's storage or a StringTensor's storages (0 for anything else)."""
+    if x is None:
+        return 0
+    n = getattr(x, "storage_nbytes", None)
+    if isinstance(n, int):
+        return n
+    if hasattr(x, "untyped_storage"):
+        return int(x.untyped_storage().nbytes())
+    return 0
 
 
 class _Failure:
@@ -25,61 +52,102 @@ class _Failure:
 
 
 class Prefetcher:
-    """Run ``produce()`` (an iterable factory) on a daemon thread, ``depth`` items ahead."""
+    """Run ``produce()`` (an iterable factory) on a daemon thread, ``depth`` items ahead.
 
-    def __init__(self, produce: Callable[[], Iterable[Any]], depth: int, name: str = "luminamoon-prefetch"):
+    Memory bound: with ``max_bytes`` (and ``sizeof(item) -> int``), the producer
+    also waits while the queued items hold ``max_bytes`` or more, and an item is
+    queued only if it fits beside the others.  One item is always admitted into
+    an empty queue (a batch larger than the bound cannot deadlock the pipeline),
+    so the queue holds at most ``max(max_bytes, one item)`` bytes; the producer
+    holds the one item it is building besides.  ``stats()`` reports it.
+    """
+
+    def __init__(self, produce: Callable[[], Iterable[Any]], depth: int, name: str = "luminamoon-prefetch",
+                 max_bytes: Optional[int] = None, sizeof: Optional[Callable[[Any], int]] = None):
+        if depth < 1:
+            raise ValueError(f"depth must be >= 1, got {depth!r}")
         self._produce = produce
-        self._queue: queue.Queue = queue.Queue(maxsize=depth)
+        self._depth = depth
+        self._max_bytes = max_bytes if max_bytes else None
+        self._sizeof = sizeof if sizeof is not None else (lambda item: 0)
+        self._cv = threading.Condition()
+        self._items: Deque[Tuple[Any, int]] = deque()
+        self._bytes = 0
+        self._peak_bytes = 0
+        self._peak_items = 0
+        self._waits = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._pump, name=name, daemon=True)
         self._thread.start()
 
-    def _put(self, item) -> bool:
-        while not self._stop.is_set():
-            try:
-                self._queue.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
+    def _full(self, size: int) -> bool:
+        if len(self._items) >= self._depth:
+            return True
+        return (self._max_bytes is not None and bool(self._items)
+                and self._bytes + size > self._max_bytes)
+
+    def _put(self, item, size: int) -> bool:
+        with self._cv:
+            waited = False
+            while not self._stop.is_set() and self._full(size):
+                if not waited:
+                    self._waits += 1
+                    waited = True
+                self._cv.wait(0.1)
+            if self._stop.is_set():
+                return False
+            self._items.append((item, size))
+            self._bytes += size
+            self._peak_bytes = max(self._peak_bytes, self._bytes)
+            self._peak_items = max(self._peak_items, len(self._items))
+            self._cv.notify_all()
+            return True
 
     def _pump(self) -> None:
         try:
             for item in self._produce():
-                if not self._put(item):
+                if not self._put(item, int(self._sizeof(item))):
                     return
             last = END
         except BaseException as e:  # re-raised in the consumer
             last = _Failure(e)
-        self._put(last)
+        self._put(last, 0)
 
     def get(self):
         """The next item, or END; raises what the producer raised."""
-        while True:
-            try:
-                item = self._queue.get(timeout=0.1)
-            except queue.Empty:
+        with self._cv:
+            while not self._items:
                 if self._stop.is_set():
                     return END
-                if not self._thread.is_alive() and self._queue.empty():
+                if not self._thread.is_alive() and not self._items:
                     raise RuntimeError("the prefetch thread ended without a result")
-                continue
-            if isinstance(item, _Failure):
-                raise item.exc
-            return item
+                self._cv.wait(0.1)
+            item, size = self._items.popleft()
+            self._bytes -= size
+            self._cv.notify_all()
+        if isinstance(item, _Failure):
+            raise item.exc
+        return item
 
     def qsize(self) -> int:
-        return self._queue.qsize()
+        with self._cv:
+            return len(self._items)
+
+    def stats(self) -> Dict[str, Any]:
+        """Queued items and bytes now, their peaks, the bound, and how often the producer waited."""
+        with self._cv:
+            return {"queued_batches": len(self._items), "queued_bytes": self._bytes,
+                    "peak_batches": self._peak_items, "peak_bytes": self._peak_bytes,
+                    "max_batches": self._depth, "max_bytes": self._max_bytes, "producer_waits": self._waits}
 
     def stop(self) -> None:
-        """Stop the producer (its current item finishes) and join it."""
+        """Stop the producer (its current item finishes), drop what is queued and join it."""
         self._stop.set()
-        while self._thread.is_alive():
-            try:  # unblock a producer waiting on a full queue
-                self._queue.get_nowait()
-            except queue.Empty:
-                pass
-            self._thread.join(timeout=0.05)
+        with self._cv:
+            self._items.clear()
+            self._bytes = 0
+            self._cv.notify_all()
+        self._thread.join()
 
 
 def fsync_dir(path: str) -> None:

@@ -45,7 +45,8 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Unio
 
 import torch
 
-from ._prefetch import END, Prefetcher, atomic_write
+from ._prefetch import (DEFAULT_MAX_PREFETCH_BYTES, END, Prefetcher, atomic_write, check_max_bytes,
+                        empty_prefetch_stats, tensor_memory)
 from .sources import IterableSource, Source
 
 __all__ = ["Batch", "ResumablePipeline"]
@@ -85,6 +86,12 @@ class Batch:
     coord: Dict[str, Any] = field(repr=False, default_factory=dict)
 
     @property
+    def memory_bytes(self) -> int:
+        """Bytes of native memory the batch holds: its texts' storages, reasons and
+        source_index (the records' Python objects are not counted)."""
+        return tensor_memory(self.texts) + tensor_memory(self.reasons) + tensor_memory(self.source_index)
+
+    @property
     def kept_records(self) -> List[Dict[str, Any]]:
         """The records of the kept documents, aligned with ``texts``."""
         return [self.records[i] for i in self.source_index.tolist()]
@@ -108,6 +115,11 @@ class ResumablePipeline:
         batch_size: input records per batch.
         prefetch_batches: batches produced ahead by the background thread (0:
             produce in the consumer's thread).
+        max_prefetch_bytes: bound on the memory of the prefetched batches
+            (``Batch.memory_bytes`` summed over the queue; default 256 MiB,
+            ``None``: only ``prefetch_batches`` bounds it).  A single batch
+            larger than the bound is still delivered, alone in the queue.
+            ``prefetch_stats`` reports queued and peak bytes.
         state_dir: where the state slots, commit sidecars and the dedup WAL
             live.  ``None``: a private temporary folder (in-process
             ``state_dict``/``load_state_dict`` still work; nothing survives the
@@ -119,11 +131,12 @@ class ResumablePipeline:
     def __init__(self, source: Union[Source, Iterable[Any]], pipeline: Union[str, Callable, None] = "fused", *,
                  dedup: bool = True, stages: Optional[Dict[str, Any]] = None, batch_size: int = 1024,
                  prefetch_batches: int = 2, state_dir: Optional[str] = None, text_key: str = "text",
-                 num_threads: Optional[int] = None):
+                 num_threads: Optional[int] = None, max_prefetch_bytes: Optional[int] = DEFAULT_MAX_PREFETCH_BYTES):
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
         if not isinstance(prefetch_batches, int) or isinstance(prefetch_batches, bool) or prefetch_batches < 0:
             raise ValueError(f"prefetch_batches must be an int >= 0, got {prefetch_batches!r}")
+        check_max_bytes(max_prefetch_bytes)
         if not isinstance(text_key, str):
             raise TypeError(f"text_key must be str, got {type(text_key).__name__}")
         if pipeline not in ("fused", "chain", None) and not callable(pipeline):
@@ -138,6 +151,7 @@ class ResumablePipeline:
         self.source = source
         self.batch_size = batch_size
         self.prefetch_batches = prefetch_batches
+        self.max_prefetch_bytes = max_prefetch_bytes
         self.text_key = text_key
         self.num_threads = num_threads
 
@@ -276,13 +290,24 @@ class ResumablePipeline:
                 self._last = b.coord
                 yield b
             return
-        self._prefetch = Prefetcher(self._batches, self.prefetch_batches)
+        self._prefetch = Prefetcher(self._batches, self.prefetch_batches, max_bytes=self.max_prefetch_bytes,
+                                    sizeof=lambda b: b.memory_bytes)
         while True:
             item = self._prefetch.get()
             if item is END:
                 return
             self._last = item.coord
             yield item
+
+    @property
+    def prefetch_stats(self) -> Dict[str, Any]:
+        """The prefetch queue now: ``queued_batches``, ``queued_bytes``, their peaks
+        ``peak_batches`` / ``peak_bytes``, the bounds ``max_batches`` / ``max_bytes``
+        and ``producer_waits`` (times the producer waited on a full queue).  All zero
+        before iteration starts or with ``prefetch_batches=0``."""
+        if self._prefetch is None:
+            return empty_prefetch_stats(self.prefetch_batches, self.max_prefetch_bytes)
+        return self._prefetch.stats()
 
     # -------------------------------------------------------------- commits
     def commit(self, extra: Optional[Dict[str, Any]] = None) -> int:

@@ -71,7 +71,7 @@ import torch
 
 from .adapters import Batch
 from .dist_exchange import HashExchange
-from ._prefetch import END, Prefetcher
+from ._prefetch import DEFAULT_MAX_PREFETCH_BYTES, END, Prefetcher, check_max_bytes, empty_prefetch_stats, tensor_memory
 from .dist_state import (atomic_write, cleanup, dump_json, global_sidecar_path, load_json_checked,
                          rank_sidecar_path, restore_dedup)
 from .dist_stream import GlobalStream
@@ -107,6 +107,10 @@ class DistBatch(Batch):
     def kept_global_index(self) -> torch.Tensor:
         """Global stream index of each kept document, aligned with ``texts``."""
         return self.global_index[self.source_index]
+
+
+def _prepared_memory(p: "_Prepared") -> int:
+    return sum(tensor_memory(x) for x in (p.texts, p.reasons, p.surv, p.gidx))
 
 
 @dataclass
@@ -152,6 +156,9 @@ class DistributedPipeline:
             default group; none initialised: one rank).  E.g. the data-parallel
             group in a model-parallel job.
         prefetch_batches: steps prepared ahead by the background thread (0: none).
+        max_prefetch_bytes: bound on the memory of the prepared steps in the
+            queue (default 256 MiB; ``None``: only ``prefetch_batches``); a step
+            larger than the bound still goes through, alone.  See ``prefetch_stats``.
         timeout: of the gloo group created when ``group`` has no CPU backend.
         exchange_backend: "gloo" (default; CPU tensors: ``group`` itself when it
             has gloo, else a gloo group over the default group's ranks) or
@@ -163,11 +170,13 @@ class DistributedPipeline:
                  dedup: Optional[str] = "global", stages: Optional[Dict[str, Any]] = None,
                  pipeline: str = "fused", state_dir: Optional[str] = None, group: Any = None,
                  prefetch_batches: int = 2, text_key: str = "text", num_threads: Optional[int] = None,
-                 timeout: Optional[timedelta] = None, exchange_backend: str = "gloo", seed: int = 0):
+                 timeout: Optional[timedelta] = None, exchange_backend: str = "gloo", seed: int = 0,
+                 max_prefetch_bytes: Optional[int] = DEFAULT_MAX_PREFETCH_BYTES):
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
         if not isinstance(prefetch_batches, int) or isinstance(prefetch_batches, bool) or prefetch_batches < 0:
             raise ValueError(f"prefetch_batches must be an int >= 0, got {prefetch_batches!r}")
+        check_max_bytes(max_prefetch_bytes)
         if dedup not in ("global", "local", None):
             raise ValueError(f"dedup must be 'global', 'local' or None, got {dedup!r}")
         if pipeline not in ("fused", "chain"):
@@ -187,6 +196,7 @@ class DistributedPipeline:
         self.batch_size = batch_size
         self.dedup_mode = dedup
         self.prefetch_batches = prefetch_batches
+        self.max_prefetch_bytes = max_prefetch_bytes
         self.seed = int(seed)
 
         import torch.distributed as dist
@@ -428,7 +438,8 @@ class DistributedPipeline:
                 self._last = b.coord
                 yield b
             return
-        self._prefetch = Prefetcher(self._prepared, self.prefetch_batches, name="luminamoon-dist-prefetch")
+        self._prefetch = Prefetcher(self._prepared, self.prefetch_batches, name="luminamoon-dist-prefetch",
+                                    max_bytes=self.max_prefetch_bytes, sizeof=_prepared_memory)
         while True:
             item = self._prefetch.get()
             if item is END:
@@ -436,6 +447,13 @@ class DistributedPipeline:
             b = self._finish(item)
             self._last = b.coord
             yield b
+
+    @property
+    def prefetch_stats(self) -> Dict[str, Any]:
+        """The prefetch queue now (see ``ResumablePipeline.prefetch_stats``)."""
+        if self._prefetch is None:
+            return empty_prefetch_stats(self.prefetch_batches, self.max_prefetch_bytes)
+        return self._prefetch.stats()
 
     # ---------------------------------------------------------------- commits
     def commit(self, extra: Any = None) -> int:

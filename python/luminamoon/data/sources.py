@@ -15,6 +15,12 @@ malformed JSON line, a missing/non-string text field or non-UTF-8 bytes raise
 ``ValueError`` naming the file and line (row for Parquet) unless
 ``on_error="skip"``.
 
+Size limit: ``max_record_bytes=N`` (every source; default None) refuses a record
+larger than N bytes the same way (ValueError naming the file and line, or
+skipped and counted with ``on_error="skip"``).  The file sources measure the
+raw line and never hold more than N bytes of it: a multi-gigabyte line is
+streamed past, not read into memory.
+
 What a resume costs (``bench/bench_source_resume.py`` measures it):
 
 * plain JSONL / text: a ``seek`` to the byte offset of the next line -- O(1).
@@ -147,6 +153,15 @@ def write_jsonl(path: str, records: Iterable[Any], frame_bytes: int = 1 << 20, l
 # offset of the member/frame holding .offset (0, 0 when not applicable).
 
 
+class TooLong:
+    """What a reader returns for a line longer than the limit: its length only."""
+
+    __slots__ = ("nbytes",)
+
+    def __init__(self, nbytes: int):
+        self.nbytes = nbytes
+
+
 class _PlainReader:
     def __init__(self, path: str, offset: int):
         self._f = open(path, "rb")
@@ -155,10 +170,25 @@ class _PlainReader:
         self.frame = 0
         self.frame_uoff = 0
 
-    def readline(self) -> bytes:
-        line = self._f.readline()
+    def readline(self, limit: Optional[int] = None):
+        """The next line (b"" at EOF); with ``limit``, a longer line is skipped
+        without being held in memory and returned as ``TooLong(its length)``."""
+        if limit is None:
+            line = self._f.readline()
+            self.offset += len(line)
+            return line
+        line = self._f.readline(limit + 1)
         self.offset += len(line)
-        return line
+        if len(line) <= limit:
+            return line
+        total = len(line)
+        while not line.endswith(b"\n"):
+            line = self._f.readline(_CHUNK)
+            if not line:
+                break
+            total += len(line)
+            self.offset += len(line)
+        return TooLong(total)
 
     def close(self) -> None:
         self._f.close()
@@ -300,21 +330,34 @@ class _FramedReader:
         del b[:i]
         self.frame_uoff, self.frame = b[0]
 
-    def readline(self) -> bytes:
+    def _consume(self, n: int) -> None:
+        del self._buf[:n]
+        self._buf_uoff += n
+        self.offset += n
+
+    def readline(self, limit: Optional[int] = None):
+        """As _PlainReader.readline: a line longer than ``limit`` is skipped
+        (its bytes dropped as they are decompressed) and returned as TooLong."""
         start = 0
+        skipped = 0
         while True:
             nl = self._buf.find(b"\n", start)
             if nl >= 0:
-                line = bytes(self._buf[: nl + 1])
-                del self._buf[: nl + 1]
+                n = nl + 1
                 break
+            if limit is not None and len(self._buf) > limit - skipped:
+                skipped += len(self._buf)  # too long already: drop what we hold, keep counting
+                self._consume(len(self._buf))
             start = len(self._buf)
             if not self._fill():
-                line = bytes(self._buf)
-                self._buf.clear()
+                n = len(self._buf)
                 break
-        self._buf_uoff += len(line)
-        self.offset += len(line)
+        if limit is not None and skipped + n > limit:
+            self._consume(n)
+            self._update_frame()
+            return TooLong(skipped + n)
+        line = bytes(self._buf[:n])
+        self._consume(n)
         self._update_frame()
         return line
 
@@ -330,9 +373,14 @@ class Source:
     ``self._pos`` equal to the position after the record it just yielded),
     ``position()`` and ``seek()``."""
 
-    def __init__(self, on_error: str = "raise", rank: int = 0, world_size: int = 1):
+    def __init__(self, on_error: str = "raise", rank: int = 0, world_size: int = 1,
+                 max_record_bytes: Optional[int] = None):
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error must be 'raise' or 'skip', not {on_error!r}")
+        if max_record_bytes is not None and (not isinstance(max_record_bytes, int)
+                                             or isinstance(max_record_bytes, bool) or max_record_bytes < 1):
+            raise ValueError(f"max_record_bytes must be a positive int or None, got {max_record_bytes!r}")
+        self.max_record_bytes = max_record_bytes
         if world_size < 1 or not 0 <= rank < world_size:
             raise ValueError(f"need 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
         self.on_error = on_error
@@ -356,6 +404,17 @@ class Source:
             self.skipped += 1
             return
         raise ValueError(msg) from cause
+
+    def _too_big(self, text: str) -> Optional[int]:
+        """The UTF-8 size of ``text`` if it exceeds max_record_bytes, else None."""
+        lim = self.max_record_bytes
+        if lim is None or len(text) * 4 <= lim:
+            return None
+        n = len(text) if len(text) > lim else len(text.encode("utf-8", "surrogatepass"))
+        return n if n > lim else None
+
+    def _refuse_big(self, where: str, nbytes: int) -> None:
+        self._bad(f"{where}: record of {nbytes} bytes is larger than max_record_bytes={self.max_record_bytes}")
 
     def _check_kind(self, position: Dict[str, Any], kind: str) -> None:
         if not isinstance(position, dict) or position.get("kind") != kind:
@@ -429,10 +488,12 @@ class IterableSource(Source):
             self._live[1] = self._consumed
             if self.world_size > 1 and idx % self.world_size != self.rank:
                 continue
-            if isinstance(item, str):
-                yield {self.text_key: item}
-            elif isinstance(item, dict) and isinstance(item.get(self.text_key), str):
-                yield item
+            if isinstance(item, str) or isinstance(item, dict) and isinstance(item.get(self.text_key), str):
+                big = self._too_big(item if isinstance(item, str) else item[self.text_key])
+                if big is not None:
+                    self._refuse_big(f"item {idx}", big)
+                    continue
+                yield {self.text_key: item} if isinstance(item, str) else item
             else:
                 self._bad(f"item {idx}: expected str or a dict with a str {self.text_key!r}, got {type(item).__name__}")
 
@@ -507,7 +568,7 @@ class _FileSource(Source):
             reader = self._open(path, self._pos)
             try:
                 while True:
-                    raw = reader.readline()
+                    raw = reader.readline(self.max_record_bytes)
                     if not raw:
                         break
                     pos = self._pos
@@ -539,6 +600,10 @@ class JsonlSource(_FileSource):
 
     def _records(self) -> Iterator[Dict[str, Any]]:
         for path, lineno, raw in self._lines():
+            if isinstance(raw, TooLong):
+                if self._take_record():
+                    self._refuse_big(f"{path}:{lineno}", raw.nbytes)
+                continue
             if not raw.strip():
                 continue
             if not self._take_record():
@@ -584,6 +649,9 @@ class TextSource(_FileSource):
         for path, lineno, raw in self._lines():
             if not self._take_record():
                 continue
+            if isinstance(raw, TooLong):
+                self._refuse_big(f"{path}:{lineno}", raw.nbytes)
+                continue
             if raw.endswith(b"\n"):
                 raw = raw[:-2] if raw.endswith(b"\r\n") else raw[:-1]
             try:
@@ -601,15 +669,26 @@ class TextSource(_FileSource):
             if not self._mine(shard) or not self._take_file(shard):
                 continue
             reader = self._open(path, self._start_pos(shard))
+            lim = self.max_record_bytes
+            size = 0
             try:
                 chunks = []
                 while True:
-                    line = reader.readline()
+                    line = reader.readline(None if lim is None else max(0, lim - size) if chunks is not None else 0)
                     if not line:
                         break
-                    chunks.append(line)
+                    if isinstance(line, TooLong):
+                        size += line.nbytes
+                        chunks = None
+                        continue
+                    size += len(line)
+                    if chunks is not None:
+                        chunks.append(line)
             finally:
                 reader.close()
+            if chunks is None:
+                self._refuse_big(path, size)
+                continue
             try:
                 yield {self.text_key: b"".join(chunks).decode("utf-8")}
             except UnicodeDecodeError as e:
@@ -682,6 +761,10 @@ class ParquetSource(Source):
                     if not isinstance(row.get(self.text_column), str):
                         self._bad(f"{path}: row group {g}, row {r}: text column {self.text_column!r} is null")
                         continue
+                    big = self._too_big(row[self.text_column])
+                    if big is not None:
+                        self._refuse_big(f"{path}: row group {g}, row {r}", big)
+                        continue
                     yield row
                 self._pos["row_group"] = g + 1
                 self._pos["row"] = 0
@@ -733,6 +816,10 @@ class HFIterableSource(Source):
         for idx, ex in enumerate(it):
             if not isinstance(ex.get(self.text_key), str):
                 self._bad(f"example {idx}: text field {self.text_key!r} is missing or not a string")
+                continue
+            big = self._too_big(ex[self.text_key])
+            if big is not None:
+                self._refuse_big(f"example {idx}", big)
                 continue
             yield ex
 

@@ -1,0 +1,335 @@
+"""Resource limits: the prefetch queues' memory bound, the PII masker's document-size
+limit, the dedup table's entry bound, and how each is reported."""
+import threading
+import time
+
+import pytest
+import torch
+
+import luminamoon
+from luminamoon import FusedPipeline, PIIMasker, StreamDeduplicator, reason_name
+from luminamoon.data import DistributedPipeline, ResumablePipeline
+from luminamoon.data._prefetch import END, Prefetcher
+
+
+def _records(n, seed=0):
+    """Documents of varied length (so batches differ in size), all distinct."""
+    out = []
+    for i in range(n):
+        words = " ".join(f"w{(i * 7 + k * seed) % 1013}" for k in range(5 + (i * 37) % 300))
+        out.append({"id": i, "text": f"Record {i}. {words}."})
+    return out
+
+
+def _drain(pipe, slow=0.0):
+    got = []
+    stats = []
+    for b in pipe:
+        got.append((b.index, b.texts.tolist(), b.reasons.tolist(), b.memory_bytes))
+        stats.append(pipe.prefetch_stats)
+        if slow:
+            time.sleep(slow)
+    return got, stats
+
+
+# ------------------------------------------------------------------ prefetch
+
+def test_prefetch_memory_bound_holds_and_output_is_unchanged():
+    recs = _records(1200)
+    ref, _ = _drain(ResumablePipeline(recs, pipeline=None, dedup=False, batch_size=40, prefetch_batches=0))
+    sizes = [m for *_, m in ref]
+    assert min(sizes) > 0
+    bound = int(2.5 * max(sizes))  # room for two batches, not for the 16 allowed by prefetch_batches
+    pipe = ResumablePipeline(recs, pipeline=None, dedup=False, batch_size=40, prefetch_batches=16,
+                             max_prefetch_bytes=bound)
+    got, stats = _drain(pipe, slow=0.01)
+    # nothing lost, reordered or changed by the bound
+    assert [g[:3] for g in got] == [r[:3] for r in ref]
+    final = pipe.prefetch_stats
+    assert final["max_bytes"] == bound and final["max_batches"] == 16
+    assert 0 < final["peak_bytes"] <= bound
+    assert final["peak_batches"] <= 3  # 2.5 batches of the largest size: at most 3 smaller ones fit
+    assert final["producer_waits"] > 0  # the bound (not the depth of 16) made the producer wait
+    assert all(s["queued_bytes"] <= bound for s in stats)
+    pipe.close()
+
+
+def test_prefetch_without_byte_bound_fills_to_depth():
+    recs = _records(600)
+    pipe = ResumablePipeline(recs, pipeline=None, dedup=False, batch_size=40, prefetch_batches=6,
+                             max_prefetch_bytes=None)
+    it = iter(pipe)
+    first = next(it)
+    deadline = time.time() + 30
+    while pipe.prefetch_stats["queued_batches"] < 6 and time.time() < deadline:
+        time.sleep(0.01)
+    s = pipe.prefetch_stats
+    assert s["queued_batches"] == 6 and s["max_bytes"] is None
+    assert s["queued_bytes"] > first.memory_bytes  # six batches are held
+    pipe.close()
+
+
+def test_batch_larger_than_the_bound_is_delivered_alone():
+    recs = _records(300)
+    pipe = ResumablePipeline(recs, pipeline=None, dedup=False, batch_size=50, prefetch_batches=4,
+                             max_prefetch_bytes=1)
+    got, stats = _drain(pipe)
+    assert sum(len(g[1]) for g in got) == 300  # no deadlock, nothing lost
+    assert max(s["queued_batches"] for s in stats) <= 1
+    assert pipe.prefetch_stats["peak_batches"] == 1
+    pipe.close()
+
+
+def test_prefetch_stats_before_iteration_and_without_prefetch():
+    pipe = ResumablePipeline(_records(10), pipeline=None, dedup=False, prefetch_batches=0)
+    s = pipe.prefetch_stats
+    assert s["queued_batches"] == 0 and s["peak_bytes"] == 0
+    assert s["max_bytes"] == luminamoon.data._prefetch.DEFAULT_MAX_PREFETCH_BYTES
+    pipe.close()
+
+
+@pytest.mark.parametrize("bad", [0, -5, 1.5, "1MB", True])
+def test_max_prefetch_bytes_rejects(bad):
+    with pytest.raises(ValueError, match="max_prefetch_bytes"):
+        ResumablePipeline(_records(3), pipeline=None, dedup=False, max_prefetch_bytes=bad)
+    with pytest.raises(ValueError, match="max_prefetch_bytes"):
+        DistributedPipeline(_records(3), max_prefetch_bytes=bad)
+
+
+def test_distributed_prefetch_bound(tmp_path):
+    recs = _records(800)
+    pipe = DistributedPipeline(recs, batch_size=40, prefetch_batches=12, dedup=None,
+                               stages={"cleaner": False, "quality": False, "pii": False},
+                               state_dir=str(tmp_path / "d"), max_prefetch_bytes=1)
+    n = 0
+    for b in pipe:
+        n += b.n_in
+        assert pipe.prefetch_stats["queued_batches"] <= 1
+        time.sleep(0.002)
+    assert n == 800
+    assert pipe.prefetch_stats["peak_batches"] == 1 and pipe.prefetch_stats["producer_waits"] > 0
+    pipe.close()
+
+
+def test_prefetcher_stop_unblocks_a_waiting_producer_and_reraises():
+    produced = []
+
+    def gen():
+        for i in range(1000):
+            produced.append(i)
+            yield torch.zeros(1000, dtype=torch.uint8)
+
+    from luminamoon.data._prefetch import tensor_memory
+    p = Prefetcher(gen, depth=100, max_bytes=2500, sizeof=tensor_memory)
+    assert p.get() is not END
+    deadline = time.time() + 10
+    while p.stats()["producer_waits"] == 0 and time.time() < deadline:
+        time.sleep(0.01)
+    s = p.stats()
+    assert s["queued_batches"] <= 2 and s["queued_bytes"] <= 2500  # 1000-byte storages: two fit
+    assert len(produced) <= 5  # the producer waited instead of running ahead
+    t = threading.Thread(target=p.stop)
+    t.start()
+    t.join(10)
+    assert not t.is_alive()
+    assert p.get() is END
+
+    def bad():
+        yield 1
+        raise KeyError("boom")
+
+    q = Prefetcher(bad, depth=2)
+    assert q.get() == 1
+    with pytest.raises(KeyError, match="boom"):
+        q.get()
+    q.stop()
+
+
+def test_storage_nbytes_counts_each_storage_once():
+    st = luminamoon.StringTensor.from_list(["short", "a string longer than twelve bytes", ""] * 10)
+    off, data = st.offsets, st.data
+    want = off.untyped_storage().nbytes() + data.untyped_storage().nbytes()
+    assert st.storage_nbytes == want
+    st.views  # materialise the views: its buffers are windows of `data` (same storage)
+    assert st.storage_nbytes == want + st.views.untyped_storage().nbytes()
+    sub = st[2:5]
+    assert sub.storage_nbytes >= sub.nbytes
+
+
+# ---------------------------------------------------------------- PII limit
+
+def _docs_with_sizes():
+    small = [f"mail ann{i}@example.org" for i in range(5)]
+    big = [f"call 555-867-5309 or mail bob{i}@example.org " + "x" * (200 + i) for i in range(3)]
+    return [small[0], big[0], small[1], small[2], big[1], small[3], big[2], small[4]]
+
+
+@pytest.mark.parametrize("mode", ["strict", "datatrove"])
+def test_pii_max_doc_bytes_refuses_large_documents(mode):
+    docs = _docs_with_sizes()
+    limit = 100
+    over = [len(d.encode()) > limit for d in docs]
+    assert any(over) and not all(over)
+    plain = PIIMasker(mode, cycle_across_documents=False)
+    limited = PIIMasker(mode, cycle_across_documents=False, max_doc_bytes=limit)
+    r = limited(docs)
+    assert [reason_name(x) for x in r.reasons.tolist()] == ["too_large" if o else "kept" for o in over]
+    kept = [d for d, o in zip(docs, over) if not o]
+    assert r.texts.tolist() == plain(kept).texts.tolist()
+    assert r.source_index.tolist() == [i for i, o in enumerate(over) if not o]
+    # the refused documents' PII never comes out unmasked
+    assert not any("bob" in t or "555-867" in t for t in r.texts.tolist())
+    c = limited.counters
+    assert c["docs_too_large"] == sum(over) and c["docs"] == len(docs) - sum(over)
+    with pytest.raises(ValueError, match="max_doc_bytes"):
+        limited.find(docs[1])
+    assert limited.find(docs[0]) == plain.find(docs[0])
+
+
+def test_pii_limit_fused_equals_chain_and_is_counted():
+    docs = _docs_with_sizes() * 3  # duplicates too
+    kw = dict(cleaner=True, quality=False, pii={"max_doc_bytes": 100})
+    fused = FusedPipeline(**kw)(docs)
+    chain = luminamoon.ChainPipeline(**kw)(docs)
+    assert fused.reasons.tolist() == chain.reasons.tolist()
+    assert fused.texts.tolist() == chain.texts.tolist()
+    assert fused.source_index.tolist() == chain.source_index.tolist()
+    f = FusedPipeline(**kw)
+    f(docs)
+    c = f.counters
+    n_big = sum(len(d.encode()) > 100 for d in _docs_with_sizes())
+    assert c["dropped_pii"] == n_big  # each large document once: its copies are duplicates
+    assert c["pii"]["docs_too_large"] == n_big
+
+
+@pytest.mark.parametrize("bad", [-1, "10", 1.5, None])
+def test_pii_max_doc_bytes_rejects(bad):
+    with pytest.raises((TypeError, ValueError), match="max_doc_bytes"):
+        PIIMasker(max_doc_bytes=bad)
+
+
+# --------------------------------------------------------------- dedup bound
+
+def test_dedup_entry_bound_is_reported_and_enforced(tmp_path):
+    d = StreamDeduplicator(str(tmp_path / "w.wal"), max_entries=50)
+    r = d([f"doc {i}" for i in range(50)])
+    assert (r.reasons == 0).all()
+    s = d.stats
+    assert s["max_entries"] == 50 and s["entries"] == 50 and s["table_bytes"] > 0
+    assert s["bytes_per_entry"] == pytest.approx(s["table_bytes"] / 50)
+    with pytest.raises(ValueError, match="max_entries|limit"):
+        d(["one more"])
+    assert d(["doc 3"]).reasons.tolist() == [1]  # duplicates are still recognised at the bound
+    d.close()
+
+
+# ------------------------------------------------------------ record size limit
+
+def _oversize_records(limit):
+    recs = []
+    for i in range(30):
+        n = limit * 3 if i in (4, 5, 17, 29) else 10 + (i * 13) % (limit // 2)
+        recs.append({"id": i, "text": ("é" if i % 2 else "a") * (n // (2 if i % 2 else 1))})
+    return recs
+
+
+def _line_len(rec):
+    import json
+    return len((json.dumps(rec, ensure_ascii=False) + "\n").encode())  # as write_jsonl writes it
+
+
+@pytest.mark.parametrize("ext, gzip_index", [("jsonl", False), ("jsonl.gz", False), ("jsonl.gz", True),
+                                             ("jsonl.zst", False)])
+def test_jsonl_max_record_bytes(tmp_path, ext, gzip_index):
+    from luminamoon.data import JsonlSource, write_jsonl
+    if gzip_index:
+        pytest.importorskip("indexed_gzip", reason="indexed_gzip not installed")
+    if ext.endswith("zst"):
+        pytest.importorskip("zstandard", reason="zstandard not installed")
+    limit = 400
+    recs = _oversize_records(limit)
+    path = str(tmp_path / f"r.{ext}")
+    write_jsonl(path, recs, frame_bytes=700)
+    big = [i for i, r in enumerate(recs) if _line_len(r) > limit]
+    assert big and len(big) < len(recs)
+    kw = dict(gzip_index=gzip_index, index_dir=str(tmp_path / "idx"), max_record_bytes=limit)
+    # raise: the message names the file, the line and the limit
+    src = JsonlSource(path, **kw)
+    got = []
+    with pytest.raises(ValueError, match=rf"r\.{ext.replace('.', '[.]')}:{big[0] + 1}: record of \d+ bytes is larger "
+                                         rf"than max_record_bytes={limit}"):
+        for r in src:
+            got.append(r["id"])
+    assert got == list(range(big[0]))
+    # skip: the others, in order, counted; resume from any position gives the rest
+    src = JsonlSource(path, on_error="skip", **kw)
+    ids, positions = [], []
+    for r in src:
+        ids.append(r["id"])
+        positions.append(src.position())
+    assert ids == [i for i in range(len(recs)) if i not in big]
+    assert src.skipped == len(big)
+    for k in (0, 3, 4, len(ids) - 2):
+        again = JsonlSource(path, on_error="skip", position=positions[k], **kw)
+        assert [r["id"] for r in again] == ids[k + 1:]
+
+
+def test_text_sources_max_record_bytes(tmp_path):
+    from luminamoon.data import TextSource
+    lines = ["short", "x" * 100, "fine line", "y" * 5000, ""]
+    p = tmp_path / "t.txt"
+    p.write_text("\n".join(lines) + "\n")
+    src = TextSource(str(p), max_record_bytes=50, on_error="skip")
+    assert [r["text"] for r in src] == ["short", "fine line", ""]
+    assert src.skipped == 2
+    with pytest.raises(ValueError, match=r"t\.txt:2: record of 101 bytes .*max_record_bytes=50"):
+        list(TextSource(str(p), max_record_bytes=50))
+    # per file: the whole file is the record
+    small = tmp_path / "small.txt"
+    small.write_text("just a little\ntext\n")
+    src = TextSource([str(small), str(p)], per="file", max_record_bytes=200, on_error="skip")
+    assert [r["text"] for r in src] == ["just a little\ntext\n"]
+    assert src.skipped == 1
+    with pytest.raises(ValueError, match=r"t\.txt: record of \d+ bytes is larger than max_record_bytes=200"):
+        list(TextSource([str(small), str(p)], per="file", max_record_bytes=200))
+
+
+def test_max_record_bytes_does_not_read_the_line_into_memory(tmp_path):
+    import tracemalloc
+    from luminamoon.data import JsonlSource
+    p = tmp_path / "huge.jsonl"
+    with open(p, "w") as f:
+        f.write('{"text": "before"}\n{"text": "')
+        chunk = "z" * (1 << 20)
+        for _ in range(48):  # a 48 MB line
+            f.write(chunk)
+        f.write('"}\n{"text": "after"}\n')
+    src = JsonlSource(str(p), max_record_bytes=1 << 20, on_error="skip")
+    tracemalloc.start()
+    texts = [r["text"] for r in src]
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert texts == ["before", "after"] and src.skipped == 1
+    assert peak < 8 << 20, f"peak Python allocation {peak} bytes while skipping a 48 MB line"
+
+
+def test_parquet_and_iterable_max_record_bytes(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from luminamoon.data import IterableSource, ParquetSource
+    texts = ["ok", "é" * 40, "fine", "w" * 79, "w" * 81]  # "é" is 2 bytes: 80 bytes
+    pq.write_table(pa.table({"text": texts}), tmp_path / "t.parquet", row_group_size=2)
+    src = ParquetSource(str(tmp_path / "t.parquet"), max_record_bytes=80, on_error="skip")
+    assert [r["text"] for r in src] == ["ok", "é" * 40, "fine", "w" * 79]
+    assert src.skipped == 1
+    src = IterableSource(texts, max_record_bytes=79, on_error="skip")
+    assert [r["text"] for r in src] == ["ok", "fine", "w" * 79]
+    with pytest.raises(ValueError, match=r"item 1: record of 80 bytes is larger than max_record_bytes=79"):
+        list(IterableSource(texts, max_record_bytes=79))
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.5, "10", True])
+def test_max_record_bytes_rejects(bad):
+    from luminamoon.data import IterableSource
+    with pytest.raises(ValueError, match="max_record_bytes"):
+        IterableSource(["a"], max_record_bytes=bad)
