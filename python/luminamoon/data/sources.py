@@ -71,12 +71,21 @@ def expand_paths(paths_or_glob: PathsArg) -> List[str]:
     """Deterministic file list: each glob expands sorted, a directory to its
     sorted regular files, explicit lists keep their order.  Raises
     FileNotFoundError naming the first path or pattern that matches nothing."""
-    items = [paths_or_glob] if isinstance(paths_or_glob, (str, os.PathLike)) else list(paths_or_glob)
+    if isinstance(paths_or_glob, (str, os.PathLike)):
+        items = [paths_or_glob]
+    elif isinstance(paths_or_glob, (list, tuple)):
+        items = list(paths_or_glob)
+    else:
+        raise TypeError(f"paths_or_glob must be a path, a glob or a list of them, got {type(paths_or_glob).__name__}")
     if not items:
         raise ValueError("no paths given")
     out: List[str] = []
-    for item in items:
+    for i, item in enumerate(items):
+        if not isinstance(item, (str, os.PathLike)):
+            raise TypeError(f"paths_or_glob[{i}] must be a str or PathLike, got {type(item).__name__}")
         p = os.fspath(item)
+        if not isinstance(p, str):
+            raise TypeError(f"paths_or_glob[{i}] must be a str path, got {type(p).__name__}")
         if any(ch in p for ch in "*?["):
             found = sorted(f for f in _glob.glob(p, recursive=True) if os.path.isfile(f))
             if not found:
@@ -115,10 +124,42 @@ def write_jsonl(path: str, records: Iterable[Any], frame_bytes: int = 1 << 20, l
     """Writes records (dicts, or str lines written verbatim) as JSONL, plain,
     gzip or zstd by suffix.  Compressed output is cut into independent gzip
     members / zstd frames of about ``frame_bytes`` uncompressed bytes so that a
-    resume never decompresses more than one of them."""
+    resume never decompresses more than one of them.
+
+    The file is written under ``path + ".tmp"`` and renamed at the end: on any
+    error (a record that is not JSON-serialisable or not UTF-8, a full disk)
+    the temporary file is removed and an existing ``path`` is left as it was."""
+    if not isinstance(path, (str, os.PathLike)) or not isinstance(os.fspath(path), str):
+        raise TypeError(f"path must be a str or PathLike, got {type(path).__name__}")
+    if isinstance(records, (str, bytes)) or not hasattr(records, "__iter__"):
+        raise TypeError(f"records must be an iterable of dicts or str lines, got {type(records).__name__}")
+    if isinstance(frame_bytes, bool) or not isinstance(frame_bytes, int):
+        raise TypeError(f"frame_bytes must be an int, got {type(frame_bytes).__name__}")
+    if frame_bytes < 1:
+        raise ValueError(f"frame_bytes must be >= 1, got {frame_bytes}")
+    if isinstance(level, bool) or not isinstance(level, int):
+        raise TypeError(f"level must be an int, got {type(level).__name__}")
     path = os.fspath(path)
     comp = _compression(path)
+    if comp == "gzip" and not -1 <= level <= 9:
+        raise ValueError(f"level must be in [-1, 9] for gzip, got {level}")
+    if comp == "zstd" and not -(1 << 17) <= level <= 22:
+        raise ValueError(f"level must be in [-131072, 22] for zstd, got {level}")
     tmp = path + ".tmp"
+    try:
+        _write_jsonl_to(tmp, comp, records, frame_bytes, level)
+        os.replace(tmp, path)
+    except BaseException as e:
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+        if isinstance(e, OSError) and e.filename is None:  # a failed write() does not say which file
+            raise OSError(e.errno, f"write_jsonl: {e.strerror or e}", path) from e
+        raise
+
+
+def _write_jsonl_to(tmp: str, comp: str, records: Iterable[Any], frame_bytes: int, level: int) -> None:
     with open(tmp, "wb") as f:
         pending: List[bytes] = []
         size = 0
@@ -137,14 +178,20 @@ def write_jsonl(path: str, records: Iterable[Any], frame_bytes: int = 1 << 20, l
                 f.write(data)
             pending, size = [], 0
 
-        for r in records:
-            line = (r if isinstance(r, str) else json.dumps(r, ensure_ascii=False)).encode("utf-8") + b"\n"
+        for i, r in enumerate(records):
+            try:
+                line = (r if isinstance(r, str) else json.dumps(r, ensure_ascii=False)).encode("utf-8") + b"\n"
+            except TypeError as e:  # not JSON-serialisable
+                raise TypeError(f"records[{i}] cannot be written as a JSON line: {e}") from None
+            except ValueError as e:  # UnicodeEncodeError: a lone surrogate; a circular reference
+                raise ValueError(f"records[{i}] cannot be written as a UTF-8 JSON line: {e}") from None
             pending.append(line)
             size += len(line)
             if size >= frame_bytes:
                 flush()
         flush()
-    os.replace(tmp, path)
+        f.flush()
+        os.fsync(f.fileno())
 
 
 # ---------------------------------------------------------------------------
@@ -165,6 +212,11 @@ class TooLong:
 class _PlainReader:
     def __init__(self, path: str, offset: int):
         self._f = open(path, "rb")
+        size = os.fstat(self._f.fileno()).st_size
+        if offset > size:
+            self._f.close()
+            raise ValueError(f"{path}: position {offset} is past the end of the file ({size} bytes): "
+                             "the file changed since the position was taken")
         self._f.seek(offset)
         self.offset = offset
         self.frame = 0
@@ -215,10 +267,16 @@ class _IndexedGzipReader(_PlainReader):
                     self._f = indexed_gzip.IndexedGzipFile(path, spacing=spacing, drop_handles=False, buffer_size=_CHUNK)
             if not loaded:
                 self._f.build_full_index()
-                os.makedirs(index_dir, exist_ok=True)
                 tmp = f"{index_path}.{os.getpid()}.tmp"
-                self._f.export_index(tmp)
-                os.replace(tmp, index_path)
+                try:  # the index is a cache: a folder we cannot write (read-only, full) costs speed, not the read
+                    os.makedirs(index_dir, exist_ok=True)
+                    self._f.export_index(tmp)
+                    os.replace(tmp, index_path)
+                except OSError:
+                    try:
+                        os.remove(tmp)
+                    except OSError:
+                        pass
             self._f.seek(offset)
         except Exception as e:
             self._f.close()
@@ -381,6 +439,9 @@ class Source:
                                              or isinstance(max_record_bytes, bool) or max_record_bytes < 1):
             raise ValueError(f"max_record_bytes must be a positive int or None, got {max_record_bytes!r}")
         self.max_record_bytes = max_record_bytes
+        for name, v in (("rank", rank), ("world_size", world_size)):
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise TypeError(f"{name} must be an int, got {type(v).__name__}")
         if world_size < 1 or not 0 <= rank < world_size:
             raise ValueError(f"need 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
         self.on_error = on_error
@@ -391,13 +452,13 @@ class Source:
         return self._records()
 
     def _records(self) -> Iterator[Dict[str, Any]]:  # pragma: no cover - abstract
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} must implement _records(); Source is the base class")
 
     def position(self) -> Dict[str, Any]:  # pragma: no cover - abstract
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} must implement position(); Source is the base class")
 
     def seek(self, position: Dict[str, Any]) -> None:  # pragma: no cover - abstract
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} must implement seek(); Source is the base class")
 
     def _bad(self, msg: str, cause: Optional[BaseException] = None) -> None:
         if self.on_error == "skip":
@@ -420,6 +481,20 @@ class Source:
         if not isinstance(position, dict) or position.get("kind") != kind:
             raise ValueError(f"not a {kind} position: {position!r}")
 
+    @staticmethod
+    def _position_int(position: Dict[str, Any], key: str, default: Optional[int] = 0) -> int:
+        v = position.get(key, default)
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise ValueError(f"position[{key!r}] must be an int, got {v!r}")
+        if v < 0:
+            raise ValueError(f"negative {key} in position {position!r}")
+        return v
+
+
+def _check_key(name: str, value: Any) -> None:
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be str, got {type(value).__name__}")
+
 
 class IterableSource(Source):
     """Any Python iterable.  Resuming replays the iterable from the beginning
@@ -432,6 +507,11 @@ class IterableSource(Source):
 
     def __init__(self, iterable_or_factory: Union[Iterable[Any], Callable[[], Iterable[Any]]],
                  text_key: str = "text", position: Optional[Dict[str, Any]] = None, **kw: Any):
+        if isinstance(iterable_or_factory, (str, bytes)) or not (callable(iterable_or_factory)
+                                                                 or hasattr(iterable_or_factory, "__iter__")):
+            raise TypeError(f"iterable_or_factory must be an iterable of records or a factory returning one, "
+                            f"got {type(iterable_or_factory).__name__}")
+        _check_key("text_key", text_key)
         super().__init__(**kw)
         self._src = iterable_or_factory
         self.text_key = text_key
@@ -457,9 +537,7 @@ class IterableSource(Source):
 
     def seek(self, position: Dict[str, Any]) -> None:
         self._check_kind(position, "iterable")
-        n = int(position["consumed"])
-        if n < 0:
-            raise ValueError(f"negative position {n}")
+        n = self._position_int(position, "consumed", None)
         if self._one_shot and n != 0 and not (self._live is not None and self._live[1] == n):
             raise ValueError("IterableSource over a one-shot iterator cannot be resumed; pass a factory")
         self._consumed = n
@@ -517,7 +595,9 @@ class _FileSource(Source):
             except ImportError:
                 gzip_index = False
         self.gzip_index = bool(gzip_index)
-        self.gzip_spacing = int(gzip_spacing)
+        if isinstance(gzip_spacing, bool) or not isinstance(gzip_spacing, int):
+            raise TypeError(f"gzip_spacing must be an int, got {type(gzip_spacing).__name__}")
+        self.gzip_spacing = gzip_spacing
         if self.gzip_index and self.gzip_spacing <= 32768:
             raise ValueError(f"gzip_spacing must exceed the 32 KiB inflate window, got {gzip_spacing}")
         self._pos = self._start_pos(0)
@@ -537,10 +617,7 @@ class _FileSource(Source):
             raise ValueError(f"position was taken over {position.get('nfiles')} files, this source has {len(self.paths)}")
         pos = self._start_pos(0)
         for k in ("shard", "offset", "line", "record", "frame", "frame_uoff"):
-            v = int(position.get(k, 0))
-            if v < 0:
-                raise ValueError(f"negative {k} in position {position!r}")
-            pos[k] = v
+            pos[k] = self._position_int(position, k)
         if pos["shard"] > len(self.paths):
             raise ValueError(f"shard {pos['shard']} out of range in position {position!r}")
         self._pos = pos
@@ -595,6 +672,7 @@ class JsonlSource(_FileSource):
     def __init__(self, paths_or_glob: PathsArg, text_key: str = "text", position: Optional[Dict[str, Any]] = None,
                  index_dir: Optional[str] = None, gzip_index: Union[bool, str] = "auto",
                  gzip_spacing: int = 1 << 20, **kw: Any):
+        _check_key("text_key", text_key)
         self.text_key = text_key
         super().__init__(paths_or_glob, position, index_dir, gzip_index, gzip_spacing, **kw)
 
@@ -639,6 +717,7 @@ class TextSource(_FileSource):
                  gzip_index: Union[bool, str] = "auto", gzip_spacing: int = 1 << 20, **kw: Any):
         if per not in ("line", "file"):
             raise ValueError(f"per must be 'line' or 'file', not {per!r}")
+        _check_key("text_key", text_key)
         self.per, self.text_key = per, text_key
         super().__init__(paths_or_glob, position, index_dir, gzip_index, gzip_spacing, **kw)
 
@@ -705,6 +784,12 @@ class ParquetSource(Source):
 
     def __init__(self, paths_or_glob: PathsArg, text_column: str = "text", columns: Optional[List[str]] = None,
                  position: Optional[Dict[str, Any]] = None, **kw: Any):
+        _check_key("text_column", text_column)
+        if columns is not None:
+            if isinstance(columns, str) or not isinstance(columns, (list, tuple)):
+                raise TypeError(f"columns must be None or a list of column names, got {type(columns).__name__}")
+            for i, c in enumerate(columns):
+                _check_key(f"columns[{i}]", c)
         super().__init__(**kw)
         self.paths = expand_paths(paths_or_glob)
         self.text_column = text_column
@@ -726,10 +811,7 @@ class ParquetSource(Source):
             raise ValueError(f"position was taken over {position.get('nfiles')} files, this source has {len(self.paths)}")
         pos = self._start(0)
         for k in ("shard", "row_group", "row", "record"):
-            v = int(position.get(k, 0))
-            if v < 0:
-                raise ValueError(f"negative {k} in position {position!r}")
-            pos[k] = v
+            pos[k] = self._position_int(position, k)
         self._pos = pos
 
     def _records(self) -> Iterator[Dict[str, Any]]:
@@ -784,12 +866,13 @@ class HFIterableSource(Source):
         except ImportError as e:
             raise ImportError("HFIterableSource needs the 'datasets' package (pip install datasets)") from e
         if not isinstance(ds, datasets.IterableDataset):
-            raise TypeError(f"HFIterableSource wraps a datasets.IterableDataset, got {type(ds).__name__}")
+            raise TypeError(f"ds must be a datasets.IterableDataset (HFIterableSource wraps one), got {type(ds).__name__}")
         if not hasattr(ds, "state_dict"):
             raise ImportError("HFIterableSource needs datasets >= 2.18 (IterableDataset.state_dict)")
         if self.world_size > 1:
             from datasets.distributed import split_dataset_by_node
             ds = split_dataset_by_node(ds, rank=self.rank, world_size=self.world_size)
+        _check_key("text_key", text_key)
         self.ds = ds
         self.text_key = text_key
         self._loaded: Optional[Dict[str, Any]] = None  # state set by seek, not yet iterated from
