@@ -54,7 +54,15 @@ class _DedupService:
         from ..string_tensor import StringTensor
 
         self._st = StringTensor
-        self._dedup = stages.StreamDeduplicator(wal_path=wal_path)
+        self._dedup = None
+        self._error: Optional[BaseException] = None
+        try:
+            self._dedup = stages.StreamDeduplicator(wal_path=wal_path)
+        except Exception as e:  # handed to the client by init_error() (a RemoteError would hide its type)
+            self._error = e
+
+    def init_error(self) -> Optional[BaseException]:
+        return self._error
 
     def check_insert(self, hashes: bytes) -> bytes:
         """hashes: N x 16 bytes; returns N bytes, 1 where the hash was new (kept)."""
@@ -85,38 +93,66 @@ class GlobalDedup:
     """A deduplicator shared by every DataLoader worker (a server process).
 
     Pass it as ``create_resumable_collate(dedup=GlobalDedup(...))``; its proxy
-    pickles into the workers.  ``close()`` stops the server.
+    pickles into the workers.  ``close()`` stops the server; afterwards the
+    object raises ValueError("... closed").
     """
 
     def __init__(self, wal_path: Optional[str] = None):
+        if wal_path is not None and not isinstance(wal_path, (str, os.PathLike)):
+            raise TypeError(f"GlobalDedup: wal_path must be None, a str or a PathLike, got {type(wal_path).__name__}")
+        self._closed = False
         self._manager = _DedupManager(ctx=mp.get_context("spawn"))
         self._manager.start()
-        self.service = self._manager.DedupService(wal_path)
+        try:
+            self.service = self._manager.DedupService(None if wal_path is None else os.fspath(wal_path))
+            err = self.service.init_error()
+        except BaseException:
+            self.close()
+            raise
+        if err is not None:  # e.g. an unwritable wal_path: the server's own exception, and no server left behind
+            self.close()
+            raise err
+
+    def _check_open(self, what: str) -> None:
+        if self._closed:
+            raise ValueError(f"GlobalDedup.{what}: the GlobalDedup is closed")
 
     def check_insert(self, hashes: bytes) -> bytes:
-        return self.service.check_insert(hashes)
+        """``hashes``: N x 16 bytes (XXH3-128, lo then hi); returns N bytes, 1 where the hash was new."""
+        self._check_open("check_insert")
+        if not isinstance(hashes, (bytes, bytearray, memoryview)):
+            raise TypeError(f"hashes must be bytes (N x 16), got {type(hashes).__name__}")
+        if len(hashes) % 16:
+            raise ValueError(f"hashes must hold N x 16 bytes, got {len(hashes)} bytes")
+        return self.service.check_insert(bytes(hashes))
 
     @property
     def lsn(self) -> int:
+        self._check_open("lsn")
         return self.service.lsn()
 
     def sync(self) -> int:
+        self._check_open("sync")
         return self.service.sync()
 
     def truncate(self, lsn: int) -> None:
+        self._check_open("truncate")
         self.service.truncate(lsn)
 
     def close(self) -> None:
+        self._closed = True
         if self._manager is not None:
             self._manager.shutdown()
             self._manager = None
 
     def __getstate__(self):
+        self._check_open("pickle")
         return {"service": self.service}
 
     def __setstate__(self, state):
         self.service = state["service"]
         self._manager = None
+        self._closed = False
 
 
 def start_global_dedup(wal_path: Optional[str] = None) -> GlobalDedup:
@@ -152,6 +188,21 @@ class ResumableCollate:
             raise ValueError(f"max_length must be a positive int or None, got {max_length!r}")
         if stages is not None and not isinstance(stages, dict):
             raise TypeError(f"stages must be a dict, got {type(stages).__name__}")
+        unknown = set(stages or {}) - {"cleaner", "quality", "pii"}
+        if unknown:
+            raise ValueError(f"stages: unknown stage(s) {sorted(unknown)} (valid: cleaner, quality, pii; "
+                             "deduplication is the dedup argument)")
+        for name, v in (("pad_id", pad_id), ("bos_id", bos_id), ("eos_id", eos_id)):
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise TypeError(f"{name} must be an int, got {type(v).__name__}")
+            if not -(1 << 63) <= v < (1 << 63):
+                raise ValueError(f"{name} must fit in int64, got {v}")
+        if not isinstance(return_string_tensor, bool):
+            raise TypeError(f"return_string_tensor must be a bool, got {type(return_string_tensor).__name__}")
+        if num_threads is not None and (isinstance(num_threads, bool) or not isinstance(num_threads, int)):
+            raise TypeError(f"num_threads must be an int or None, got {type(num_threads).__name__}")
+        if num_threads is not None and num_threads < 1:
+            raise ValueError(f"num_threads must be >= 1, got {num_threads}")
         self.text_key, self.pipeline, self.dedup, self.stages = text_key, pipeline, dedup, dict(stages or {})
         self.tokenizer, self.max_length = tokenizer, max_length
         self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
@@ -191,6 +242,8 @@ class ResumableCollate:
         return parts
 
     def _texts(self, samples: Sequence[Any]) -> List[str]:
+        if isinstance(samples, (str, bytes, dict)) or not hasattr(samples, "__iter__"):
+            raise TypeError(f"samples must be a batch (a list of str or of dicts), got {type(samples).__name__}")
         key = self.text_key
         out = []
         for i, s in enumerate(samples):
@@ -244,7 +297,17 @@ class ResumableCollate:
             seqs = tok(texts)
             if isinstance(seqs, dict):
                 seqs = seqs["input_ids"]
-        seqs = [list(s) for s in seqs]
+        if isinstance(seqs, (str, bytes)) or not hasattr(seqs, "__iter__"):
+            raise TypeError(f"tokenizer must return one sequence of token ids per text, got {type(seqs).__name__}")
+        seqs = list(seqs)
+        if len(seqs) != len(texts):
+            raise ValueError(f"tokenizer returned {len(seqs)} sequences for {len(texts)} texts")
+        out = []
+        for i, s in enumerate(seqs):
+            if isinstance(s, (str, bytes)) or not hasattr(s, "__iter__"):
+                raise TypeError(f"tokenizer output {i} must be a sequence of int token ids, got {type(s).__name__}")
+            out.append(list(s))
+        seqs = out
         if self.bos_id >= 0:
             seqs = [[self.bos_id] + s for s in seqs]
         if self.eos_id >= 0:
@@ -255,7 +318,10 @@ class ResumableCollate:
         for i, s in enumerate(seqs):
             s = s[:max_len]
             if s:
-                ids[i, :len(s)] = torch.tensor(s, dtype=torch.int64)
+                try:
+                    ids[i, :len(s)] = torch.tensor(s, dtype=torch.int64)
+                except (TypeError, ValueError, RuntimeError) as e:
+                    raise TypeError(f"tokenizer output {i} must hold int token ids: {e}") from None
             lengths[i] = len(s)
         return ids, lengths
 
