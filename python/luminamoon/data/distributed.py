@@ -185,6 +185,16 @@ class DistributedPipeline:
             raise TypeError(f"stages must be a dict of stage arguments, got {type(stages).__name__}")
         if exchange_backend not in ("gloo", "nccl"):
             raise ValueError(f"exchange_backend must be 'gloo' or 'nccl', got {exchange_backend!r}")
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+        if not 0 <= seed < 1 << 64:
+            raise ValueError(f"seed must be in [0, 2**64), got {seed}")
+        if not isinstance(text_key, str):
+            raise TypeError(f"text_key must be str, got {type(text_key).__name__}")
+        if timeout is not None and not isinstance(timeout, timedelta):
+            raise TypeError(f"timeout must be a datetime.timedelta or None, got {type(timeout).__name__}")
+        if num_threads is not None and (isinstance(num_threads, bool) or not isinstance(num_threads, int)):
+            raise TypeError(f"num_threads must be an int or None, got {type(num_threads).__name__}")
         if not isinstance(source, Source):
             if isinstance(source, (str, bytes)) or not hasattr(source, "__iter__") and not callable(source):
                 raise TypeError(f"source must be a luminamoon.data source or an iterable of records, "
@@ -201,6 +211,8 @@ class DistributedPipeline:
 
         import torch.distributed as dist
 
+        if group is not None and not (dist.is_available() and isinstance(group, dist.ProcessGroup)):
+            raise TypeError(f"group must be a torch.distributed ProcessGroup or None, got {type(group).__name__}")
         if group is None and dist.is_available() and dist.is_initialized():
             group = dist.group.WORLD
         self.group = group
@@ -479,6 +491,11 @@ class DistributedPipeline:
         err = None
         try:
             json.dumps(extra)
+        except (TypeError, ValueError) as e:
+            err = f"extra must be JSON-serialisable: {e}"
+        try:
+            if err is not None:
+                raise TypeError(err)
             lsn = int(last["wal_lsn"])
             if self._dedup is not None:
                 durable = self._dedup.sync()  # (1) the WAL up to (at least) the step's LSN
@@ -495,7 +512,9 @@ class DistributedPipeline:
         infos = self._gather(info)  # (2) agreement
         bad = [f"rank {i}: {x['err']}" for i, x in enumerate(infos) if x["err"] is not None]
         if bad:
-            raise OSError("commit failed, nothing committed: " + "; ".join(bad))
+            # every rank raises; a rank whose own extra was not JSON-serialisable says so (TypeError)
+            mine = err is not None and err.startswith("TypeError: extra must be JSON-serialisable")
+            raise (TypeError if mine else OSError)("commit failed, nothing committed: " + "; ".join(bad))
         if len({(x["step"], x["sample_index"]) for x in infos}) != 1:
             raise RuntimeError("commit() must be called by every rank after the same step; got steps "
                                f"{[x['step'] for x in infos]}: nothing committed")
