@@ -56,11 +56,11 @@ def _build_config(args) -> Dict[str, Any]:
         o["format"] = args.format
     if getattr(args, "compression", None):
         o["compression"] = args.compression
-    if getattr(args, "part_docs", None):
+    if getattr(args, "part_docs", None) is not None:  # 0 reaches _validate (was silently the default)
         o["part_docs"] = args.part_docs
     if getattr(args, "keep_fields", None):
         o["keep_fields"] = [f for f in args.keep_fields.split(",") if f]
-    if getattr(args, "batch_size", None):
+    if getattr(args, "batch_size", None) is not None:
         r["batch_size"] = args.batch_size
     if getattr(args, "threads", None) is not None:
         r["threads"] = args.threads
@@ -295,6 +295,16 @@ def _add_run_flags(p: argparse.ArgumentParser, demo: bool = False) -> None:
     g.add_argument("-q", "--quiet", action="store_true", help="no progress bar or summary")
 
 
+def _positive_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid number: {text!r}") from None
+    if not v > 0 or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
+    return v
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="luminamoon", description="Clean, filter, deduplicate and mask text corpora "
                                 "for PyTorch training — fast, resumable, with a report.",
@@ -321,7 +331,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser("demo", help="generate a web-like corpus and run on it",
                        description="Generate a deterministic web-like corpus (no network) and run on it.")
-    d.add_argument("--size-mb", type=float, default=50.0, help="corpus size (default 50)")
+    d.add_argument("--size-mb", type=_positive_float, default=50.0, help="corpus size (default 50)")
     d.add_argument("--seed", type=int, default=1234)
     d.add_argument("-o", "--output", default="luminamoon-demo", metavar="DIR",
                    help="folder for corpus/ and out/ (default ./luminamoon-demo)")
@@ -363,6 +373,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 130
     except BrokenPipeError:  # e.g. luminamoon config | head
         return 0
+    except OSError as e:  # the output folder or an input: unwritable, full, a file where a folder should be, ...
+        where = f" ({e.filename})" if e.filename and str(e.filename) not in str(e) else ""
+        _err(f"{e}{where}")
+        return 2
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -452,7 +452,9 @@ def _loop(pipe, measured, source, writer: ShardWriter, stats: RunStats, cfg, pat
             except StopIteration:
                 break
             except (ValueError, OSError, UnicodeError) as e:
-                hint = "" if cfg["input"]["skip_bad_records"] else " (pass --skip-bad-records to skip and count bad records)"
+                # a bad record can be skipped; a failed write (full disk, ...) cannot: no hint for OSErrors
+                hint = "" if cfg["input"]["skip_bad_records"] or isinstance(e, OSError) else \
+                    " (pass --skip-bad-records to skip and count bad records)"
                 raise RunError(f"{e}{hint}") from None
             m = measured.measures.popleft()
             reasons = batch.reasons.numpy()
