@@ -260,7 +260,7 @@ class StringTensor:
         seen, total = set(), 0
         parts = [self._offsets, self._data, self._views, *(self._buffers or ())]
         for t in parts:
-            if t is None:
+            if t is None or t.device.type == "meta":  # a meta tensor holds no memory (and no data_ptr to tell apart)
                 continue
             st = t.untyped_storage()
             key = (t.device, st.data_ptr())

@@ -887,6 +887,9 @@ class HFIterableSource(Source):
 
     def seek(self, position: Dict[str, Any]) -> None:
         self._check_kind(position, "hf")
+        if not isinstance(position.get("state"), dict):
+            raise ValueError(f"position['state'] must be the dataset's state_dict() (a dict), got "
+                             f"{position.get('state')!r}")
         self._loaded = position["state"]
         self.ds.load_state_dict(self._loaded)
 
