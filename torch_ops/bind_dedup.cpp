@@ -2,6 +2,8 @@
 // (sync, truncate, snapshot), stats, close.  Using it after close() raises
 // ValueError("... closed").
 #include <cerrno>
+#include <cstdio>
+#include <cstring>
 
 #include "bind_stages.h"
 
@@ -51,6 +53,7 @@ void call(Dedup &o, const char *what, Fn fn) {
     }
   }
   if (closed) throw py::value_error(std::string(what) + ": the StreamDeduplicator is closed");
+  if (s == LM_ETOOBIG) o.raise_full(what);
   if (s != LM_OK) raise_status(s, what, o.path, err);
 }
 
@@ -74,6 +77,12 @@ at::Tensor hashes_arg(const at::Tensor &h) {
 }
 
 }  // namespace
+
+void Dedup::raise_full(const std::string &what) const {
+  throw py::value_error(what + ": the deduplicator is full: it holds max_entries=" +
+                        std::to_string(params.max_entries) +
+                        " distinct documents (nothing more was admitted); raise max_entries or start a new table");
+}
 
 void Dedup::check_open(const char *what) const {
   if (closed) throw py::value_error(std::string(what) + ": the StreamDeduplicator is closed");
@@ -107,6 +116,23 @@ Dedup::Dedup(const py::dict &p) {
     err = errno;
   }
   params.wal_path = nullptr;  // copied by the core; path keeps it for messages
+  if (s == LM_EINVAL && !path.empty()) {
+    // Most likely a WAL written with another seed (dedup.h): say which.
+    unsigned char h[24];
+    FILE *f = std::fopen(path.c_str(), "rb");
+    if (f) {
+      size_t got = std::fread(h, 1, sizeof h, f);
+      std::fclose(f);
+      if (got == sizeof h && std::memcmp(h, "LMDDWAL", 8) == 0) {
+        uint64_t seed = 0;
+        for (int i = 7; i >= 0; i--) seed = (seed << 8) | h[16 + i];
+        if (seed != params.seed)
+          throw py::value_error("StreamDeduplicator: the WAL " + path + " was written with seed=" +
+                                std::to_string(seed) + "; open it with that seed (got seed=" +
+                                std::to_string(params.seed) + ")");
+      }
+    }
+  }
   if (s) raise_status(s, "StreamDeduplicator", path, err);
 }
 

@@ -54,6 +54,8 @@ struct Dedup {
   ~Dedup() { lm_dedup_destroy(obj); }
   // Raise ValueError when closed (call with mu held).
   void check_open(const char *what) const;
+  // Raise the error of LM_ETOOBIG: the table holds max_entries documents.
+  [[noreturn]] void raise_full(const std::string &what) const;
 };
 
 void bind_text_stages(py::module_ &m);  // stages.cpp

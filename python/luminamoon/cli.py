@@ -123,6 +123,10 @@ def _validate(cfg: Dict[str, Any]) -> None:
     for t in cfg["pii"]["types"]:
         if t not in PII_TYPES:
             raise ConfigError(f"unknown PII type {t!r} (known: {', '.join(PII_TYPES)})")
+    if cfg["dedup"]["max_entries"] < 0:
+        raise ConfigError("dedup.max_entries must be >= 0 (0: no bound)")
+    if not 0 <= cfg["dedup"]["seed"] < 2**64:
+        raise ConfigError("dedup.seed must be in [0, 2**64)")
     if cfg["pii"]["max_doc_bytes"] < 0:
         raise ConfigError("pii.max_doc_bytes must be >= 0 (0: no limit)")
     if cfg["pii"]["mode"] not in ("strict", "datatrove"):

@@ -69,7 +69,8 @@ _COMMENTS = {
     "cleaner": "TextCleaner: UTF-8 repair, control characters, Unicode spaces, blank lines, NFC/NFKC.",
     "quality": ("QualityFilter: datatrove's Gopher repetition, Gopher quality, C4 and FineWeb rules with their\n"
                 "published thresholds. rules: rule sets or single rules (luminamoon.stages.QUALITY_RULES)."),
-    "dedup": "StreamDeduplicator: exact deduplication of the cleaned text (XXH3-128, write-ahead log).",
+    "dedup": ("StreamDeduplicator: exact deduplication of the cleaned text (XXH3-128, write-ahead log).\n"
+              "max_entries: the most distinct documents kept (0: no bound); at it the run stops and says so."),
     "pii": ("PIIMasker: e-mail, IPv4/IPv6, phone numbers, credit cards (Luhn), IBANs (mod 97).\n"
             "mode: strict | datatrove."),
 }
@@ -91,7 +92,7 @@ def _stage_defaults() -> Dict[str, Dict[str, Any]]:
     if "fw_line_punct_exclude_zero" in q:
         q["fw_line_punct_exclude_zero"] = bool(q["fw_line_punct_exclude_zero"])
     quality = {"enabled": True, "rules": list(stages.QUALITY_RULE_SETS), **{k: _plain(v) for k, v in q.items()}}
-    dedup = {"enabled": True, "seed": 0}
+    dedup = {"enabled": True, "seed": 0, "max_entries": 0}
     pii = {"enabled": True, "mode": "strict", "types": list(stages.PII_TYPES),
            "ipv4_public_only": True, "ipv6_public_only": True, "max_doc_bytes": 0}
     return {"cleaner": cleaner, "quality": quality, "dedup": dedup, "pii": pii}

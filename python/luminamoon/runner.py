@@ -341,7 +341,9 @@ def run_corpus(inputs: Sequence[str], out: str, cfg: Dict[str, Any], *, resume: 
     threads = rcfg["threads"] or None
     measured = _MeasuredPipeline(rcfg["pipeline"], kwargs, threads)
     try:
-        pipe = ResumablePipeline(source, pipeline=measured, dedup=cfg["dedup"]["enabled"],
+        dcfg = cfg["dedup"]
+        dedup = {"seed": int(dcfg["seed"]), "max_entries": int(dcfg["max_entries"])} if dcfg["enabled"] else False
+        pipe = ResumablePipeline(source, pipeline=measured, dedup=dedup,
                                  batch_size=rcfg["batch_size"], prefetch_batches=rcfg["prefetch_batches"],
                                  state_dir=state_dir, text_key=cfg["input"]["text_field"], num_threads=threads,
                                  max_prefetch_bytes=max(1, int(rcfg["prefetch_mb"] * 2**20)))

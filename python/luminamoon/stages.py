@@ -208,7 +208,7 @@ class _Stage:
         self.__init__(**state)
 
     def __repr__(self) -> str:
-        cfg = ", ".join(f"{k}={v!r}" for k, v in self._config.items())
+        cfg = ", ".join(f"{k}={v!r}" for k, v in getattr(self, "_config", {}).items())
         return f"{type(self).__name__}({cfg})"
 
 
@@ -461,6 +461,8 @@ class StreamDeduplicator(_Stage):
         self.close()
 
     def __repr__(self) -> str:
+        if self._obj is None:  # its constructor raised
+            return "StreamDeduplicator(<not created>)"
         return (f"StreamDeduplicator(wal_path={self.path!r}, seed={self.seed}, lsn={self.lsn}"
                 f"{', closed' if self.closed else ''})")
 

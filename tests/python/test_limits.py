@@ -333,3 +333,59 @@ def test_max_record_bytes_rejects(bad):
     from luminamoon.data import IterableSource
     with pytest.raises(ValueError, match="max_record_bytes"):
         IterableSource(["a"], max_record_bytes=bad)
+
+
+def test_resumable_pipeline_dedup_bound_and_stats(tmp_path):
+    recs = _records(300)
+    recs += recs[:50]  # duplicates at the end
+    pipe = ResumablePipeline(recs, pipeline="fused", stages={"quality": False, "pii": False},
+                             dedup={"max_entries": 1000, "seed": 5}, batch_size=64, prefetch_batches=0,
+                             state_dir=str(tmp_path / "s"))
+    kept = sum(len(b.texts) for b in pipe)
+    s = pipe.dedup_stats
+    assert kept == 300 and s["entries"] == 300 and s["max_entries"] == 1000 and s["table_bytes"] > 0
+    pipe.commit()
+    pipe.close()
+    # at the bound: a clear error naming max_entries, and what was committed is kept
+    pipe = ResumablePipeline(_records(300), pipeline="fused", stages={"quality": False, "pii": False},
+                             dedup={"max_entries": 100}, batch_size=64, prefetch_batches=2,
+                             state_dir=str(tmp_path / "t"))
+    it = iter(pipe)
+    next(it)
+    pipe.commit()
+    with pytest.raises(ValueError, match=r"deduplicator is full.*max_entries=100"):
+        for _ in it:
+            pass
+    pipe.close()
+    again = ResumablePipeline(_records(300), pipeline="fused", stages={"quality": False, "pii": False},
+                              dedup={"max_entries": 100}, batch_size=64, state_dir=str(tmp_path / "t"))
+    assert again.state_dict()["batch_index"] == 1 and again.dedup_stats["entries"] == 64
+    again.close()
+
+
+@pytest.mark.parametrize("bad, exc", [("yes", TypeError), (3, TypeError), ({"max_entries": -1}, ValueError),
+                                      ({"wal_path": "x"}, ValueError), ({"bogus": 1}, TypeError)])
+def test_resumable_pipeline_dedup_argument_rejects(bad, exc):
+    with pytest.raises(exc, match="dedup|max_entries|bogus|wal_path"):
+        ResumablePipeline(_records(3), dedup=bad)
+
+
+def test_cli_dedup_max_entries_and_seed(tmp_path, capsys):
+    from luminamoon.cli import main
+    src = tmp_path / "in.jsonl"
+    from luminamoon.data import write_jsonl
+    write_jsonl(str(src), [{"id": i, "text": f"Document {i} says something about {i * 3}."} for i in range(50)])
+    out = str(tmp_path / "o")
+    rc = main(["run", str(src), "-o", out, "-q", "--no-report", "--no-quality", "--set", "dedup.max_entries=20"])
+    err = capsys.readouterr().err
+    assert rc != 0 and "max_entries=20" in err, err
+    rc = main(["run", str(src), "-o", out, "-q", "--no-report", "--no-quality", "--overwrite",
+               "--set", "dedup.seed=77"])
+    assert rc == 0
+    import os
+    wal = os.path.join(out, ".luminamoon", "dedup.wal")
+    d = StreamDeduplicator(wal, seed=77)  # the run's WAL was written with the configured seed
+    assert len(d) == 50
+    d.close()
+    with pytest.raises(ValueError, match="seed"):
+        StreamDeduplicator(wal, seed=0)

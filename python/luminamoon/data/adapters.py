@@ -109,7 +109,11 @@ class ResumablePipeline:
             processing), or a callable ``StringTensor -> StageResult`` holding no
             dedup state of its own.
         dedup: exact deduplication across batches and restarts (its WAL lives
-            in ``state_dir``).
+            in ``state_dir``): True, False, or a dict of ``StreamDeduplicator``
+            arguments (``seed``, ``max_entries`` — the bound on the table: at it,
+            iteration raises ValueError saying the table is full —,
+            ``initial_capacity``, ``wal_buffer_hashes``).  ``dedup_stats`` reports
+            the table's entries and bytes.
         stages: keyword arguments for ``FusedPipeline``/``ChainPipeline``
             (``cleaner=``, ``quality=``, ``pii=``).
         batch_size: input records per batch.
@@ -129,7 +133,7 @@ class ResumablePipeline:
     """
 
     def __init__(self, source: Union[Source, Iterable[Any]], pipeline: Union[str, Callable, None] = "fused", *,
-                 dedup: bool = True, stages: Optional[Dict[str, Any]] = None, batch_size: int = 1024,
+                 dedup: Union[bool, Dict[str, Any]] = True, stages: Optional[Dict[str, Any]] = None, batch_size: int = 1024,
                  prefetch_batches: int = 2, state_dir: Optional[str] = None, text_key: str = "text",
                  num_threads: Optional[int] = None, max_prefetch_bytes: Optional[int] = DEFAULT_MAX_PREFETCH_BYTES):
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
@@ -143,6 +147,11 @@ class ResumablePipeline:
             raise ValueError(f"pipeline must be 'fused', 'chain', None or a callable, got {pipeline!r}")
         if stages is not None and not isinstance(stages, dict):
             raise TypeError(f"stages must be a dict of stage arguments, got {type(stages).__name__}")
+        if not isinstance(dedup, (bool, dict)):
+            raise TypeError(f"dedup must be a bool or a dict of StreamDeduplicator arguments, "
+                            f"got {type(dedup).__name__}")
+        if isinstance(dedup, dict) and "wal_path" in dedup:
+            raise ValueError("dedup: wal_path is chosen by the pipeline (state_dir/dedup.wal); leave it out")
         if not isinstance(source, Source):
             if isinstance(source, (str, bytes)) or not hasattr(source, "__iter__") and not callable(source):
                 raise TypeError(f"source must be a luminamoon.data source or an iterable of records, "
@@ -164,7 +173,9 @@ class ResumablePipeline:
         from .. import stages as _stages  # the native stage classes
 
         self._stages_mod = _stages
-        self.dedup = _stages.StreamDeduplicator(wal_path=os.path.join(self.state_dir, "dedup.wal")) if dedup else None
+        dedup_kw = dedup if isinstance(dedup, dict) else {}
+        self.dedup = (_stages.StreamDeduplicator(wal_path=os.path.join(self.state_dir, "dedup.wal"), **dedup_kw)
+                      if dedup is not False else None)
         self._pipeline = self._make_pipeline(pipeline, stages or {})
         from ..state import StateTracker
 
@@ -298,6 +309,12 @@ class ResumablePipeline:
                 return
             self._last = item.coord
             yield item
+
+    @property
+    def dedup_stats(self) -> Optional[Dict[str, Any]]:
+        """The deduplicator's table: ``entries``, ``table_bytes``, ``bytes_per_entry``,
+        ``max_entries`` (0: unbounded), the WAL's LSNs and size (None without dedup)."""
+        return None if self.dedup is None else self.dedup.stats
 
     @property
     def prefetch_stats(self) -> Dict[str, Any]:
