@@ -389,3 +389,29 @@ def test_cli_dedup_max_entries_and_seed(tmp_path, capsys):
     d.close()
     with pytest.raises(ValueError, match="seed"):
         StreamDeduplicator(wal, seed=0)
+
+
+def test_collate_dedup_bounds():
+    from luminamoon.data import create_resumable_collate, start_global_dedup
+    docs = [{"text": f"Sample number {i} of the collate bound test."} for i in range(30)]
+    c = create_resumable_collate(dedup_max_entries=20, stages={"quality": False}, return_string_tensor=True)
+    assert len(c(docs[:20])) == 20
+    with pytest.raises(ValueError, match="deduplicator is full.*max_entries=20"):
+        c(docs[20:])
+    assert len(c(docs[:5])) == 0  # duplicates are still recognised at the bound
+    with pytest.raises(ValueError, match="dedup_max_entries"):
+        create_resumable_collate(dedup=None, dedup_max_entries=5)
+    with pytest.raises(ValueError, match="dedup_max_entries"):
+        create_resumable_collate(dedup_max_entries=-1)
+    g = start_global_dedup(max_entries=10)
+    try:
+        c = create_resumable_collate(dedup=g, stages={"quality": False}, return_string_tensor=True)
+        assert len(c(docs[:10])) == 10
+        s = g.stats
+        assert s["entries"] == 10 and s["max_entries"] == 10 and s["table_bytes"] > 0
+        with pytest.raises(ValueError, match="deduplicator is full.*max_entries=10"):
+            c(docs[10:12])
+    finally:
+        g.close()
+    with pytest.raises(ValueError, match="max_entries"):
+        start_global_dedup(max_entries=-3)

@@ -49,7 +49,7 @@ __all__ = ["ResumableCollate", "create_resumable_collate", "GlobalDedup", "start
 class _DedupService:
     """Runs in the server process: one StreamDeduplicator over 16-byte hash keys."""
 
-    def __init__(self, wal_path: Optional[str]):
+    def __init__(self, wal_path: Optional[str], max_entries: int = 0):
         from .. import stages
         from ..string_tensor import StringTensor
 
@@ -57,7 +57,7 @@ class _DedupService:
         self._dedup = None
         self._error: Optional[BaseException] = None
         try:
-            self._dedup = stages.StreamDeduplicator(wal_path=wal_path)
+            self._dedup = stages.StreamDeduplicator(wal_path=wal_path, max_entries=max_entries)
         except Exception as e:  # handed to the client by init_error() (a RemoteError would hide its type)
             self._error = e
 
@@ -74,6 +74,9 @@ class _DedupService:
 
     def lsn(self) -> int:
         return self._dedup.lsn
+
+    def stats(self) -> Dict[str, Any]:
+        return self._dedup.stats
 
     def sync(self) -> int:
         return self._dedup.sync()
@@ -93,18 +96,22 @@ class GlobalDedup:
     """A deduplicator shared by every DataLoader worker (a server process).
 
     Pass it as ``create_resumable_collate(dedup=GlobalDedup(...))``; its proxy
-    pickles into the workers.  ``close()`` stops the server; afterwards the
+    pickles into the workers.  ``max_entries`` bounds the table (0: no bound; at
+    it the collate raises ValueError saying the table is full); ``stats``
+    reports its entries and bytes.  ``close()`` stops the server; afterwards the
     object raises ValueError("... closed").
     """
 
-    def __init__(self, wal_path: Optional[str] = None):
+    def __init__(self, wal_path: Optional[str] = None, max_entries: int = 0):
         if wal_path is not None and not isinstance(wal_path, (str, os.PathLike)):
             raise TypeError(f"GlobalDedup: wal_path must be None, a str or a PathLike, got {type(wal_path).__name__}")
+        if isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries < 0:
+            raise ValueError(f"GlobalDedup: max_entries must be an int >= 0 (0: no bound), got {max_entries!r}")
         self._closed = False
         self._manager = _DedupManager(ctx=mp.get_context("spawn"))
         self._manager.start()
         try:
-            self.service = self._manager.DedupService(None if wal_path is None else os.fspath(wal_path))
+            self.service = self._manager.DedupService(None if wal_path is None else os.fspath(wal_path), max_entries)
             err = self.service.init_error()
         except BaseException:
             self.close()
@@ -131,6 +138,12 @@ class GlobalDedup:
         self._check_open("lsn")
         return self.service.lsn()
 
+    @property
+    def stats(self) -> Dict[str, Any]:
+        """The shared table's StreamDeduplicator stats (entries, table_bytes, max_entries, ...)."""
+        self._check_open("stats")
+        return self.service.stats()
+
     def sync(self) -> int:
         self._check_open("sync")
         return self.service.sync()
@@ -155,9 +168,9 @@ class GlobalDedup:
         self._closed = False
 
 
-def start_global_dedup(wal_path: Optional[str] = None) -> GlobalDedup:
+def start_global_dedup(wal_path: Optional[str] = None, max_entries: int = 0) -> GlobalDedup:
     """Start the shared deduplicator server (see the module docstring)."""
-    return GlobalDedup(wal_path)
+    return GlobalDedup(wal_path, max_entries)
 
 
 # ------------------------------------------------------------------ collate
@@ -172,7 +185,7 @@ class ResumableCollate:
                  dedup: Union[str, GlobalDedup, None] = "worker", stages: Optional[Dict[str, Any]] = None,
                  tokenizer: Union[str, Callable, Any] = "bytes", max_length: Optional[int] = None,
                  pad_id: int = 0, bos_id: int = -1, eos_id: int = -1, return_string_tensor: bool = False,
-                 num_threads: Optional[int] = 1):
+                 num_threads: Optional[int] = 1, dedup_max_entries: int = 0):
         if not isinstance(text_key, str):
             raise TypeError(f"text_key must be str, got {type(text_key).__name__}")
         if pipeline not in ("fused", "chain", None):
@@ -203,6 +216,12 @@ class ResumableCollate:
             raise TypeError(f"num_threads must be an int or None, got {type(num_threads).__name__}")
         if num_threads is not None and num_threads < 1:
             raise ValueError(f"num_threads must be >= 1, got {num_threads}")
+        if isinstance(dedup_max_entries, bool) or not isinstance(dedup_max_entries, int) or dedup_max_entries < 0:
+            raise ValueError(f"dedup_max_entries must be an int >= 0 (0: no bound), got {dedup_max_entries!r}")
+        if dedup_max_entries and dedup != "worker":
+            raise ValueError("dedup_max_entries bounds the per-worker tables (dedup='worker'); "
+                             "bound a shared table with start_global_dedup(max_entries=...)")
+        self.dedup_max_entries = dedup_max_entries
         self.text_key, self.pipeline, self.dedup, self.stages = text_key, pipeline, dedup, dict(stages or {})
         self.tokenizer, self.max_length = tokenizer, max_length
         self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
@@ -236,7 +255,7 @@ class ResumableCollate:
                                             num_threads=kw.get("num_threads")) if pii else None
         else:
             cls = S.FusedPipeline if self.pipeline == "fused" else S.ChainPipeline
-            kw["dedup"] = self.dedup == "worker"
+            kw["dedup"] = {"max_entries": self.dedup_max_entries} if self.dedup == "worker" else False
             parts["main"] = cls(**kw)
         self._built = (os.getpid(), parts)
         return parts
@@ -330,12 +349,15 @@ def create_resumable_collate(text_key: str = "text", pipeline: Union[str, None] 
                              dedup: Union[str, GlobalDedup, None] = "worker", stages: Optional[Dict[str, Any]] = None,
                              tokenizer: Union[str, Callable, Any] = "bytes", max_length: Optional[int] = None,
                              pad_id: int = 0, bos_id: int = -1, eos_id: int = -1,
-                             return_string_tensor: bool = False, num_threads: Optional[int] = 1) -> ResumableCollate:
+                             return_string_tensor: bool = False, num_threads: Optional[int] = 1,
+                             dedup_max_entries: int = 0) -> ResumableCollate:
     """A picklable ``collate_fn`` running the luminamoon pipeline (see the module docstring).
 
     Returns ``{"input_ids", "attention_mask", "lengths"}`` (int64 tensors) or,
     with ``return_string_tensor=True``, the kept texts as a StringTensor.
     ``max_length=None`` pads to the longest document of the batch.
+    ``dedup_max_entries`` bounds each worker's table (``dedup="worker"``; 0: no
+    bound); at the bound the collate raises ValueError saying the table is full.
     """
     return ResumableCollate(text_key, pipeline, dedup, stages, tokenizer, max_length, pad_id, bos_id, eos_id,
-                            return_string_tensor, num_threads)
+                            return_string_tensor, num_threads, dedup_max_entries)
