@@ -60,9 +60,11 @@ def _as_offsets(t, name: str = "offsets") -> torch.Tensor:
     return t.contiguous()
 
 
-def _as_index_tensor(t, name: str) -> torch.Tensor:
-    """torch.as_tensor with errors that name the argument."""
+def _as_index_tensor(t, name: str, empty_dtype: torch.dtype = torch.int64) -> torch.Tensor:
+    """torch.as_tensor with errors that name the argument; an empty list is an empty index (not float32)."""
     try:
+        if isinstance(t, (list, tuple)) and len(t) == 0:
+            return torch.empty(0, dtype=empty_dtype)
         return torch.as_tensor(t)
     except OverflowError:
         raise IndexError(f"{name} holds a value outside the int64 range") from None
@@ -313,6 +315,8 @@ class StringTensor:
             return self[i:i + 1].tolist()[0]
         if isinstance(key, slice):
             return self._slice(key)
+        if isinstance(key, (list, tuple)) and len(key) == 0:
+            return self.take(key)
         if isinstance(key, (list, tuple, np.ndarray)):
             key = torch.as_tensor(np.asarray(key) if not isinstance(key, np.ndarray) else key)
         if isinstance(key, torch.Tensor):
@@ -359,7 +363,7 @@ class StringTensor:
     def mask(self, mask) -> "StringTensor":
         """The strings where ``mask`` (bool[N]) is true. No payload copy on the CPU."""
         self._require_data("mask")
-        mask = _as_index_tensor(mask, "mask")
+        mask = _as_index_tensor(mask, "mask", torch.bool)
         if mask.dtype != torch.bool:
             raise TypeError(f"mask must be bool, got {mask.dtype}")
         if mask.shape != (len(self),):
