@@ -250,11 +250,11 @@ bad("from_buffers-2d-offsets", FB, lambda t: StringTensor.from_buffers(torch.ten
 bad("from_buffers-empty-offsets", FB, lambda t: StringTensor.from_buffers(torch.tensor([], dtype=torch.int64), U8(1)),
     ValueError, "offsets")
 bad("from_buffers-decreasing", FB, lambda t: StringTensor.from_buffers(torch.tensor([0, 3, 2]), U8(3)), ValueError,
-    "offsets.*non-decreasing|non-decreasing")
+    "offsets must be non-negative and non-decreasing")
 bad("from_buffers-past-end", FB, lambda t: StringTensor.from_buffers(torch.tensor([0, 9]), U8(3)), ValueError,
-    "past the end of data")
+    "offsets point past the end of data")
 bad("from_buffers-negative", FB, lambda t: StringTensor.from_buffers(torch.tensor([-1, 2]), U8(3)), ValueError,
-    "non-negative")
+    "offsets must be non-negative")
 bad("from_buffers-mixed-devices", FB, lambda t: StringTensor.from_buffers(torch.tensor([0, 1]), U8(1).to("meta")),
     ValueError, "same device")
 bad("from_buffers-meta", FB, lambda t: StringTensor.from_buffers(torch.tensor([0, 1], device="meta"),
@@ -302,8 +302,8 @@ bad("iter-meta", "StringTensor.__iter__", lambda t: list(meta3()), ValueError, "
 GI = "StringTensor.__getitem__"
 bad("getitem-None", GI, lambda t: st3()[None], TypeError, "indices")
 bad("getitem-float", GI, lambda t: st3()[1.5], TypeError, "indices")
-bad("getitem-out-of-range", GI, lambda t: st3()[3], IndexError, "out of range")
-bad("getitem-huge", GI, lambda t: st3()[10 ** 30], IndexError, "out of range")
+bad("getitem-out-of-range", GI, lambda t: st3()[3], IndexError, "index 3 is out of range")
+bad("getitem-huge", GI, lambda t: st3()[10 ** 30], IndexError, "index 10+ is out of range")
 bad("getitem-mask-shape", GI, lambda t: st3()[torch.tensor([True, False])], ValueError, "mask")
 bad("getitem-float-tensor", GI, lambda t: st3()[torch.tensor([0.5])], TypeError, "bool or integer")
 bad("getitem-index-out-of-range", GI, lambda t: views_only()[[0, 7]], IndexError, "index 7 is out of range")
@@ -317,7 +317,7 @@ bad("take-str", TK, lambda t: st3().take("a"), TypeError, "index")
 bad("take-2d", TK, lambda t: st3().take([[0]]), ValueError, "index")
 bad("take-float", TK, lambda t: st3().take([0.5]), TypeError, "index")
 bad("take-int64-overflow", TK, lambda t: st3().take([10 ** 20]), IndexError, "index")
-bad("take-out-of-range", TK, lambda t: st3().take([5]), IndexError, "out of range")
+bad("take-out-of-range", TK, lambda t: st3().take([5]), IndexError, "index 5 is out of range")
 bad("take-meta", TK, lambda t: meta3().take([0]), ValueError, "meta")
 bad("take-empty", TK, defined(lambda t: st3().take([]), lambda st: (len(st) == 0)))
 
@@ -391,7 +391,7 @@ bad("ops.prefix_match-surrogate", "ops.prefix_match", lambda t: luminamoon.ops.p
 bad("ops.prefix_match-mixed-devices", "ops.prefix_match", lambda t: luminamoon.ops.prefix_match(
     _od()[0], _od()[1].to("meta"), "a"), ValueError, "device")
 bad("ops.equal-length", "ops.equal", lambda t: luminamoon.ops.equal(*_od(), _od()[0][:2], _od()[1]), ValueError,
-    "same number of strings")
+    "offsets_a and offsets_b must describe the same number of strings")
 bad("ops.equal-dtypes", "ops.equal", lambda t: luminamoon.ops.equal(*_od(), _od()[0].long(), _od()[1]), TypeError,
     "same dtype")
 bad("ops.equal-mixed-devices", "ops.equal", lambda t: luminamoon.ops.equal(
@@ -472,7 +472,7 @@ _raw = [
     ("equal_scalar", lambda: OPS.equal_scalar(*_od(), None), RuntimeError, "argument 's'"),
     ("hash64", lambda: OPS.hash64(_od()[0], _od()[1].int(), 0), TypeError, "data"),
     ("hash64", lambda: OPS.hash64(torch.tensor([0, 5, 3], dtype=torch.int32), _od()[1], 0), ValueError,
-     "non-decreasing"),
+     "offsets must be non-negative and non-decreasing"),
     ("hash64", lambda: OPS.hash64(*_od(), "x"), RuntimeError, "argument 'seed'"),
     ("pad_bytes", lambda: OPS.pad_bytes(*_od(), -1), ValueError, "max_len"),
     ("pad_bytes", lambda: OPS.pad_bytes(torch.tensor([0, 5, 300], dtype=torch.int32), _od()[1], 8), ValueError,
@@ -1279,7 +1279,7 @@ def _can_unshare() -> bool:
     if not shutil.which("unshare"):
         return False
     try:
-        r = subprocess.run(["unshare", "-rm", "sh", "-c", "mount -t tmpfs -o size=64k tmpfs /mnt || exit 3"],
+        r = subprocess.run(["unshare", "-rm", "sh", "-c", f"mount -t tmpfs -o size=64k tmpfs {HERE} || exit 3"],
                            capture_output=True, timeout=20)
     except (OSError, subprocess.TimeoutExpired):
         return False
@@ -1601,7 +1601,7 @@ def test_read_only_folder_refused_with_its_path(readonly, name, covered, path):
 
 
 for _n in ("StreamDeduplicator", "StateTracker", "write_jsonl", "ResumablePipeline", "DistributedPipeline",
-           "GlobalDedup", "start_global_dedup"):
+           "GlobalDedup"):
     covers(_n)(test_read_only_folder_refused_with_its_path)
 
 
