@@ -298,12 +298,37 @@ lm_status lm_dedup_check_insert(lm_dedup *d, const uint8_t *text, size_t len, in
   return admit(d, lm_hash128(text, len, d->seed), is_new);
 }
 
+static int cmp_hash(const void *a, const void *b) {
+  const lm_hash128_t *x = (const lm_hash128_t *)a, *y = (const lm_hash128_t *)b;
+  if (x->hi != y->hi) return x->hi < y->hi ? -1 : 1;
+  if (x->lo != y->lo) return x->lo < y->lo ? -1 : 1;
+  return 0;
+}
+
+/* Would admitting hashes[0..n) pass max_entries?  Counts the distinct hashes the
+ * table does not hold (only when the bound could be reached by this batch). */
+static lm_status check_room(const lm_dedup *d, const lm_hash128_t *hashes, size_t n) {
+  if (!d->max_entries || d->t.count + n <= d->max_entries) return LM_OK;
+  lm_hash128_t *fresh = (lm_hash128_t *)malloc((n ? n : 1) * sizeof *fresh);
+  if (!fresh) return LM_ENOMEM;
+  size_t m = 0;
+  for (size_t k = 0; k < n; k++)
+    if (!lm_dt_contains(&d->t, hashes[k])) fresh[m++] = hashes[k];
+  qsort(fresh, m, sizeof *fresh, cmp_hash);
+  size_t distinct = 0;
+  for (size_t k = 0; k < m; k++) distinct += k == 0 || cmp_hash(&fresh[k - 1], &fresh[k]) != 0;
+  free(fresh);
+  return d->t.count + distinct > d->max_entries ? LM_ETOOBIG : LM_OK;
+}
+
 lm_status lm_dedup_check_insert_hashes(lm_dedup *d, const lm_hash128_t *hashes, size_t n, uint8_t *is_new,
                                        size_t *n_done) {
   if (n_done) *n_done = 0;
   lm_status s = check_open(d);
   if (s) return s;
   if (n && (!hashes || !is_new)) return LM_EINVAL;
+  s = check_room(d, hashes, n); /* all or nothing at the bound: no document admitted but not delivered */
+  if (s) return s;
   enum { AHEAD = 16 };
   for (size_t k = 0; k < n; k++) {
     if (k + AHEAD < n) { /* the home slot's cache line and the next one (runs are short) */

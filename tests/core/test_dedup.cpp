@@ -136,7 +136,44 @@ TEST(Dedup, MaxEntriesIsAClearLimit) {
   std::vector<uint8_t> isn(3);
   size_t done = 99;
   EXPECT_EQ(lm_dedup_check_insert_hashes(d, hs.data(), 3, isn.data(), &done), LM_ETOOBIG);
-  EXPECT_EQ(done, 1u);
+  EXPECT_EQ(done, 0u);  // all or nothing: no hash of the batch admitted
+  lm_dedup_lsn(d, &lsn);
+  EXPECT_EQ(lsn, 100u);
+  // a batch of known hashes (repeats included) still answers at the bound
+  std::vector<lm_hash128_t> known = {{7, 7}, {8, 8}, {7, 7}};
+  ASSERT_EQ(lm_dedup_check_insert_hashes(d, known.data(), 3, isn.data(), &done), LM_OK);
+  EXPECT_EQ(done, 3u);
+  EXPECT_EQ(isn, std::vector<uint8_t>({0, 0, 0}));
+  lm_dedup_destroy(d);
+}
+
+// Below the bound, a batch fits iff its distinct new hashes do (repeats inside the
+// batch and hashes already held count once / not at all).
+TEST(Dedup, MaxEntriesBatchIsAllOrNothing) {
+  lm_dedup *d = mem_dedup(0, 10);
+  std::vector<lm_hash128_t> first = {{1, 1}, {2, 2}, {3, 3}, {4, 4}, {5, 5}, {6, 6}};
+  std::vector<uint8_t> isn(16);
+  size_t done = 0;
+  ASSERT_EQ(lm_dedup_check_insert_hashes(d, first.data(), first.size(), isn.data(), &done), LM_OK);
+  // 4 new distinct hashes among 9 (3 held, one new repeated): fits exactly
+  std::vector<lm_hash128_t> fits = {{1, 1}, {7, 7}, {8, 8}, {7, 7}, {2, 2}, {9, 9}, {10, 10}, {3, 3}, {10, 10}};
+  ASSERT_EQ(lm_dedup_check_insert_hashes(d, fits.data(), fits.size(), isn.data(), &done), LM_OK);
+  EXPECT_EQ(std::vector<uint8_t>(isn.begin(), isn.begin() + 9), std::vector<uint8_t>({0, 1, 1, 0, 0, 1, 1, 0, 0}));
+  uint64_t lsn;
+  lm_dedup_lsn(d, &lsn);
+  EXPECT_EQ(lsn, 10u);
+  lm_dedup_destroy(d);
+  // one more distinct hash than fits: nothing admitted
+  d = mem_dedup(0, 10);
+  ASSERT_EQ(lm_dedup_check_insert_hashes(d, first.data(), first.size(), isn.data(), &done), LM_OK);
+  std::vector<lm_hash128_t> over = {{7, 7}, {8, 8}, {9, 9}, {10, 10}, {11, 11}};
+  EXPECT_EQ(lm_dedup_check_insert_hashes(d, over.data(), over.size(), isn.data(), &done), LM_ETOOBIG);
+  EXPECT_EQ(done, 0u);
+  lm_dedup_lsn(d, &lsn);
+  EXPECT_EQ(lsn, 6u);
+  int found = 1;
+  lm_dedup_contains(d, {7, 7}, &found);
+  EXPECT_EQ(found, 0);
   lm_dedup_destroy(d);
 }
 

@@ -481,7 +481,7 @@ TEST(FusedPipeline, MaxEntriesStopsLikeTheChain) {
     EXPECT_EQ(st, LM_ETOOBIG);
     uint64_t lsn = 0;
     lm_dedup_lsn(dd, &lsn);
-    EXPECT_EQ(lsn, 50u);  // exactly the first 50 distinct admissions stay
+    EXPECT_EQ(lsn, 0u);  // all or nothing: the batch does not fit, none of it is admitted
     lm_batch_result_free(&r);
     lm_cleaner_destroy(c);
     lm_dedup_destroy(dd);

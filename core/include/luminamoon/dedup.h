@@ -132,8 +132,10 @@ lm_status lm_dedup_check_insert_hash(lm_dedup *d, lm_hash128_t h, int *is_new);
 
 /* Batch form: is_new[k] for hashes[k], in order (a hash repeated inside the
  * batch is new only the first time).  Prefetches ahead.  On an error (e.g.
- * LM_ETOOBIG) *n_done (may be NULL) receives how many were processed; those
- * stay admitted. */
+ * LM_EIO) *n_done (may be NULL) receives how many were processed; those stay
+ * admitted.  At max_entries it is all or nothing: LM_ETOOBIG, *n_done = 0 and
+ * no hash of the batch admitted, when the batch's new distinct hashes do not
+ * all fit. */
 lm_status lm_dedup_check_insert_hashes(lm_dedup *d, const lm_hash128_t *hashes, size_t n, uint8_t *is_new,
                                        size_t *n_done);
 
@@ -143,8 +145,9 @@ lm_status lm_dedup_contains(const lm_dedup *d, lm_hash128_t h, int *found);
 /* Deduplicate a batch: keep the first occurrence (across batches and within
  * the batch), drop later ones with LM_REASON_DUPLICATE; kept texts are copied
  * to out unchanged, in input order.  Hashing runs on exec's threads, admission
- * in input order.  On an error the documents before the failing one stay
- * admitted; out is then incomplete. */
+ * in input order.  At max_entries nothing of the batch is admitted
+ * (LM_ETOOBIG, see lm_dedup_check_insert_hashes); on another error (LM_EIO)
+ * the documents before the failing one stay admitted and out is incomplete. */
 lm_status lm_dedup_run(lm_dedup *d, const lm_docs *docs, lm_batch_result *out, const lm_exec *exec);
 
 /* The current LSN (number of admitted hashes). */

@@ -75,9 +75,10 @@ void lm_fused_destroy(lm_fused *f); /* NULL is ignored */
 
 /* Run one batch: one reason per input document, the surviving texts in input
  * order.  Errors: LM_EINVAL (bad docs), LM_ENOMEM, and the deduplicator's
- * errors (LM_ETOOBIG at max_entries, LM_EIO, LM_ESTATE when it is closed or
- * failed): the documents before the failing admission stay admitted and `out`
- * is then incomplete (as with lm_dedup_run).  exec NULL = one thread. */
+ * errors (LM_ETOOBIG at max_entries: nothing of the batch admitted; LM_EIO:
+ * the documents before the failing admission stay admitted and `out` is then
+ * incomplete, as with lm_dedup_run; LM_ESTATE when it is closed or failed).
+ * exec NULL = one thread. */
 lm_status lm_fused_run(lm_fused *f, const lm_docs *docs, lm_batch_result *out, const lm_exec *exec);
 
 lm_status lm_fused_get_counters(const lm_fused *f, lm_fused_counters *out);
