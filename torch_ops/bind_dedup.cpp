@@ -54,6 +54,7 @@ void call(Dedup &o, const char *what, Fn fn) {
   }
   if (closed) throw py::value_error(std::string(what) + ": the StreamDeduplicator is closed");
   if (s == LM_ETOOBIG) o.raise_full(what);
+  if (s == LM_ESTATE) o.raise_failed(what);
   if (s != LM_OK) raise_status(s, what, o.path, err);
 }
 
@@ -61,7 +62,10 @@ lm_hash128_t hash_of(const Dedup &o, py::handle text) {
   if (PyUnicode_Check(text.ptr())) {
     Py_ssize_t n;
     const char *p = PyUnicode_AsUTF8AndSize(text.ptr(), &n);
-    if (!p) throw py::error_already_set();
+    if (!p) {
+      PyErr_Clear();
+      throw py::value_error("text is not encodable as UTF-8 (a lone surrogate?)");
+    }
     return lm_hash128(p, size_t(n), o.params.seed);
   }
   if (PyBytes_Check(text.ptr()))
@@ -81,7 +85,13 @@ at::Tensor hashes_arg(const at::Tensor &h) {
 void Dedup::raise_full(const std::string &what) const {
   throw py::value_error(what + ": the deduplicator is full: it holds max_entries=" +
                         std::to_string(params.max_entries) +
-                        " distinct documents (nothing more was admitted); raise max_entries or start a new table");
+                        " distinct documents and nothing of this call was admitted; raise max_entries or start a new table");
+}
+
+void Dedup::raise_failed(const std::string &what) const {
+  throw py::value_error(what + ": an earlier write or sync of the WAL " + path +
+                        " failed, so the table may hold hashes that are not durable; close this "
+                        "deduplicator and reopen the WAL (that recovers its durable state)");
 }
 
 void Dedup::check_open(const char *what) const {
@@ -104,6 +114,9 @@ Dedup::Dedup(const py::dict &p) {
   }
   param_u64(p, "seed", &params.seed, w);
   param_size(p, "initial_capacity", &params.initial_capacity, w);
+  if (params.initial_capacity > (size_t(1) << 40))
+    throw py::value_error("StreamDeduplicator: initial_capacity=" + std::to_string(params.initial_capacity) +
+                          " exceeds the largest table (2^40 slots of 16 bytes)");
   param_u64(p, "max_entries", &params.max_entries, w);
   param_size(p, "wal_buffer_hashes", &params.wal_buffer_hashes, w);
   params.wal_path = path.empty() ? nullptr : path.c_str();
@@ -116,6 +129,12 @@ Dedup::Dedup(const py::dict &p) {
     err = errno;
   }
   params.wal_path = nullptr;  // copied by the core; path keeps it for messages
+  if (s == LM_ENOMEM && params.initial_capacity) {
+    std::string m = "StreamDeduplicator: cannot allocate the table for initial_capacity=" +
+                    std::to_string(params.initial_capacity) + " (16 bytes per slot)";
+    PyErr_SetString(PyExc_MemoryError, m.c_str());
+    throw py::error_already_set();
+  }
   if (s == LM_EINVAL && !path.empty()) {
     // Most likely a WAL written with another seed (dedup.h): say which.
     unsigned char h[24];

@@ -91,6 +91,7 @@ void bind_pipeline(py::module_ &m) {
             }
             if (closed) throw py::value_error("FusedPipeline: its StreamDeduplicator is closed");
             if (s == LM_ETOOBIG && f.dedup) f.dedup->raise_full("FusedPipeline");
+            if (s == LM_ESTATE && f.dedup) f.dedup->raise_failed("FusedPipeline");
             if (s != LM_OK) raise_status(s, "FusedPipeline", f.dedup ? f.dedup->path : "", err);
             return take_result(res.r);
           },

@@ -56,6 +56,8 @@ struct Dedup {
   void check_open(const char *what) const;
   // Raise the error of LM_ETOOBIG: the table holds max_entries documents.
   [[noreturn]] void raise_full(const std::string &what) const;
+  // Raise the error of LM_ESTATE on an open deduplicator: an earlier I/O failure.
+  [[noreturn]] void raise_failed(const std::string &what) const;
 };
 
 void bind_text_stages(py::module_ &m);  // stages.cpp

@@ -36,6 +36,14 @@ inline void check(lm_status s, const char *what) {
   if (s != LM_OK) throw_status(s, what);
 }
 
+// An int64 [n, max_len] output must fit in memory addressing: ValueError naming
+// max_len otherwise (not the allocator's "storage size calculation overflowed").
+inline void check_matrix_size(const char *op, int64_t n, int64_t max_len) {
+  TORCH_CHECK_VALUE(max_len >= 0, "luminamoon.", op, ": max_len must be >= 0, got ", max_len);
+  TORCH_CHECK_VALUE(max_len == 0 || n <= (INT64_MAX / 8) / max_len, "luminamoon.", op, ": max_len=", max_len,
+                    " for ", n, " rows needs an int64 output of more than 2^63 bytes");
+}
+
 // The exec config for CPU kernels: torch's intra-op thread count.
 lm_exec cpu_exec();
 

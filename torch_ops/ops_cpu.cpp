@@ -155,8 +155,8 @@ at::Tensor hash64_cpu(const at::Tensor &offsets, const at::Tensor &data, int64_t
 std::tuple<at::Tensor, at::Tensor> pad_bytes_cpu(const at::Tensor &offsets, const at::Tensor &data, int64_t max_len,
                                                  int64_t pad_id, int64_t bos_id, int64_t eos_id) {
   check_strings("pad_bytes", offsets, data);
-  TORCH_CHECK_VALUE(max_len >= 0, "luminamoon.pad_bytes: max_len must be >= 0, got ", max_len);
   const int64_t n = offsets.numel() - 1;
+  check_matrix_size("pad_bytes", n, max_len);
   auto tokens = at::empty({n, max_len}, offsets.options().dtype(at::kLong));
   auto lengths = at::empty({n}, offsets.options().dtype(at::kLong));
   lm_exec e = cpu_exec();
@@ -329,7 +329,7 @@ at::Tensor attention_mask_any(const at::Tensor &lengths, int64_t max_len) {
   TORCH_CHECK_TYPE(lengths.scalar_type() == at::kLong, "luminamoon.attention_mask: lengths must be int64, got ",
                    lengths.scalar_type());
   TORCH_CHECK_VALUE(lengths.dim() == 1, "luminamoon.attention_mask: lengths must be 1-D, got shape ", lengths.sizes());
-  TORCH_CHECK_VALUE(max_len >= 0, "luminamoon.attention_mask: max_len must be >= 0, got ", max_len);
+  check_matrix_size("attention_mask", lengths.numel(), max_len);
   if (!lengths.is_cpu())
     return at::arange(max_len, lengths.options()).lt(lengths.unsqueeze(1)).to(at::kLong);
   auto len = lengths.contiguous();

@@ -140,6 +140,7 @@ std::tuple<at::Tensor, at::Tensor> pad_bytes_cuda(const at::Tensor &offsets, con
   TORCH_CHECK_VALUE(max_len >= 0, "luminamoon.pad_bytes: max_len must be >= 0, got ", max_len);
   lm_cuda_strings s = checked_strings("pad_bytes", offsets, data, guard);
   const int64_t n = static_cast<int64_t>(s.n);
+  check_matrix_size("pad_bytes", n, max_len);
   at::Tensor tokens = at::empty({n, max_len}, offsets.options().dtype(at::kLong));
   at::Tensor lengths = at::empty({n}, offsets.options().dtype(at::kLong));
   if (n == 0) return {tokens, lengths};

@@ -257,15 +257,25 @@ Pii::Pii(const py::dict &p) {
         throw py::value_error("PIIMasker: unknown PII type '" + name +
                               "' in replacements (valid: email, ipv4, ipv6, phone, credit_card, iban)");
       std::vector<std::string> vals;
+      auto utf8 = [&](py::handle x) {
+        Py_ssize_t len;
+        const char *p = PyUnicode_AsUTF8AndSize(x.ptr(), &len);
+        if (!p) {
+          PyErr_Clear();
+          throw py::value_error("PIIMasker: replacements['" + name +
+                                "'] is not encodable as UTF-8 (a lone surrogate?)");
+        }
+        return std::string(p, size_t(len));
+      };
       if (py::isinstance<py::str>(kv.second)) {
-        vals.push_back(kv.second.cast<std::string>());
+        vals.push_back(utf8(kv.second));
       } else {
         if (!PySequence_Check(kv.second.ptr()))
           throw py::type_error("PIIMasker: replacements['" + name + "'] must be a str or a list of str");
         for (auto x : py::reinterpret_borrow<py::sequence>(kv.second)) {
           if (!py::isinstance<py::str>(x))
             throw py::type_error("PIIMasker: replacements['" + name + "'] must hold str");
-          vals.push_back(x.cast<std::string>());
+          vals.push_back(utf8(x));
         }
       }
       if (vals.empty()) throw py::value_error("PIIMasker: replacements['" + name + "'] is empty");

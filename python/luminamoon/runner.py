@@ -375,9 +375,14 @@ def run_corpus(inputs: Sequence[str], out: str, cfg: Dict[str, Any], *, resume: 
         if report:
             render_report(result, os.path.join(out, "report.png"), title=title or f"luminamoon run → {out}")
         _mark_complete(state_dir)
-        return result
-    finally:
-        pipe.close()
+    except BaseException:
+        try:
+            pipe.close()
+        except Exception:
+            pass  # the first error is the one to report (e.g. the disk filled during a write)
+        raise
+    pipe.close()
+    return result
 
 
 def _write_json(path: str, data: Dict[str, Any]) -> None:

@@ -17,6 +17,7 @@ Example:
 """
 from __future__ import annotations
 
+import operator
 import os
 from typing import Iterable, Optional, Union
 
@@ -74,7 +75,12 @@ def reason_name(code: int) -> str:
     >>> reason_name(0), reason_name(1), reason_name(16 + 14)
     ('kept', 'duplicate', 'gopher_quality.min_doc_words')
     """
-    code = int(code)
+    if isinstance(code, bool):
+        raise TypeError("reason_name: code must be an int reason code, got bool")
+    try:
+        code = operator.index(code)  # int, numpy integer, 0-d integer tensor
+    except TypeError:
+        raise TypeError(f"reason_name: code must be an int reason code, got {type(code).__name__}") from None
     if code in _BASE_REASONS:
         return _BASE_REASONS[code]
     if code - REASON_QUALITY_BASE in _RULE_BY_ID:
@@ -136,6 +142,14 @@ class StageResult:
     __slots__ = ("texts", "reasons", "source_index")
 
     def __init__(self, texts: StringTensor, reasons: torch.Tensor, source_index: torch.Tensor):
+        if not isinstance(texts, StringTensor):
+            raise TypeError(f"StageResult: texts must be a StringTensor, got {type(texts).__name__}")
+        for name, t in (("reasons", reasons), ("source_index", source_index)):
+            if not isinstance(t, torch.Tensor) or t.dim() != 1 or t.is_floating_point() or t.is_complex():
+                raise TypeError(f"StageResult: {name} must be a 1-D integer tensor, got "
+                                f"{type(t).__name__ if not isinstance(t, torch.Tensor) else f'{t.dtype} {tuple(t.shape)}'}")
+        if source_index.numel() != len(texts):
+            raise ValueError(f"StageResult: source_index has {source_index.numel()} entries for {len(texts)} texts")
         self.texts = texts
         self.reasons = reasons
         self.source_index = source_index
@@ -345,6 +359,10 @@ class PIIMasker(_Stage):
         if types is not None:
             if isinstance(types, str):
                 types = [types]
+            if not hasattr(types, "__iter__"):
+                raise TypeError(f"PIIMasker: types must be an iterable of type names ({', '.join(PII_TYPES)}), "
+                                f"got {type(types).__name__}")
+            types = list(types)
             bits = 0
             for t in types:
                 if t not in PII_TYPES:
@@ -469,6 +487,10 @@ class StreamDeduplicator(_Stage):
 
 def hash128(texts, seed: int = 0) -> torch.Tensor:
     """XXH3-128 of each text: int64 [N, 2] (lo, hi), as the deduplicator hashes them."""
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"hash128: seed must be an int, got {type(seed).__name__}")
+    if not 0 <= seed < 2**64:
+        raise ValueError(f"hash128: seed must be in [0, 2**64), got {seed}")
     st = _as_string_tensor(texts)
     return _C.hash128(st.offsets, st.data, seed)
 

@@ -550,17 +550,12 @@ bad("QualityFilter-rules-and-enabled", "QualityFilter", lambda t: QualityFilter(
 bad("PIIMasker-mode", "PIIMasker", lambda t: PIIMasker(mode="x"), ValueError, "mode")
 bad("PIIMasker-mode-None", "PIIMasker", lambda t: PIIMasker(mode=None), ValueError, "mode")
 bad("PIIMasker-types-unknown", "PIIMasker", lambda t: PIIMasker(types=["x"]), ValueError, "PII type")
-bad("PIIMasker-types-int", "PIIMasker", lambda t: PIIMasker(types=5), TypeError, "types",
-    xfail="stages.py PIIMasker: types=5 raises TypeError(\"'int' object is not iterable\") without naming "
-          "types; fix: check `types` is a str or an iterable of str before iterating")
+bad("PIIMasker-types-int", "PIIMasker", lambda t: PIIMasker(types=5), TypeError, "types")
 bad("PIIMasker-replacements-int", "PIIMasker", lambda t: PIIMasker(replacements=5), TypeError, "replacements")
 bad("PIIMasker-replacements-value", "PIIMasker", lambda t: PIIMasker(replacements={"email": 5}), TypeError,
     r"replacements\['email'\]")
 bad("PIIMasker-replacements-surrogate", "PIIMasker", lambda t: PIIMasker(replacements={"email": "\ud800"}),
-    ValueError, "replacements",
-    xfail="torch_ops/stages.cpp PIIMasker: a replacement holding a lone surrogate raises RuntimeError('Unable to "
-          "cast Python instance of type str to C++ type') naming nothing; fix: encode the replacement strings "
-          "(PyUnicode_AsUTF8AndSize) and raise ValueError(\"replacements['email'] cannot be encoded as UTF-8\")")
+    ValueError, "replacements")
 bad("PIIMasker-find-None", "PIIMasker.find", lambda t: PIIMasker().find(None), TypeError, "text")
 bad("PIIMasker-find-surrogate", "PIIMasker.find",
     defined(lambda t: PIIMasker().find("\ud800 ann@example.org"), lambda r: (r == [("email", 4, 19)])))
@@ -615,10 +610,7 @@ bad("SD-check_insert_hashes-float", f"{SD}.check_insert_hashes", lambda t: Strea
 bad("SD-check_insert_hashes-meta", f"{SD}.check_insert_hashes", lambda t: StreamDeduplicator().check_insert_hashes(
     torch.zeros(3, 2, dtype=torch.int64, device="meta")), ValueError, "hashes")
 bad("SD-contains-None", f"{SD}.__contains__", lambda t: None in StreamDeduplicator(), TypeError, "text")
-bad("SD-contains-surrogate", f"{SD}.__contains__", lambda t: "\ud800" in StreamDeduplicator(), ValueError, "text",
-    xfail="torch_ops/bind_dedup.cpp hash_of: a str with a lone surrogate raises UnicodeEncodeError('utf-8 codec "
-          "can't encode...') without naming the argument; fix: catch the failed PyUnicode_AsUTF8AndSize and raise "
-          "ValueError('text cannot be encoded as UTF-8 (lone surrogate)')")
+bad("SD-contains-surrogate", f"{SD}.__contains__", lambda t: "\ud800" in StreamDeduplicator(), ValueError, "text")
 
 
 def _sd_full(t):
@@ -628,12 +620,7 @@ def _sd_full(t):
     assert d.lsn == 0, f"the failed call admitted {d.lsn} of its documents"
 
 
-bad("SD-max_entries-exceeded-leaves-state", (SD, f"{SD}.__call__"), _sd_full,
-    xfail="core dedup: a batch that exceeds max_entries raises ValueError but has already admitted the documents "
-          "before the limit (lsn 2 after a failed call on ['a','b','c'] with max_entries=2): the caller gets no "
-          "result for them, so they are dropped as duplicates later without ever being delivered; fix: check the "
-          "room for the batch's new hashes before admitting any (or roll the batch back), as the design's 'errors "
-          "raised before any state changes'")
+bad("SD-max_entries-exceeded-leaves-state", (SD, f"{SD}.__call__"), _sd_full)
 for _m, _call in (("sync", lambda d: d.sync()), ("snapshot", lambda d: d.snapshot()),
                   ("truncate", lambda d: d.truncate(0)), ("__call__", lambda d: d(["x"])),
                   ("check_insert_hashes", lambda d: d.check_insert_hashes(torch.zeros(1, 2, dtype=torch.int64))),
@@ -658,18 +645,11 @@ bad("SD-closed-reads-answer", [f"{SD}.{m}" for m in ("close", "closed", "lsn", "
 bad("hash128-None", "hash128", lambda t: hash128(None), TypeError, "texts")
 bad("hash128-seed-str", "hash128", lambda t: hash128(["a"], "x"), TypeError, "seed")
 bad("hash128-meta", "hash128", lambda t: hash128(meta3()), ValueError, "texts")
-bad("hash128-seed-negative", "hash128", lambda t: hash128(["a"], -1), ValueError, "seed",
-    xfail="stages.py hash128: seed=-1 reaches the pybind binding and raises TypeError('hash128(): incompatible "
-          "function arguments...'); fix: check seed like StreamDeduplicator does (an int in [0, 2**64): "
-          "ValueError 'seed must be >= 0')")
+bad("hash128-seed-negative", "hash128", lambda t: hash128(["a"], -1), ValueError, "seed")
 bad("hash128-empty", "hash128", defined(lambda t: hash128([]), lambda h: (tuple(h.shape) == (0, 2))))
 bad("reason_name-negative", "reason_name", defined(lambda t: reason_name(-1), lambda s: (s == "unknown(-1)")))
-bad("reason_name-None", "reason_name", lambda t: reason_name(None), TypeError, "code",
-    xfail="stages.py reason_name: None raises TypeError from int() ('int() argument must be ...') without naming "
-          "code; fix: accept int / numpy integer / 0-d integer tensor and raise TypeError('code must be an int')")
-bad("reason_name-float", "reason_name", lambda t: reason_name(1.7), TypeError, "code",
-    xfail="stages.py reason_name: 1.7 is truncated by int() and answers 'duplicate'; fix: refuse non-integers "
-          "with TypeError('code must be an int')")
+bad("reason_name-None", "reason_name", lambda t: reason_name(None), TypeError, "code")
+bad("reason_name-float", "reason_name", lambda t: reason_name(1.7), TypeError, "code")
 
 for C in (FusedPipeline, ChainPipeline):
     n = C.__name__
@@ -688,10 +668,7 @@ for C in (FusedPipeline, ChainPipeline):
     bad(f"{n}-closed-reads-answer", (f"{n}.close", f"{n}.dedup", f"{n}.counters", f"{n}.reset_counters"),
         _closed_reads)
 
-bad("StageResult-garbage", "StageResult", lambda t: StageResult("not texts", None, None), TypeError, "texts",
-    xfail="stages.py StageResult: the constructor takes anything (texts='x', reasons=None) and fails later with "
-          "AttributeError in num_in / repr; fix: check texts is a StringTensor and reasons / source_index are "
-          "tensors (TypeError naming them)")
+bad("StageResult-garbage", "StageResult", lambda t: StageResult("not texts", None, None), TypeError, "texts")
 
 
 def _empty_result(t):
@@ -925,9 +902,7 @@ for cid, kw, exc, pat in (
         ("max_prefetch_bytes-negative", dict(max_prefetch_bytes=-1), ValueError, "max_prefetch_bytes")):
     bad(f"{RP}-{cid}", RP, lambda t, kw=kw: ResumablePipeline(**{"source": DOCS, "state_dir": str(t / "s"), **kw}),
         exc, pat)
-bad(f"{RP}-state_dir-int", RP, lambda t: ResumablePipeline(DOCS, state_dir=5), TypeError, "state_dir",
-    xfail="data/adapters.py ResumablePipeline: state_dir=5 raises TypeError('expected str, bytes or os.PathLike "
-          "object, not int') from os.fspath without naming state_dir; fix: check state_dir is None, str or PathLike")
+bad(f"{RP}-state_dir-int", RP, lambda t: ResumablePipeline(DOCS, state_dir=5), TypeError, "state_dir")
 
 
 def _rp_state_dir_file(t):
@@ -958,10 +933,7 @@ bad(f"{RP}-load_state_dict-other-dir", f"{RP}.load_state_dict", lambda t: (lambd
 bad(f"{RP}-load_state_dict-lsn-beyond-log", f"{RP}.load_state_dict", lambda t: (lambda p: p.load_state_dict(
     {**p.state_dict(), "wal_lsn": 10 ** 6}))(rp(t)), OSError, "lost committed records")
 bad(f"{RP}-load_state_dict-batch_index-str", f"{RP}.load_state_dict", lambda t: (lambda p: p.load_state_dict(
-    {**p.state_dict(), "batch_index": "x"}))(rp(t)), ValueError, "batch_index",
-    xfail="data/adapters.py ResumablePipeline._apply: batch_index='x' raises ValueError(\"invalid literal for int() "
-          "with base 10: 'x'\") without naming the key; fix: check each coordinate is an int and name it "
-          "(state['batch_index'] must be an int)")
+    {**p.state_dict(), "batch_index": "x"}))(rp(t)), ValueError, "batch_index")
 bad(f"{RP}-iterate-twice", f"{RP}.__iter__", lambda t: (lambda p: (list(p), list(p)))(rp(t)), RuntimeError,
     "iterated once")
 bad(f"{RP}-load_state_dict-after-start", f"{RP}.load_state_dict", lambda t: (lambda p: (
@@ -1328,16 +1300,7 @@ _HUGE_OK = {  # observation -> check of its {"ok": repr} or {"error": ...}
     "dedup_initial_capacity_overflow": lambda o: "ValueError" in o["error"]["is"]
     and "initial_capacity" in o["error"]["msg"],
 }
-_HUGE_XFAIL = {
-    "raw_pad_bytes_overflow": "torch_ops/ops_cpu.cpp pad_bytes: max_len=2**62 raises RuntimeError('Storage size "
-                              "calculation overflowed ...') from at::empty, naming nothing; fix: refuse "
-                              "N * max_len * 8 > INT64_MAX with ValueError naming max_len (luminamoon.ops.pad_bytes "
-                              "does this in Python now)",
-    "raw_attention_mask_overflow": "torch_ops/ops_cpu.cpp attention_mask: the same overflow check for max_len",
-    "dedup_initial_capacity_overflow": "core dedup / bind_dedup.cpp: initial_capacity=2**62 raises MemoryError("
-                                       "'std::bad_alloc'); fix: refuse capacities whose table size overflows "
-                                       "size_t (or exceeds max_entries) with ValueError naming initial_capacity",
-}
+_HUGE_XFAIL: dict = {}  # name -> reason, for a known product bug (none open)
 
 
 @covers("StringTensor.from_list", "StringTensor.hash64", "StringTensor.starts_with", "StringTensor.pad_bytes",
@@ -1479,13 +1442,8 @@ def test_full_disk_commit_keeps_the_previous_commit(full, kind):
     assert r["resume_extra"] == {"batch": 0}, r
 
 
-_SIDECAR_BUG = ("data/_prefetch.py atomic_write: a failed write of the commit sidecar raises OSError('[Errno 28] "
-                "No space left on device') with no file name (DistributedPipeline wraps the same message), and "
-                "leaves '<sidecar>.<pid>.tmp' behind; fix: on OSError remove the tmp file and raise "
-                "OSError(e.errno, f'writing {path}: {e.strerror}', path)")
 
 
-@pytest.mark.xfail(strict=True, reason=_SIDECAR_BUG)
 @pytest.mark.parametrize("kind", ["resumable", "distributed"])
 def test_full_disk_commit_error_names_the_file(full, kind):
     mech, res = full

@@ -161,9 +161,16 @@ def fsync_dir(path: str) -> None:
 def atomic_write(path: str, data: bytes) -> None:
     """tmp + fsync + rename + directory fsync: the file holds the old or the new bytes, never a mix."""
     tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_dir(os.path.dirname(path) or ".")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        fsync_dir(os.path.dirname(path) or ".")
+    except OSError as e:  # full, read-only, ...: the old file stays as it was, no tmp left behind
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+        raise OSError(e.errno, f"writing {path}: {e.strerror or e}", path) from e

@@ -164,6 +164,8 @@ class ResumablePipeline:
         self.text_key = text_key
         self.num_threads = num_threads
 
+        if state_dir is not None and not isinstance(state_dir, (str, os.PathLike)):
+            raise TypeError(f"state_dir must be None, a str or a PathLike, got {type(state_dir).__name__}")
         self._own_dir = state_dir is None
         self.state_dir = tempfile.mkdtemp(prefix="luminamoon-state-") if state_dir is None else os.fspath(state_dir)
         os.makedirs(self.state_dir, exist_ok=True)
@@ -385,6 +387,12 @@ class ResumablePipeline:
             raise ValueError(f"state is missing {sorted(missing)}")
         if state.get("version", _STATE_VERSION) != _STATE_VERSION:
             raise ValueError(f"state has format version {state.get('version')}, expected {_STATE_VERSION}")
+        for k in ("batch_index", "sample_index", "epoch", "wal_lsn"):
+            v = state[k]
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ValueError(f"state[{k!r}] must be an int >= 0, got {v!r}")
+        if not isinstance(state["source"], dict):
+            raise ValueError(f"state['source'] must be a source position (dict), got {type(state['source']).__name__}")
         sd = state.get("state_dir")
         if self.dedup is not None and sd is not None and os.path.realpath(sd) != os.path.realpath(self.state_dir):
             raise ValueError(f"state was taken with state_dir={sd!r}; this pipeline uses {self.state_dir!r} "
