@@ -165,6 +165,26 @@ class ShardWriter:
         table = self._table()
         name = f"part-{len(self.parts):05d}{self.suffix}"
         tmp = os.path.join(self.out_dir, f"{_TMP_PREFIX}{len(self.parts):05d}{self.suffix}")
+        final = os.path.join(self.out_dir, name)
+        try:
+            self._write_part(table, tmp, final)
+        except OSError as e:  # full, read-only, ...: no half-written file left, and the error names the part
+            try:
+                os.remove(tmp)
+            except OSError:
+                pass
+            if e.filename:
+                raise
+            raise OSError(e.errno, f"writing {final}: {e.strerror or e}", final) from e
+        rec = {"name": name, "rows": int(table.num_rows), "text_bytes": int(self._bytes),
+               "file_bytes": os.path.getsize(final)}
+        self.parts.append(rec)
+        self._ids, self._texts = [], []
+        self._extra = {k: [] for k in self.extra_fields}
+        self._rows = self._bytes = 0
+        return rec
+
+    def _write_part(self, table: pa.Table, tmp: str, final: str) -> None:
         if self.fmt == "parquet":
             import pyarrow.parquet as pq
 
@@ -187,16 +207,8 @@ class ShardWriter:
                 f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
-        final = os.path.join(self.out_dir, name)
         os.replace(tmp, final)
         _fsync_dir(self.out_dir)
-        rec = {"name": name, "rows": int(table.num_rows), "text_bytes": int(self._bytes),
-               "file_bytes": os.path.getsize(final)}
-        self.parts.append(rec)
-        self._ids, self._texts = [], []
-        self._extra = {k: [] for k in self.extra_fields}
-        self._rows = self._bytes = 0
-        return rec
 
     def state(self) -> Dict[str, Any]:
         """The finished parts, for ``commit(extra=...)``."""
