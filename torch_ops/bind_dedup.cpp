@@ -54,7 +54,8 @@ void call(Dedup &o, const char *what, Fn fn) {
   }
   if (closed) throw py::value_error(std::string(what) + ": the StreamDeduplicator is closed");
   if (s == LM_ETOOBIG) o.raise_full(what);
-  if (s == LM_ESTATE) o.raise_failed(what);
+  if (s == LM_ESTATE && !o.path.empty()) o.raise_failed(what);
+  if (s == LM_ESTATE) throw py::value_error(std::string(what) + ": needs a write-ahead log (this deduplicator is in memory)");
   if (s != LM_OK) raise_status(s, what, o.path, err);
 }
 
@@ -144,7 +145,7 @@ Dedup::Dedup(const py::dict &p) {
       std::fclose(f);
       if (got == sizeof h && std::memcmp(h, "LMDDWAL", 8) == 0) {
         uint64_t seed = 0;
-        for (int i = 7; i >= 0; i--) seed = (seed << 8) | h[16 + i];
+        std::memcpy(&seed, h + 16, 8);  // as dedup_wal.c writes it (host order)
         if (seed != params.seed)
           throw py::value_error("StreamDeduplicator: the WAL " + path + " was written with seed=" +
                                 std::to_string(seed) + "; open it with that seed (got seed=" +

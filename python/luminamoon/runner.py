@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 from .config import ConfigError, stage_kwargs
+from .data.sources import BadRecordError
 from .report import RunStats, format_summary, length_histogram, render_report
 from .writers import PART_RE, ShardWriter
 
@@ -242,8 +243,9 @@ def _run_identity(paths: List[str], fmt: str, cfg: Dict[str, Any]) -> Dict[str, 
         files.append({"path": os.path.abspath(p), "size": st.st_size})
     # threads and prefetch change neither the output nor the statistics: a resume may use others
     cfg = json.loads(json.dumps(cfg))
-    for k in ("threads", "prefetch_batches", "prefetch_mb"):
+    for k in ("threads", "prefetch_batches", "prefetch_mb"):  # how, not what: a resume may change them
         cfg["run"].pop(k, None)
+    cfg["dedup"].pop("max_entries", None)  # a bound, not a result: a resume may raise it
     key = json.dumps({"files": files, "format": fmt, "config": cfg}, sort_keys=True)
     return {"files": files, "format": fmt, "config": cfg, "fingerprint": hashlib.sha256(key.encode()).hexdigest()[:16]}
 
@@ -457,9 +459,11 @@ def _loop(pipe, measured, source, writer: ShardWriter, stats: RunStats, cfg, pat
             except StopIteration:
                 break
             except (ValueError, OSError, UnicodeError) as e:
-                # a bad record can be skipped; a failed write (full disk, ...) cannot: no hint for OSErrors
-                hint = "" if cfg["input"]["skip_bad_records"] or isinstance(e, OSError) else \
-                    " (pass --skip-bad-records to skip and count bad records)"
+                # only a bad input record can be skipped (not a failed write, not a full dedup table)
+                hint = " (pass --skip-bad-records to skip and count bad records)" \
+                    if isinstance(e, BadRecordError) and not cfg["input"]["skip_bad_records"] else ""
+                if "deduplicator is full" in str(e):
+                    hint = " (resume with a larger bound: --resume --set dedup.max_entries=N)"
                 raise RunError(f"{e}{hint}") from None
             m = measured.measures.popleft()
             reasons = batch.reasons.numpy()

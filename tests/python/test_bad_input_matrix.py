@@ -828,8 +828,9 @@ bad("JsonlSource-invalid-utf8", "JsonlSource.__iter__", lambda t: list(JsonlSour
     r"bad\.jsonl:2: invalid UTF-8")
 bad("TextSource-invalid-utf8", "TextSource.__iter__", lambda t: list(TextSource(_bad_utf8_file(t))), ValueError,
     r"bad\.jsonl:2: invalid UTF-8")
-bad("JsonlSource-malformed", "JsonlSource.__iter__", lambda t: (t / "m.jsonl").write_text('{"text": "a"}\n{oops\n')
-    and list(JsonlSource(str(t / "m.jsonl"))), ValueError, r"m\.jsonl:2: malformed JSON")
+bad("JsonlSource-malformed", ("JsonlSource.__iter__", "BadRecordError"),
+    lambda t: (t / "m.jsonl").write_text('{"text": "a"}\n{oops\n')
+    and list(JsonlSource(str(t / "m.jsonl"))), luminamoon.data.BadRecordError, r"m\.jsonl:2: malformed JSON")
 bad("JsonlSource-position-past-end", "JsonlSource.__iter__", lambda t: (lambda p: list(JsonlSource(
     p, position={**JsonlSource(p).position(), "offset": 10 ** 9})))(jsonl_file(t)), ValueError, "past the end")
 bad("JsonlSource-text_key-int", "JsonlSource", lambda t: JsonlSource(jsonl_file(t), text_key=5), TypeError,

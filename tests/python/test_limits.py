@@ -235,7 +235,7 @@ def _oversize_records(limit):
 
 def _line_len(rec):
     import json
-    return len((json.dumps(rec, ensure_ascii=False) + "\n").encode())  # as write_jsonl writes it
+    return len(json.dumps(rec, ensure_ascii=False).encode())  # as write_jsonl writes it, without the newline
 
 
 @pytest.mark.parametrize("ext, gzip_index", [("jsonl", False), ("jsonl.gz", False), ("jsonl.gz", True),
@@ -282,8 +282,15 @@ def test_text_sources_max_record_bytes(tmp_path):
     src = TextSource(str(p), max_record_bytes=50, on_error="skip")
     assert [r["text"] for r in src] == ["short", "fine line", ""]
     assert src.skipped == 2
-    with pytest.raises(ValueError, match=r"t\.txt:2: record of 101 bytes .*max_record_bytes=50"):
+    with pytest.raises(ValueError, match=r"t\.txt:2: record of 100 bytes .*max_record_bytes=50"):
         list(TextSource(str(p), max_record_bytes=50))
+    # the limit applies to the record, not to its line ending (LF or CRLF); exactly the limit passes
+    q = tmp_path / "edge.txt"
+    q.write_bytes(b"abc\nabcd\r\nab\r\nxyz")
+    assert [r["text"] for r in TextSource(str(q), max_record_bytes=3, on_error="skip")] == ["abc", "ab", "xyz"]
+    from luminamoon.data import IterableSource
+    assert [r["text"] for r in IterableSource(["abc", "abcd", "ab", "xyz"], max_record_bytes=3,
+                                              on_error="skip")] == ["abc", "ab", "xyz"]
     # per file: the whole file is the record
     small = tmp_path / "small.txt"
     small.write_text("just a little\ntext\n")
@@ -311,6 +318,25 @@ def test_max_record_bytes_does_not_read_the_line_into_memory(tmp_path):
     tracemalloc.stop()
     assert texts == ["before", "after"] and src.skipped == 1
     assert peak < 8 << 20, f"peak Python allocation {peak} bytes while skipping a 48 MB line"
+
+
+@pytest.mark.parametrize("ext", ["jsonl.gz", "jsonl.zst"])
+def test_max_record_bytes_bounds_memory_in_compressed_files(tmp_path, ext):
+    import tracemalloc
+    from luminamoon.data import JsonlSource, write_jsonl
+    if ext.endswith("zst"):
+        pytest.importorskip("zstandard", reason="zstandard not installed")
+    p = str(tmp_path / f"huge.{ext}")
+    # a 64 MB line of one repeated byte: compresses to almost nothing, so a decoder fed
+    # whole reads would expand it in one call
+    write_jsonl(p, [{"text": "before"}, {"text": "z" * (64 << 20)}, {"text": "after"}], frame_bytes=1 << 20)
+    src = JsonlSource(p, max_record_bytes=1 << 20, on_error="skip", gzip_index=False)
+    tracemalloc.start()
+    texts = [r["text"] for r in src]
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert texts == ["before", "after"] and src.skipped == 1
+    assert peak < 24 << 20, f"peak Python allocation {peak} bytes while skipping a 64 MB line"
 
 
 def test_parquet_and_iterable_max_record_bytes(tmp_path):
@@ -371,18 +397,31 @@ def test_resumable_pipeline_dedup_argument_rejects(bad, exc):
 
 
 def test_cli_dedup_max_entries_and_seed(tmp_path, capsys):
+    import os
     from luminamoon.cli import main
     src = tmp_path / "in.jsonl"
     from luminamoon.data import write_jsonl
     write_jsonl(str(src), [{"id": i, "text": f"Document {i} says something about {i * 3}."} for i in range(50)])
     out = str(tmp_path / "o")
-    rc = main(["run", str(src), "-o", out, "-q", "--no-report", "--no-quality", "--set", "dedup.max_entries=20"])
+    base = ["run", str(src), "-o", out, "-q", "--no-report", "--no-quality", "--set", "run.batch_size=8",
+            "--set", "output.part_docs=8"]
+    rc = main(base + ["--set", "dedup.max_entries=20"])
     err = capsys.readouterr().err
-    assert rc != 0 and "max_entries=20" in err, err
+    assert rc == 2 and "max_entries=20" in err and "--skip-bad-records" not in err, err
+    assert "--set dedup.max_entries" in err  # says how to go on
+    rc = main(base + ["--resume", "--set", "dedup.max_entries=100"])  # the bound may be raised on resume
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    ref = str(tmp_path / "ref")
+    assert main([*base[:3], ref, *base[4:]]) == 0
+    import pyarrow.parquet as pq
+    import glob
+    got = [t for f in sorted(glob.glob(os.path.join(out, "part-*"))) for t in pq.read_table(f).column("text").to_pylist()]
+    want = [t for f in sorted(glob.glob(os.path.join(ref, "part-*"))) for t in pq.read_table(f).column("text").to_pylist()]
+    assert got == want and len(want) == 50  # nothing lost at the bound, nothing twice
     rc = main(["run", str(src), "-o", out, "-q", "--no-report", "--no-quality", "--overwrite",
                "--set", "dedup.seed=77"])
     assert rc == 0
-    import os
     wal = os.path.join(out, ".luminamoon", "dedup.wal")
     d = StreamDeduplicator(wal, seed=77)  # the run's WAL was written with the configured seed
     assert len(d) == 50
@@ -415,3 +454,26 @@ def test_collate_dedup_bounds():
         g.close()
     with pytest.raises(ValueError, match="max_entries"):
         start_global_dedup(max_entries=-3)
+
+
+@pytest.mark.parametrize("mode", ["strict", "datatrove"])
+def test_distributed_pipeline_pii_size_limit_equals_the_chain(tmp_path, mode):
+    from luminamoon import ChainPipeline
+    docs = [f"doc {i}: mail ann{i % 7}@example.org from 8.8.{i % 5}.{i % 3}" + (" pad" * 40 if i % 3 == 0 else "")
+            for i in range(60)]
+    docs += docs[:15]  # duplicates, some of them too large
+    pii = {"mode": mode, "max_doc_bytes": 100}
+    ref = ChainPipeline(cleaner=True, quality=False, dedup=True, pii=pii)(docs)
+    assert (ref.reasons == 3).any() and (ref.reasons == 1).any() and (ref.reasons == 0).any()
+    pipe = DistributedPipeline(docs, batch_size=16, dedup="local", state_dir=str(tmp_path / mode),
+                               stages={"quality": False, "pii": pii})
+    texts, reasons, gidx = [], [], []
+    for b in pipe:
+        texts += b.texts.tolist()
+        reasons += b.reasons.tolist()
+        gidx += b.kept_global_index.tolist()
+        assert len(b.kept_records) == len(b.texts)
+    pipe.close()
+    assert reasons == ref.reasons.tolist()
+    assert texts == ref.texts.tolist()
+    assert gidx == ref.source_index.tolist()

@@ -19,6 +19,9 @@
  * the deduplicator's probes/inserts are also in its lm_dedup_stats.  The PII
  * replacement cycle (datatrove mode, cycle_across_documents) is the fused
  * pipeline's own, starting at 0 like a fresh masker's; reset_counters resets it.
+ * A batch that fails (e.g. LM_ETOOBIG at max_entries) adds nothing to the fused
+ * counters, while in the modular chain the stages before the failing one have
+ * counted it already: after an error the two sets of counters differ.
  *
  * Ownership: the stage objects are borrowed and must outlive the pipeline.
  * Thread-safety: lm_fused_run must not run concurrently on one pipeline, nor

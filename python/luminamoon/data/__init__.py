@@ -1,5 +1,6 @@
 """luminamoon.data: resumable data sources, ResumablePipeline and the DataLoader collate."""
 from .sources import (
+    BadRecordError,
     HFIterableSource,
     IterableSource,
     JsonlSource,
@@ -18,6 +19,6 @@ __all__ = [
     "Batch", "ResumablePipeline", "ResumableCollate", "create_resumable_collate", "GlobalDedup",
     "start_global_dedup",
     "Source", "IterableSource", "JsonlSource", "TextSource", "ParquetSource",
-    "HFIterableSource", "expand_paths", "write_jsonl",
+    "HFIterableSource", "expand_paths", "write_jsonl", "BadRecordError",
 ]
 __all__ += ["DistributedPipeline", "DistBatch"]

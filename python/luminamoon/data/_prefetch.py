@@ -168,9 +168,11 @@ def atomic_write(path: str, data: bytes) -> None:
             os.fsync(f.fileno())
         os.replace(tmp, path)
         fsync_dir(os.path.dirname(path) or ".")
-    except OSError as e:  # full, read-only, ...: the old file stays as it was, no tmp left behind
+    except BaseException as e:  # full, read-only, interrupted, ...: the old file stays as it was, no tmp left
         try:
             os.remove(tmp)
         except OSError:
             pass
-        raise OSError(e.errno, f"writing {path}: {e.strerror or e}", path) from e
+        if isinstance(e, OSError):
+            raise OSError(e.errno, f"writing {path}: {e.strerror or e}", path) from e
+        raise

@@ -110,7 +110,7 @@ class DistBatch(Batch):
 
 
 def _prepared_memory(p: "_Prepared") -> int:
-    return sum(tensor_memory(x) for x in (p.texts, p.reasons, p.surv, p.gidx))
+    return sum(tensor_memory(x) for x in (p.texts, p.reasons, p.surv, p.gidx, p.hashes, p.pii_reasons))
 
 
 @dataclass
@@ -123,9 +123,12 @@ class _Prepared:  # one step, processed up to (not including) the dedup decision
     gidx: torch.Tensor
     reasons: torch.Tensor
     surv: torch.Tensor
-    texts: Any
+    texts: Any                 # the survivors' texts; masked already when pii_reasons is set
     hashes: torch.Tensor
     bytes_in: int
+    # PII applied before the dedup decision: the masker's reason per survivor (0 kept;
+    # TOO_LARGE over its max_doc_bytes), and `texts` holds only the kept ones
+    pii_reasons: Optional[torch.Tensor] = None
 
 
 def _fault(point: str, rank: int, commit_no: int) -> None:
@@ -401,10 +404,14 @@ class DistributedPipeline:
         else:
             surv, reasons, out = torch.zeros(0, dtype=torch.int64), torch.zeros(0, dtype=torch.int32), st
         hashes = self._stages.hash128(out, self.seed) if self.dedup_mode else torch.zeros((len(out), 2), dtype=torch.int64)
+        pii_reasons = None
         if self._pii is not None and not self._pii_after and len(out):
-            out = self._pii(out).texts
+            # masked ahead of the dedup decision (order-independent masker); a document the
+            # masker refuses (max_doc_bytes) is still admitted to dedup, as in the chain
+            m = self._pii(out)
+            out, pii_reasons = m.texts, m.reasons
         return _Prepared(step, start, len(items), pos, records, torch.tensor(gidx, dtype=torch.int64), reasons,
-                         surv, out, hashes, st.nbytes)
+                         surv, out, hashes, st.nbytes, pii_reasons)
 
     def _prepared(self) -> Iterator[_Prepared]:
         step, start = self._start["step"], self._start["sample_index"]
@@ -418,23 +425,35 @@ class DistributedPipeline:
     # -------------------------------------------------------------- consuming
     def _finish(self, p: _Prepared) -> DistBatch:
         """The dedup decision (collective under global dedup) and the batch."""
-        n_s = len(p.texts)
+        n_s = len(p.hashes)
         if self.dedup_mode == "global":
             keep = self._exchange.keep(p.hashes, p.gidx[p.surv])
         elif self.dedup_mode == "local":
             keep = self._dedup.check_insert_hashes(p.hashes.contiguous())
         else:
             keep = torch.ones(n_s, dtype=torch.bool)
-        texts = p.texts[keep] if n_s else p.texts
-        if self._pii is not None and self._pii_after and len(texts):
-            texts = self._pii(texts).texts
         reasons = p.reasons.clone()
+        surv = p.surv
+        texts = p.texts
         if n_s:
-            reasons[p.surv[~keep]] = self._stages.REASON_DUPLICATE
+            reasons[surv[~keep]] = self._stages.REASON_DUPLICATE
+            if p.pii_reasons is not None:  # masked before: drop the duplicates, then the refused
+                ok = p.pii_reasons == 0
+                texts = texts[keep[ok]]
+                refused = keep & ~ok
+                reasons[surv[refused]] = p.pii_reasons[refused]
+                surv = surv[keep & ok]
+            else:
+                texts, surv = texts[keep], surv[keep]
+                if self._pii is not None and self._pii_after and len(texts):
+                    m = self._pii(texts)
+                    refused = m.reasons != 0
+                    reasons[surv[refused]] = m.reasons[refused]
+                    texts, surv = m.texts, surv[m.source_index]
         lsn = self._dedup.lsn if self._dedup is not None else 0
         coord = {"step": p.step + 1, "sample_index": p.start + p.n_global, "source": p.pos, "wal_lsn": lsn,
                  "epoch": self._start["epoch"]}
-        return DistBatch(p.step, texts, reasons, p.surv[keep] if n_s else p.surv, p.records, len(p.records),
+        return DistBatch(p.step, texts, reasons, surv, p.records, len(p.records),
                          p.bytes_in, coord, global_index=p.gidx, rank=self.rank, world_size=self.world_size)
 
     def __iter__(self) -> Iterator[DistBatch]:

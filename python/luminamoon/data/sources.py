@@ -60,11 +60,18 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequ
 
 __all__ = [
     "Source", "IterableSource", "JsonlSource", "TextSource", "ParquetSource",
-    "HFIterableSource", "expand_paths", "write_jsonl",
+    "HFIterableSource", "expand_paths", "write_jsonl", "BadRecordError",
 ]
+
+class BadRecordError(ValueError):
+    """A record a source cannot use: malformed JSON, a missing or non-string text
+    field, invalid UTF-8, larger than ``max_record_bytes``.  ``on_error="skip"``
+    skips and counts these (``source.skipped``) instead of raising."""
+
 
 PathsArg = Union[str, os.PathLike, Sequence[Union[str, os.PathLike]]]
 _CHUNK = 1 << 16
+_MIN_PIECE = 256  # smallest piece of compressed input fed to a decoder at once
 
 
 def expand_paths(paths_or_glob: PathsArg) -> List[str]:
@@ -240,7 +247,8 @@ class _PlainReader:
                 break
             total += len(line)
             self.offset += len(line)
-        return TooLong(total)
+        end = 2 if line.endswith(b"\r\n") else 1 if line.endswith(b"\n") else 0
+        return TooLong(total - end)  # the line without its ending
 
     def close(self) -> None:
         self._f.close()
@@ -302,6 +310,7 @@ class _FramedReader:
         self._f.seek(frame)
         self._cpos = frame          # compressed offset of the next byte in self._in
         self._in = b""              # compressed bytes not yet fed
+        self._piece = _MIN_PIECE     # compressed bytes fed per decompress call (see _fill)
         self._dec = None
         self._eof = False
         self._buf = bytearray()     # decompressed, not yet returned
@@ -360,19 +369,26 @@ class _FramedReader:
                     continue
                 self._dec = self._new_decoder()
                 self._bounds.append((self._buf_uoff + len(self._buf), self._cpos))
-            fed = len(self._in)
+            # Feed a piece at a time, so one call's output stays bounded even where the
+            # data expands a lot (long runs; a zstd block can hold 128 KiB in 4 bytes):
+            # the piece doubles up to _CHUNK while the output stays under 64x the input
+            # and drops back to _MIN_PIECE otherwise.  At most ~8 MiB per call.
+            step = self._piece
+            piece = self._in[:step] if len(self._in) > step else self._in
+            fed = len(piece)
             try:
-                out = self._dec.decompress(self._in)
+                out = self._dec.decompress(piece)
             except Exception as e:
                 raise ValueError(f"{self._path}: corrupt {self._comp} data near byte {self._cpos}: {e}") from e
             if self._dec.eof:
                 rest = self._dec.unused_data
                 self._cpos += fed - len(rest)
-                self._in = rest
+                self._in = rest + self._in[fed:]
                 self._dec = None
             else:
                 self._cpos += fed
-                self._in = b""
+                self._in = self._in[fed:]
+            self._piece = min(2 * step, _CHUNK) if len(out) <= 64 * fed else _MIN_PIECE
             if out:
                 self._buf += out
                 return True
@@ -411,9 +427,12 @@ class _FramedReader:
                 n = len(self._buf)
                 break
         if limit is not None and skipped + n > limit:
+            end = 0
+            if n and self._buf[n - 1] == 10:
+                end = 2 if n >= 2 and self._buf[n - 2] == 13 else 1
             self._consume(n)
             self._update_frame()
-            return TooLong(skipped + n)
+            return TooLong(skipped + n - end)  # the line without its ending
         line = bytes(self._buf[:n])
         self._consume(n)
         self._update_frame()
@@ -464,14 +483,14 @@ class Source:
         if self.on_error == "skip":
             self.skipped += 1
             return
-        raise ValueError(msg) from cause
+        raise BadRecordError(msg) from cause
 
     def _too_big(self, text: str) -> Optional[int]:
         """The UTF-8 size of ``text`` if it exceeds max_record_bytes, else None."""
         lim = self.max_record_bytes
         if lim is None or len(text) * 4 <= lim:
             return None
-        n = len(text) if len(text) > lim else len(text.encode("utf-8", "surrogatepass"))
+        n = len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
         return n if n > lim else None
 
     def _refuse_big(self, where: str, nbytes: int) -> None:
@@ -645,9 +664,14 @@ class _FileSource(Source):
             reader = self._open(path, self._pos)
             try:
                 while True:
-                    raw = reader.readline(self.max_record_bytes)
+                    lim = self.max_record_bytes
+                    raw = reader.readline(None if lim is None else lim + 2)  # + the line ending
                     if not raw:
                         break
+                    if lim is not None and not isinstance(raw, TooLong):
+                        n = len(raw) - (2 if raw.endswith(b"\r\n") else 1 if raw.endswith(b"\n") else 0)
+                        if n > lim:  # the record is the line without its ending
+                            raw = TooLong(n)
                     pos = self._pos
                     pos["offset"], pos["frame"], pos["frame_uoff"] = reader.offset, reader.frame, reader.frame_uoff
                     pos["line"] += 1
