@@ -11,6 +11,7 @@ namespace {
 PyObject *g_corrupt = nullptr;        // CorruptError(OSError)
 PyObject *g_state_corrupt = nullptr;  // StateCorruptError(CorruptError)
 PyObject *g_version = nullptr;        // FormatVersionError(ValueError)
+PyObject *g_dedup_full = nullptr;     // DedupFullError(ValueError)
 
 at::Tensor own(void *p, int64_t n, at::ScalarType t) {
   if (!p) {
@@ -33,10 +34,21 @@ void register_errors(py::module_ &m) {
   g_version = PyErr_NewExceptionWithDoc("luminamoon._C.FormatVersionError",
                                         "A persisted file was written by another format version.",
                                         PyExc_ValueError, nullptr);
-  if (!g_corrupt || !g_state_corrupt || !g_version) throw py::error_already_set();
+  g_dedup_full = PyErr_NewExceptionWithDoc(
+      "luminamoon._C.DedupFullError",
+      "A StreamDeduplicator holds max_entries distinct documents and the call's new ones do not fit: "
+      "nothing of that call was admitted.",
+      PyExc_ValueError, nullptr);
+  if (!g_corrupt || !g_state_corrupt || !g_version || !g_dedup_full) throw py::error_already_set();
   m.attr("CorruptError") = py::handle(g_corrupt);
   m.attr("StateCorruptError") = py::handle(g_state_corrupt);
   m.attr("FormatVersionError") = py::handle(g_version);
+  m.attr("DedupFullError") = py::handle(g_dedup_full);
+}
+
+[[noreturn]] void raise_dedup_full(const std::string &msg) {
+  PyErr_SetString(g_dedup_full, msg.c_str());
+  throw py::error_already_set();
 }
 
 void raise_status(lm_status s, const std::string &what, const std::string &path, int err, bool state_file) {

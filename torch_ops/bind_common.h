@@ -22,6 +22,8 @@ namespace py = pybind11;
 // Exception classes (created by register_errors): CorruptError(OSError),
 // StateCorruptError(CorruptError), FormatVersionError(ValueError).
 void register_errors(py::module_ &m);
+// Raise luminamoon.DedupFullError (a ValueError) with msg.
+[[noreturn]] void raise_dedup_full(const std::string &msg);
 
 // Raise the Python exception for a core status.  `what` names the call
 // ("TextCleaner", "StreamDeduplicator.sync", ...); `path` (may be empty) and

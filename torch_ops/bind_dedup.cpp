@@ -84,7 +84,7 @@ at::Tensor hashes_arg(const at::Tensor &h) {
 }  // namespace
 
 void Dedup::raise_full(const std::string &what) const {
-  throw py::value_error(what + ": the deduplicator is full: it holds max_entries=" +
+  raise_dedup_full(what + ": the deduplicator is full: it holds max_entries=" +
                         std::to_string(params.max_entries) +
                         " distinct documents and nothing of this call was admitted; raise max_entries or start a new table");
 }

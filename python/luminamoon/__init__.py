@@ -12,12 +12,13 @@ Example:
 from . import _C  # noqa: F401  (loads the extension: registers torch.ops.luminamoon.*)
 from . import ops
 from .string_tensor import StringTensor
-from .stages import (ChainPipeline, CorruptError, FormatVersionError, FusedPipeline, PIIMasker,  # noqa: F401
-                     QualityFilter, StageResult, StreamDeduplicator, TextCleaner, hash128, reason_name)
+from .stages import (ChainPipeline, CorruptError, DedupFullError, FormatVersionError,  # noqa: F401
+                     FusedPipeline, PIIMasker, QualityFilter, StageResult, StreamDeduplicator, TextCleaner,
+                     hash128, reason_name)
 from .state import StateCorruptError, StateTracker  # noqa: F401
 
 __all__ = ["StringTensor", "ops"]
 __all__ += ["TextCleaner", "QualityFilter", "PIIMasker", "StreamDeduplicator", "FusedPipeline", "ChainPipeline",
             "StageResult", "reason_name", "hash128", "StateTracker", "StateCorruptError", "CorruptError",
-            "FormatVersionError"]
+            "FormatVersionError", "DedupFullError"]
 __version__ = "0.1.0"

@@ -35,6 +35,7 @@ import torch
 from .config import ConfigError, stage_kwargs
 from .data.sources import BadRecordError
 from .report import RunStats, format_summary, length_histogram, render_report
+from .stages import DedupFullError
 from .writers import PART_RE, ShardWriter
 
 __all__ = ["run_corpus", "RunError", "detect_format", "STATE_DIRNAME"]
@@ -462,7 +463,7 @@ def _loop(pipe, measured, source, writer: ShardWriter, stats: RunStats, cfg, pat
                 # only a bad input record can be skipped (not a failed write, not a full dedup table)
                 hint = " (pass --skip-bad-records to skip and count bad records)" \
                     if isinstance(e, BadRecordError) and not cfg["input"]["skip_bad_records"] else ""
-                if "deduplicator is full" in str(e):
+                if isinstance(e, DedupFullError):
                     hint = " (resume with a larger bound: --resume --set dedup.max_entries=N)"
                 raise RunError(f"{e}{hint}") from None
             m = measured.measures.popleft()

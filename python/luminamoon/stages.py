@@ -45,6 +45,7 @@ __all__ = [
     "PII_TYPES",
     "CorruptError",
     "FormatVersionError",
+    "DedupFullError",
 ]
 
 REASON_KEPT = 0
@@ -55,6 +56,7 @@ REASON_QUALITY_BASE = 16
 
 CorruptError = _C.CorruptError
 FormatVersionError = _C.FormatVersionError
+DedupFullError = _C.DedupFullError
 
 _RULE_SET_NAMES = ("gopher_repetition", "gopher_quality", "c4", "fineweb")  # core rule-set ids 0..3
 #: rule name -> rule id (stable), in id order

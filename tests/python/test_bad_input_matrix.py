@@ -615,12 +615,13 @@ bad("SD-contains-surrogate", f"{SD}.__contains__", lambda t: "\ud800" in StreamD
 
 def _sd_full(t):
     d = StreamDeduplicator(max_entries=2)
-    with pytest.raises(ValueError, match="max_entries"):
+    with pytest.raises(luminamoon.DedupFullError, match="max_entries=2"):
         d(["a", "b", "c"])
     assert d.lsn == 0, f"the failed call admitted {d.lsn} of its documents"
+    assert issubclass(luminamoon.DedupFullError, ValueError)
 
 
-bad("SD-max_entries-exceeded-leaves-state", (SD, f"{SD}.__call__"), _sd_full)
+bad("SD-max_entries-exceeded-leaves-state", (SD, f"{SD}.__call__", "DedupFullError"), _sd_full)
 for _m, _call in (("sync", lambda d: d.sync()), ("snapshot", lambda d: d.snapshot()),
                   ("truncate", lambda d: d.truncate(0)), ("__call__", lambda d: d(["x"])),
                   ("check_insert_hashes", lambda d: d.check_insert_hashes(torch.zeros(1, 2, dtype=torch.int64))),
