@@ -25,18 +25,12 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import pyarrow as pa
 
+from .data._prefetch import fsync_dir
+
 __all__ = ["ShardWriter", "PART_RE"]
 
 PART_RE = re.compile(r"^part-(\d{5,})\.(parquet|jsonl|jsonl\.gz|jsonl\.zst)$")
 _TMP_PREFIX = ".tmp-part-"
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class ShardWriter:
@@ -208,7 +202,7 @@ class ShardWriter:
                 f.flush()
                 os.fsync(f.fileno())
         os.replace(tmp, final)
-        _fsync_dir(self.out_dir)
+        fsync_dir(self.out_dir)
 
     def state(self) -> Dict[str, Any]:
         """The finished parts, for ``commit(extra=...)``."""
