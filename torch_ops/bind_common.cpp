@@ -88,7 +88,10 @@ DocsIn::DocsIn(const at::Tensor &offsets, const at::Tensor &data_, const char *w
   if (data_.scalar_type() != at::kByte) throw py::type_error(std::string(what) + ": data must be uint8");
   if (data_.dim() != 1) bad("data must be 1-D");
   if (!offsets.is_cpu() || !data_.is_cpu()) bad("the text stages run on the CPU: move the StringTensor with .cpu()");
-  off64 = offsets.to(at::kLong).contiguous();
+  // Always a private copy (to() alone would share int64 offsets): the core validates
+  // and reads this snapshot with the GIL released, while the caller's tensor may be
+  // written by another thread.
+  off64 = offsets.to(at::kLong, /*non_blocking=*/false, /*copy=*/true).contiguous();
   data = data_.contiguous();
   docs.offsets = off64.data_ptr<int64_t>();
   docs.data = data.numel() ? data.data_ptr<uint8_t>() : nullptr;

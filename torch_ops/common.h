@@ -50,17 +50,24 @@ lm_exec cpu_exec();
 // offsets: 1-D int32/int64 contiguous, >= 1 entry; data: 1-D uint8 contiguous;
 // same device.  On the CPU also monotone, non-negative and within data.
 // `op` and the argument names go into the messages.
-void check_strings(const char *op, const at::Tensor &offsets, const at::Tensor &data,
+// Returns the offsets to use: on the CPU a private snapshot (a copy), checked
+// here, so that another thread writing into the caller's offsets while the op
+// runs (the GIL is released) can never make the kernel read outside `data`;
+// on other devices the offsets themselves (the CUDA kernels clamp every string).
+at::Tensor check_strings(const char *op, const at::Tensor &offsets, const at::Tensor &data,
                    const char *offsets_name = "offsets", const char *data_name = "data");
 
 // views: [N,16] uint8 contiguous on the CPU; buffers: 1-D uint8 contiguous CPU
 // tensors.  check_views_bounds also checks every long view lies inside its
 // buffer (for ops that read every payload); the comparison ops check each view
 // right before they read its payload instead (raise_view_bounds maps the status).
-void check_views(const char *op, const at::Tensor &views, const at::TensorList buffers,
-                 const char *views_name = "views");
-void check_views_bounds(const char *op, const at::Tensor &views, const at::TensorList buffers,
-                        const char *views_name = "views");
+// Both also refuse inline views with non-zero padding bytes (ValueError), and
+// both return a private snapshot (a copy) of the views, checked here, for the
+// kernel to read: a racing writer cannot move a view after its check.
+at::Tensor check_views(const char *op, const at::Tensor &views, const at::TensorList buffers,
+                       const char *views_name = "views");
+at::Tensor check_views_bounds(const char *op, const at::Tensor &views, const at::TensorList buffers,
+                              const char *views_name = "views");
 void raise_view_bounds(lm_status s, const char *op, const char *views_name);
 
 inline const lm_string_view *views_ptr(const at::Tensor &views) {

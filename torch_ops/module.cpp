@@ -130,8 +130,8 @@ py::list to_list_impl(const OffT *off, const uint8_t *d, int64_t n, bool as_byte
   return out;
 }
 
-py::list to_list(const at::Tensor &offsets, const at::Tensor &data, bool as_bytes) {
-  check_strings("to_list", offsets, data);
+py::list to_list(const at::Tensor &offsets_in, const at::Tensor &data, bool as_bytes) {
+  const at::Tensor offsets = check_strings("to_list", offsets_in, data);
   TORCH_CHECK_VALUE(offsets.is_cpu(), "to_list: the strings must be on the CPU");
   const int64_t n = offsets.numel() - 1;
   const uint8_t *d = data.data_ptr<uint8_t>();
@@ -139,8 +139,8 @@ py::list to_list(const at::Tensor &offsets, const at::Tensor &data, bool as_byte
   return to_list_impl(offsets.data_ptr<int64_t>(), d, n, as_bytes);
 }
 
-py::list views_to_list(const at::Tensor &views, const std::vector<at::Tensor> &buffers, bool as_bytes) {
-  check_views_bounds("views_to_list", views, buffers);
+py::list views_to_list(const at::Tensor &views_in, const std::vector<at::Tensor> &buffers, bool as_bytes) {
+  const at::Tensor views = check_views_bounds("views_to_list", views_in, buffers);
   auto ptrs = buffer_ptrs(buffers);
   const lm_string_view *v = views_ptr(views);
   const int64_t n = views.size(0);
@@ -158,8 +158,8 @@ py::list views_to_list(const at::Tensor &views, const std::vector<at::Tensor> &b
 }
 
 // Raise ValueError naming the first string whose bytes are not UTF-8.
-void validate_utf8(const at::Tensor &offsets, const at::Tensor &data) {
-  check_strings("validate_utf8", offsets, data);
+void validate_utf8(const at::Tensor &offsets_in, const at::Tensor &data) {
+  const at::Tensor offsets = check_strings("validate_utf8", offsets_in, data);
   TORCH_CHECK_VALUE(offsets.is_cpu(), "validate_utf8: the strings must be on the CPU");
   const int64_t n = offsets.numel() - 1;
   int64_t start = 0, end = 0;
@@ -189,8 +189,8 @@ void validate_utf8(const at::Tensor &offsets, const at::Tensor &data) {
 }
 
 // Views from an Arrow string_view array: full validation (bounds, padding, prefixes).
-void validate_views(const at::Tensor &views, const std::vector<at::Tensor> &buffers) {
-  check_views_bounds("validate_views", views, buffers);
+void validate_views(const at::Tensor &views_in, const std::vector<at::Tensor> &buffers) {
+  const at::Tensor views = check_views_bounds("validate_views", views_in, buffers);
   auto ptrs = buffer_ptrs(buffers);
   std::vector<size_t> sizes;
   for (const auto &b : buffers) sizes.push_back(size_t(b.numel()));
@@ -203,8 +203,8 @@ void validate_views(const at::Tensor &views, const std::vector<at::Tensor> &buff
 }
 
 // XXH3-128 of each string: int64 [N, 2] (low, high words' bits).
-at::Tensor hash128(const at::Tensor &offsets, const at::Tensor &data, uint64_t seed) {
-  check_strings("hash128", offsets, data);
+at::Tensor hash128(const at::Tensor &offsets_in, const at::Tensor &data, uint64_t seed) {
+  const at::Tensor offsets = check_strings("hash128", offsets_in, data);
   TORCH_CHECK_VALUE(offsets.is_cpu(), "hash128: the strings must be on the CPU");
   const int64_t n = offsets.numel() - 1;
   auto out = at::empty({n, 2}, at::TensorOptions().dtype(at::kLong));

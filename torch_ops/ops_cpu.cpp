@@ -17,8 +17,8 @@ lm_exec cpu_exec() {
   return e;
 }
 
-void check_strings(const char *op, const at::Tensor &offsets, const at::Tensor &data, const char *on,
-                   const char *dn) {
+at::Tensor check_strings(const char *op, const at::Tensor &offsets, const at::Tensor &data, const char *on,
+                         const char *dn) {
   TORCH_CHECK_TYPE(offsets.scalar_type() == at::kInt || offsets.scalar_type() == at::kLong,
                    "luminamoon.", op, ": ", on, " must be an int32 or int64 tensor, got ", offsets.scalar_type());
   TORCH_CHECK_TYPE(data.scalar_type() == at::kByte, "luminamoon.", op, ": ", dn,
@@ -30,13 +30,17 @@ void check_strings(const char *op, const at::Tensor &offsets, const at::Tensor &
   TORCH_CHECK_VALUE(data.is_contiguous(), "luminamoon.", op, ": ", dn, " must be contiguous");
   TORCH_CHECK_VALUE(offsets.device() == data.device(), "luminamoon.", op, ": ", on, " and ", dn,
                     " must be on the same device, got ", offsets.device(), " and ", data.device());
-  if (!offsets.is_cpu()) return;
-  const size_t n = size_t(offsets.numel() - 1), len = size_t(data.numel());
-  lm_status s = offsets.scalar_type() == at::kInt ? lm_offsets32_validate(offsets.data_ptr<int32_t>(), n, len)
-                                                  : lm_offsets64_validate(offsets.data_ptr<int64_t>(), n, len);
+  if (!offsets.is_cpu()) return offsets;
+  // One snapshot, checked and then used by the kernel: the caller's tensor may be
+  // written by another thread while the op runs with the GIL released.
+  at::Tensor snap = offsets.clone();
+  const size_t n = size_t(snap.numel() - 1), len = size_t(data.numel());
+  lm_status s = snap.scalar_type() == at::kInt ? lm_offsets32_validate(snap.data_ptr<int32_t>(), n, len)
+                                               : lm_offsets64_validate(snap.data_ptr<int64_t>(), n, len);
   TORCH_CHECK_VALUE(s != LM_EINVAL, "luminamoon.", op, ": ", on, " must be non-negative and non-decreasing");
   TORCH_CHECK_VALUE(s != LM_ERANGE, "luminamoon.", op, ": ", on, " point past the end of ", dn, " (",
                     dn, " has ", len, " bytes)");
+  return snap;
 }
 
 std::vector<size_t> buffer_sizes(const at::TensorList buffers) {
@@ -53,7 +57,7 @@ std::vector<const uint8_t *> buffer_ptrs(const at::TensorList buffers) {
   return p;
 }
 
-void check_views(const char *op, const at::Tensor &views, const at::TensorList buffers, const char *vn) {
+at::Tensor check_views(const char *op, const at::Tensor &views, const at::TensorList buffers, const char *vn) {
   TORCH_CHECK_TYPE(views.scalar_type() == at::kByte, "luminamoon.", op, ": ", vn, " must be uint8, got ",
                    views.scalar_type());
   TORCH_CHECK_VALUE(views.dim() == 2 && views.size(1) == 16, "luminamoon.", op, ": ", vn,
@@ -67,14 +71,22 @@ void check_views(const char *op, const at::Tensor &views, const at::TensorList b
                       "] must be a contiguous 1-D CPU tensor");
   }
   TORCH_CHECK_VALUE(buffers.size() <= UINT32_MAX, "luminamoon.", op, ": too many buffers");
+  // One snapshot, checked and then used by the kernel (see check_strings).
+  at::Tensor snap = views.clone();
+  size_t bad = 0;
+  lm_status s = lm_views_check_padding(views_ptr(snap), size_t(snap.size(0)), &bad);
+  TORCH_CHECK_VALUE(s == LM_OK, "luminamoon.", op, ": ", vn, "[", bad, "] is an inline view (length <= 12) "
+                    "with non-zero padding bytes after the string; Arrow string views must be zero-padded");
+  return snap;
 }
 
-void check_views_bounds(const char *op, const at::Tensor &views, const at::TensorList buffers, const char *vn) {
-  check_views(op, views, buffers, vn);
+at::Tensor check_views_bounds(const char *op, const at::Tensor &views, const at::TensorList buffers, const char *vn) {
+  at::Tensor snap = check_views(op, views, buffers, vn);
   auto sizes = buffer_sizes(buffers);
-  lm_status s = lm_views_check_bounds(views_ptr(views), size_t(views.size(0)), sizes.data(), uint32_t(sizes.size()));
+  lm_status s = lm_views_check_bounds(views_ptr(snap), size_t(snap.size(0)), sizes.data(), uint32_t(sizes.size()));
   TORCH_CHECK_VALUE(s == LM_OK, "luminamoon.", op, ": ", vn, " holds a view outside its payload buffer "
                     "(bad buffer index, offset or length)");
+  return snap;
 }
 
 void raise_view_bounds(lm_status s, const char *op, const char *vn) {
@@ -91,8 +103,8 @@ void dispatch_offsets(const at::Tensor &offsets, Fn32 f32, Fn64 f64) {
   else f64(offsets.data_ptr<int64_t>());
 }
 
-at::Tensor prefix_match_cpu(const at::Tensor &offsets, const at::Tensor &data, c10::string_view prefix) {
-  check_strings("prefix_match", offsets, data);
+at::Tensor prefix_match_cpu(const at::Tensor &offsets_in, const at::Tensor &data, c10::string_view prefix) {
+  const at::Tensor offsets = check_strings("prefix_match", offsets_in, data);
   const int64_t n = offsets.numel() - 1;
   auto out = at::empty({n}, offsets.options().dtype(at::kBool));
   const auto *p = reinterpret_cast<const uint8_t *>(prefix.data());
@@ -105,8 +117,8 @@ at::Tensor prefix_match_cpu(const at::Tensor &offsets, const at::Tensor &data, c
   return out;
 }
 
-at::Tensor equal_scalar_cpu(const at::Tensor &offsets, const at::Tensor &data, c10::string_view s) {
-  check_strings("equal_scalar", offsets, data);
+at::Tensor equal_scalar_cpu(const at::Tensor &offsets_in, const at::Tensor &data, c10::string_view s) {
+  const at::Tensor offsets = check_strings("equal_scalar", offsets_in, data);
   const int64_t n = offsets.numel() - 1;
   auto out = at::empty({n}, offsets.options().dtype(at::kBool));
   const auto *p = reinterpret_cast<const uint8_t *>(s.data());
@@ -119,9 +131,9 @@ at::Tensor equal_scalar_cpu(const at::Tensor &offsets, const at::Tensor &data, c
   return out;
 }
 
-at::Tensor equal_cpu(const at::Tensor &oa, const at::Tensor &da, const at::Tensor &ob, const at::Tensor &db) {
-  check_strings("equal", oa, da, "offsets_a", "data_a");
-  check_strings("equal", ob, db, "offsets_b", "data_b");
+at::Tensor equal_cpu(const at::Tensor &oa_in, const at::Tensor &da, const at::Tensor &ob_in, const at::Tensor &db) {
+  const at::Tensor oa = check_strings("equal", oa_in, da, "offsets_a", "data_a");
+  const at::Tensor ob = check_strings("equal", ob_in, db, "offsets_b", "data_b");
   TORCH_CHECK_VALUE(oa.numel() == ob.numel(), "luminamoon.equal: offsets_a and offsets_b must describe the same "
                     "number of strings, got ", oa.numel() - 1, " and ", ob.numel() - 1);
   TORCH_CHECK_TYPE(oa.scalar_type() == ob.scalar_type(), "luminamoon.equal: offsets_a and offsets_b must have "
@@ -139,8 +151,8 @@ at::Tensor equal_cpu(const at::Tensor &oa, const at::Tensor &da, const at::Tenso
   return out;
 }
 
-at::Tensor hash64_cpu(const at::Tensor &offsets, const at::Tensor &data, int64_t seed) {
-  check_strings("hash64", offsets, data);
+at::Tensor hash64_cpu(const at::Tensor &offsets_in, const at::Tensor &data, int64_t seed) {
+  const at::Tensor offsets = check_strings("hash64", offsets_in, data);
   const int64_t n = offsets.numel() - 1;
   auto out = at::empty({n}, offsets.options().dtype(at::kLong));
   lm_exec e = cpu_exec();
@@ -152,9 +164,9 @@ at::Tensor hash64_cpu(const at::Tensor &offsets, const at::Tensor &data, int64_t
   return out;
 }
 
-std::tuple<at::Tensor, at::Tensor> pad_bytes_cpu(const at::Tensor &offsets, const at::Tensor &data, int64_t max_len,
+std::tuple<at::Tensor, at::Tensor> pad_bytes_cpu(const at::Tensor &offsets_in, const at::Tensor &data, int64_t max_len,
                                                  int64_t pad_id, int64_t bos_id, int64_t eos_id) {
-  check_strings("pad_bytes", offsets, data);
+  const at::Tensor offsets = check_strings("pad_bytes", offsets_in, data);
   const int64_t n = offsets.numel() - 1;
   check_matrix_size("pad_bytes", n, max_len);
   auto tokens = at::empty({n, max_len}, offsets.options().dtype(at::kLong));
@@ -169,15 +181,15 @@ std::tuple<at::Tensor, at::Tensor> pad_bytes_cpu(const at::Tensor &offsets, cons
   return {tokens, lengths};
 }
 
-std::tuple<at::Tensor, at::Tensor> gather_cpu(const at::Tensor &offsets, const at::Tensor &data,
+std::tuple<at::Tensor, at::Tensor> gather_cpu(const at::Tensor &offsets_in, const at::Tensor &data,
                                               const at::Tensor &index) {
-  check_strings("gather", offsets, data);
+  const at::Tensor offsets = check_strings("gather", offsets_in, data);
   TORCH_CHECK_TYPE(index.scalar_type() == at::kLong, "luminamoon.gather: index must be int64, got ",
                    index.scalar_type());
   TORCH_CHECK_VALUE(index.dim() == 1, "luminamoon.gather: index must be 1-D, got shape ", index.sizes());
   TORCH_CHECK_VALUE(index.device() == offsets.device(), "luminamoon.gather: index must be on ", offsets.device(),
                     ", got ", index.device());
-  auto idx = index.contiguous();
+  auto idx = index.clone(at::MemoryFormat::Contiguous);  // a snapshot: checked below, then used
   const int64_t n = offsets.numel() - 1, m = idx.numel();
   auto out_off = at::empty({m + 1}, offsets.options());
   const int64_t *ip = idx.data_ptr<int64_t>();
@@ -204,15 +216,15 @@ std::tuple<at::Tensor, at::Tensor> gather_cpu(const at::Tensor &offsets, const a
   return {out_off, out_data};
 }
 
-std::tuple<at::Tensor, at::Tensor> compact_cpu(const at::Tensor &offsets, const at::Tensor &data,
+std::tuple<at::Tensor, at::Tensor> compact_cpu(const at::Tensor &offsets_in, const at::Tensor &data,
                                                const at::Tensor &mask) {
-  check_strings("compact", offsets, data);
+  const at::Tensor offsets = check_strings("compact", offsets_in, data);
   TORCH_CHECK_TYPE(mask.scalar_type() == at::kBool, "luminamoon.compact: mask must be bool, got ", mask.scalar_type());
   TORCH_CHECK_VALUE(mask.dim() == 1 && mask.numel() == offsets.numel() - 1,
                     "luminamoon.compact: mask must have shape [", offsets.numel() - 1, "], got ", mask.sizes());
   TORCH_CHECK_VALUE(mask.device() == offsets.device(), "luminamoon.compact: mask must be on ", offsets.device(),
                     ", got ", mask.device());
-  auto mk = mask.contiguous();
+  auto mk = mask.clone(at::MemoryFormat::Contiguous);  // a snapshot: counted, then used for the copy
   const int64_t n = offsets.numel() - 1;
   const auto *mp = reinterpret_cast<const uint8_t *>(mk.data_ptr<bool>());
   size_t kn = 0;
@@ -235,8 +247,8 @@ std::tuple<at::Tensor, at::Tensor> compact_cpu(const at::Tensor &offsets, const 
   return {out_off, out_data};
 }
 
-at::Tensor views_from_offsets_cpu(const at::Tensor &offsets, const at::Tensor &data) {
-  check_strings("views_from_offsets", offsets, data);
+at::Tensor views_from_offsets_cpu(const at::Tensor &offsets_in, const at::Tensor &data) {
+  const at::Tensor offsets = check_strings("views_from_offsets", offsets_in, data);
   TORCH_CHECK_VALUE(offsets.is_cpu(), "luminamoon.views_from_offsets: offsets must be on the CPU");
   const int64_t n = offsets.numel() - 1;
   auto views = at::empty({n, 16}, data.options());
@@ -250,9 +262,9 @@ at::Tensor views_from_offsets_cpu(const at::Tensor &offsets, const at::Tensor &d
   return views;
 }
 
-std::tuple<at::Tensor, at::Tensor> offsets_from_views_cpu(const at::Tensor &views, at::TensorList buffers,
+std::tuple<at::Tensor, at::Tensor> offsets_from_views_cpu(const at::Tensor &views_in, at::TensorList buffers,
                                                           bool large) {
-  check_views_bounds("offsets_from_views", views, buffers);
+  const at::Tensor views = check_views_bounds("offsets_from_views", views_in, buffers);
   const int64_t n = views.size(0);
   const lm_string_view *v = views_ptr(views);
   uint64_t total = 0;
@@ -274,8 +286,8 @@ std::tuple<at::Tensor, at::Tensor> offsets_from_views_cpu(const at::Tensor &view
 
 // ---- views-layout comparisons: decide on length + prefix before any payload access.
 
-at::Tensor views_prefix_match_cpu(const at::Tensor &views, at::TensorList buffers, c10::string_view prefix) {
-  check_views("views_prefix_match", views, buffers);
+at::Tensor views_prefix_match_cpu(const at::Tensor &views_in, at::TensorList buffers, c10::string_view prefix) {
+  const at::Tensor views = check_views("views_prefix_match", views_in, buffers);
   auto out = at::empty({views.size(0)}, views.options().dtype(at::kBool));
   Payloads p(buffers);
   lm_exec e = cpu_exec();
@@ -286,8 +298,8 @@ at::Tensor views_prefix_match_cpu(const at::Tensor &views, at::TensorList buffer
   return out;
 }
 
-at::Tensor views_equal_scalar_cpu(const at::Tensor &views, at::TensorList buffers, c10::string_view s) {
-  check_views("views_equal_scalar", views, buffers);
+at::Tensor views_equal_scalar_cpu(const at::Tensor &views_in, at::TensorList buffers, c10::string_view s) {
+  const at::Tensor views = check_views("views_equal_scalar", views_in, buffers);
   auto out = at::empty({views.size(0)}, views.options().dtype(at::kBool));
   Payloads p(buffers);
   lm_exec e = cpu_exec();
@@ -298,9 +310,9 @@ at::Tensor views_equal_scalar_cpu(const at::Tensor &views, at::TensorList buffer
   return out;
 }
 
-at::Tensor views_equal_cpu(const at::Tensor &va, at::TensorList ba, const at::Tensor &vb, at::TensorList bb) {
-  check_views("views_equal", va, ba, "views_a");
-  check_views("views_equal", vb, bb, "views_b");
+at::Tensor views_equal_cpu(const at::Tensor &va_in, at::TensorList ba, const at::Tensor &vb_in, at::TensorList bb) {
+  const at::Tensor va = check_views("views_equal", va_in, ba, "views_a");
+  const at::Tensor vb = check_views("views_equal", vb_in, bb, "views_b");
   TORCH_CHECK_VALUE(va.size(0) == vb.size(0), "luminamoon.views_equal: views_a and views_b must have the same "
                     "length, got ", va.size(0), " and ", vb.size(0));
   auto out = at::empty({va.size(0)}, va.options().dtype(at::kBool));
@@ -312,8 +324,8 @@ at::Tensor views_equal_cpu(const at::Tensor &va, at::TensorList ba, const at::Te
   return out;
 }
 
-at::Tensor views_hash64_cpu(const at::Tensor &views, at::TensorList buffers, int64_t seed) {
-  check_views("views_hash64", views, buffers);
+at::Tensor views_hash64_cpu(const at::Tensor &views_in, at::TensorList buffers, int64_t seed) {
+  const at::Tensor views = check_views("views_hash64", views_in, buffers);
   auto out = at::empty({views.size(0)}, views.options().dtype(at::kLong));
   Payloads p(buffers);
   lm_exec e = cpu_exec();

@@ -63,6 +63,24 @@ lm_status lm_views_check_bounds(const lm_string_view *views, size_t n, const siz
   return LM_OK;
 }
 
+lm_status lm_views_check_padding(const lm_string_view *views, size_t n, size_t *bad) {
+  if (n && !views) return LM_EINVAL;
+  for (size_t i = 0; i < n; i++) {
+    const lm_string_view *v = &views[i];
+    if (v->len > LM_INLINE_MAX) continue;
+    uint8_t inl[LM_INLINE_MAX];
+    memcpy(inl, v->prefix_or_inline, 4);
+    memcpy(inl + 4, v->suffix_or_offset, LM_INLINE_MAX - 4);
+    for (uint32_t k = v->len; k < LM_INLINE_MAX; k++) {
+      if (inl[k]) {
+        if (bad) *bad = i;
+        return LM_ECORRUPT;
+      }
+    }
+  }
+  return LM_OK;
+}
+
 lm_status lm_views_total_bytes(const lm_string_view *views, size_t n, uint64_t *total) {
   if ((n && !views) || !total) return LM_EINVAL;
   uint64_t t = 0;

@@ -291,6 +291,26 @@ TEST(Layout, ValidateViewsCatchesCorruption) {
   EXPECT_EQ(lm_views_validate(v.data(), 3, st->buffer_data, sizes.data(), 1), LM_ECORRUPT);
 }
 
+TEST(Layout, CheckPaddingLooksAtInlineViewsOnly) {
+  auto st = build({"short", "a string longer than twelve", "", "twelve bytes"});
+  size_t bad = 99;
+  ASSERT_EQ(lm_views_check_padding(st->views, 4, &bad), LM_OK);
+  EXPECT_EQ(bad, 99u);
+  std::vector<lm_string_view> v(st->views, st->views + 4);
+  v[2].prefix_or_inline[0] = 'x';  // the empty string with a byte in its padding
+  EXPECT_EQ(lm_views_check_padding(v.data(), 4, &bad), LM_ECORRUPT);
+  EXPECT_EQ(bad, 2u);
+  v.assign(st->views, st->views + 4);
+  v[0].suffix_or_offset[7] = 1;  // "short": the last inline byte
+  EXPECT_EQ(lm_views_check_padding(v.data(), 4, nullptr), LM_ECORRUPT);
+  v.assign(st->views, st->views + 4);
+  v[1].suffix_or_offset[7] = 0x7F;  // a long view's offset is not padding
+  v[3].suffix_or_offset[7] ^= 1;    // a full 12-byte inline string has no padding
+  EXPECT_EQ(lm_views_check_padding(v.data(), 4, nullptr), LM_OK);
+  EXPECT_EQ(lm_views_check_padding(nullptr, 1, nullptr), LM_EINVAL);
+  EXPECT_EQ(lm_views_check_padding(nullptr, 0, nullptr), LM_OK);
+}
+
 TEST(Layout, BeyondTwoGibSwitchesToInt64) {
   // 40 views of one 64 MiB string: 2.5 GiB of strings without 2.5 GiB of memory.
   const size_t len = size_t(64) << 20, n = 40;

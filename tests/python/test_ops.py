@@ -147,3 +147,117 @@ def test_gil_released_while_kernel_runs():
     during = [x for x in ticks if t0 < x < t1]
     assert len(during) >= 3, "the ticker thread was starved: the GIL was held by the op"
     assert luminamoon.StringTensor  # keep import used
+
+
+# A child process whose writer threads scribble over the offsets (and views, indices,
+# masks) that the main thread's ops are reading with the GIL released.  The ops may
+# raise or give wrong strings, but must never read outside their buffers: a crash
+# (SIGSEGV, std::bad_alloc, abort) kills the child and fails the test.
+_RACE_CHILD = r"""
+import sys, threading
+import torch
+import luminamoon
+from luminamoon import StringTensor, TextCleaner, QualityFilter, PIIMasker, StreamDeduplicator, hash128, _C
+
+OPS = torch.ops.luminamoon
+torch.set_num_threads(2)
+N, ROUNDS = 60000, int(sys.argv[1])
+base = StringTensor.from_list([("w%d " % i) * (1 + i % 9) + "mail a@b.co" for i in range(N)])
+stop = threading.Event()
+targets = []   # (tensor, good copy, bad copy): the writer flips each between the two
+
+
+def writer():
+    k = 0
+    while not stop.is_set():
+        t, good, bad = targets[k % len(targets)]
+        t.copy_(bad)
+        t.copy_(good)
+        k += 1
+
+
+def scribbled(t, bad):
+    targets.append((t, t.clone(), bad))
+    return t
+
+
+def offsets_pair(dtype):
+    off, data = base.offsets.to(dtype).clone(), base.data
+    bad = off.clone()
+    bad[N // 3:] = (1 << 30) if dtype == torch.int32 else (1 << 40)   # far past the payload
+    bad[N // 2:2 * N // 3] = -(1 << 20)                               # negative, then decreasing
+    return scribbled(off, bad), data
+
+
+def views_of():
+    v = base.views.clone()
+    bad = v.clone()
+    bad[N // 3:, 0:4] = 0xFF                        # length 2**32-1
+    bad[N // 3:, 8:16] = 0x7F                       # buffer index and offset far off
+    return scribbled(v, bad), list(base.buffers)
+
+
+calls = []
+for dt in (torch.int32, torch.int64):
+    off, data = offsets_pair(dt)
+    idx = torch.arange(N - 1, -1, -1)
+    scribbled(idx, torch.full_like(idx, 1 << 40))
+    mask = torch.zeros(N, dtype=torch.bool)
+    scribbled(mask, torch.ones(N, dtype=torch.bool))
+    calls += [
+        ("hash64", lambda off=off, data=data: OPS.hash64(off, data, 0)),
+        ("pad_bytes", lambda off=off, data=data: OPS.pad_bytes(off, data, 16, 0, -1, -1)),
+        ("prefix_match", lambda off=off, data=data: OPS.prefix_match(off, data, "w1")),
+        ("equal_scalar", lambda off=off, data=data: OPS.equal_scalar(off, data, "w1 ")),
+        ("equal", lambda off=off, data=data: OPS.equal(off, data, base.offsets.to(off.dtype), base.data)),
+        ("gather", lambda off=off, data=data, idx=idx: OPS.gather(off, data, idx)),
+        ("compact", lambda off=off, data=data, mask=mask: OPS.compact(off, data, mask)),
+        ("views_from_offsets", lambda off=off, data=data: OPS.views_from_offsets(off, data)),
+        ("to_list", lambda off=off, data=data: _C.to_list(off, data, True)),
+        ("validate_utf8", lambda off=off, data=data: _C.validate_utf8(off, data)),
+        ("hash128", lambda off=off, data=data: hash128(StringTensor(off, data))),
+        ("TextCleaner", lambda off=off, data=data: TextCleaner()(StringTensor(off, data))),
+        ("QualityFilter", lambda off=off, data=data: QualityFilter()(StringTensor(off, data))),
+        ("PIIMasker", lambda off=off, data=data: PIIMasker()(StringTensor(off, data))),
+        ("StreamDeduplicator", lambda off=off, data=data: StreamDeduplicator()(StringTensor(off, data))),
+    ]
+views, bufs = views_of()
+calls += [
+    ("views_hash64", lambda: OPS.views_hash64(views, bufs, 0)),
+    ("views_prefix_match", lambda: OPS.views_prefix_match(views, bufs, "w1 w1 w1")),
+    ("views_equal_scalar", lambda: OPS.views_equal_scalar(views, bufs, "w1 w1 w1 w1")),
+    ("views_equal", lambda: OPS.views_equal(views, bufs, base.views, list(base.buffers))),
+    ("offsets_from_views", lambda: OPS.offsets_from_views(views, bufs, False)),
+    ("views_to_list", lambda: _C.views_to_list(views, bufs, True)),
+]
+threads = [threading.Thread(target=writer, daemon=True) for _ in range(2)]
+for t in threads:
+    t.start()
+outcomes = {}
+only = set(sys.argv[2].split(",")) if len(sys.argv) > 2 else None   # for a diagnosis by hand
+for name, fn in calls:
+    if only and name not in only:
+        continue
+    print("running", name, file=sys.stderr, flush=True)
+    for _ in range(ROUNDS):
+        try:
+            fn()
+            outcomes.setdefault(name, set()).add("ok")
+        except (ValueError, IndexError, TypeError) as e:
+            outcomes.setdefault(name, set()).add(type(e).__name__)
+stop.set()
+for t in threads:
+    t.join()
+print("SURVIVED", sorted((k, sorted(v)) for k, v in outcomes.items()))
+"""
+
+
+def test_racing_writer_never_crashes_an_op():
+    """Issue 19 item 10: offsets (views, index, mask) changed by another thread while an op
+    runs with the GIL released give wrong strings or an error, never a crash."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-c", _RACE_CHILD, "12"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0 and "SURVIVED" in r.stdout, (
+        f"the child died (returncode {r.returncode}): {r.stderr[-2000:]}")

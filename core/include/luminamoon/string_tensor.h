@@ -124,6 +124,12 @@ lm_status lm_views_validate(const lm_string_view *views, size_t n, const uint8_t
 lm_status lm_views_check_bounds(const lm_string_view *views, size_t n, const size_t *buffer_sizes,
                                 uint32_t nbuffers);
 
+/* Inline views (len <= 12) only: every byte after the string in the 12-byte
+ * inline area is zero (the Arrow format requires it, and the comparisons read
+ * the inline area as whole words).  No payload access.  LM_ECORRUPT otherwise;
+ * *bad (if not NULL) gets the index of the first bad view. */
+lm_status lm_views_check_padding(const lm_string_view *views, size_t n, size_t *bad);
+
 /* ------------------------------------------------------ layout conversion */
 
 /* Total payload bytes of the views (sum of lengths) into *total. */
