@@ -5,8 +5,15 @@
 * views layout -> ``pa.string_view()`` (the views buffer plus one variadic data
   buffer per payload buffer, shared);
 * ``pa.string_view()`` -> views layout (shared, fully validated first);
-* chunked arrays and Arrow PyCapsule producers (``__arrow_c_array__`` /
-  ``__arrow_c_stream__``) are accepted too.
+* chunked arrays, dictionary arrays (Polars Categorical/Enum) and Arrow
+  PyCapsule producers (``__arrow_c_array__`` / ``__arrow_c_stream__``) are
+  accepted too.
+
+Bytes semantics (``validate=False`` with bytes that were never checked as UTF-8,
+or bytes that are not UTF-8) export as ``binary`` / ``large_binary`` /
+``binary_view``, never as a string type: Arrow readers trust a string array to
+hold UTF-8.  Read-only Arrow buffers (memory-mapped files) are copied on import
+(see ``StringTensor.from_arrow``).
 
 Example:
     >>> import pyarrow as pa, luminamoon
@@ -38,16 +45,20 @@ def to_arrow(st: StringTensor, zero_copy: bool = True) -> pa.Array:
         offsets, data = offsets.cpu(), data.cpu()
     if not zero_copy:
         offsets, data = offsets.clone(), data.clone()
-    typ = pa.string() if offsets.dtype == torch.int32 else pa.large_string()
+    if st._is_utf8():
+        typ = pa.string() if offsets.dtype == torch.int32 else pa.large_string()
+    else:
+        typ = pa.binary() if offsets.dtype == torch.int32 else pa.large_binary()
     return pa.Array.from_buffers(typ, len(st), [None, pa.py_buffer(_np_view(offsets)), pa.py_buffer(_np_view(data))])
 
 
 def to_arrow_view(st: StringTensor) -> pa.Array:
     if st.device.type != "cpu":
         st = st.cpu()
-    views = st.views
-    bufs = [None, pa.py_buffer(views.numpy().reshape(-1))] + [pa.py_buffer(_np_view(b)) for b in st.buffers]
-    return pa.Array.from_buffers(pa.string_view(), len(st), bufs)
+    views, buffers = st._vb_pair()
+    bufs = [None, pa.py_buffer(views.numpy().reshape(-1))] + [pa.py_buffer(_np_view(b)) for b in buffers]
+    typ = pa.string_view() if st._is_utf8() else pa.binary_view()
+    return pa.Array.from_buffers(typ, len(st), bufs)
 
 
 def _from_offsets_array(arr: pa.Array, validate: bool) -> StringTensor:
@@ -61,19 +72,25 @@ def _from_offsets_array(arr: pa.Array, validate: bool) -> StringTensor:
     else:
         offsets = _frombuffer(obuf)[arr.offset * width:(arr.offset + n + 1) * width].view(odt)
     data = _frombuffer(dbuf) if dbuf is not None else torch.empty(0, dtype=torch.uint8)
-    is_text = pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)
     # Arrow string arrays are UTF-8 by contract only: check unless told not to.
-    return StringTensor.from_buffers(offsets, data, validate=validate and (is_text or validate))
+    return StringTensor.from_buffers(offsets, data, validate=validate)
 
 
 def _from_view_array(arr: pa.Array, validate: bool) -> StringTensor:
     bufs = arr.buffers()
-    views = _frombuffer(bufs[1]).view(-1, 16)[arr.offset:arr.offset + len(arr)]
+    n = len(arr)
+    # The views buffer may be longer than the array (a slice, or spare capacity): take our rows only.
+    vbuf = _frombuffer(bufs[1]) if bufs[1] is not None else torch.empty(0, dtype=torch.uint8)
+    lo, hi = arr.offset * 16, (arr.offset + n) * 16
+    if vbuf.numel() < hi:
+        raise ValueError(f"the string_view array's views buffer holds {vbuf.numel()} bytes, fewer than the "
+                         f"{hi} its offset ({arr.offset}) and length ({n}) need")
+    views = vbuf[lo:hi].view(n, 16)
     payload = [_frombuffer(b) if b is not None else torch.empty(0, dtype=torch.uint8) for b in bufs[2:]]
     _C.validate_views(views, payload)  # bounds, padding, prefixes: never trust a foreign view
-    st = StringTensor(views=views, buffers=payload)
+    st = StringTensor(views=views, buffers=payload, utf8=bool(validate))
     if validate:
-        _C.validate_utf8(st.offsets, st.data)
+        _C.validate_utf8(*st._od_pair())
     return st
 
 
@@ -83,15 +100,19 @@ def _concat(parts: list) -> StringTensor:
     # views layout: concatenate the views, re-basing each part's buffer indices (no payload copy).
     views, buffers = [], []
     for p in parts:
-        v = p.views.clone()
+        pv, pb = p._vb_pair()
+        v = pv.clone()
         if len(p) and len(buffers):
             long = v[:, :4].contiguous().view(torch.int32).view(-1) > 12
             idx = v[:, 8:12].contiguous().view(torch.int32).view(-1)
             idx = torch.where(long, idx + len(buffers), idx)
             v[:, 8:12] = idx.view(torch.uint8).view(-1, 4)
         views.append(v)
-        buffers.extend(p.buffers)
-    return StringTensor(views=torch.cat(views) if views else torch.empty(0, 16, dtype=torch.uint8), buffers=buffers)
+        buffers.extend(pb)
+    flags = [p._utf8 for p in parts]
+    utf8 = False if False in flags else (True if all(flags) else None)
+    return StringTensor(views=torch.cat(views) if views else torch.empty(0, 16, dtype=torch.uint8), buffers=buffers,
+                        utf8=utf8)
 
 
 def _from_array(arr: pa.Array, validate: bool) -> StringTensor:
@@ -101,10 +122,16 @@ def _from_array(arr: pa.Array, validate: bool) -> StringTensor:
                          "StringTensor has no nulls: fill them first (pyarrow.compute.fill_null)")
     t = arr.type
     if pa.types.is_dictionary(t):
-        return _from_array(arr.dictionary_decode(), validate)
+        # Decoded here, not with dictionary_decode (which pyarrow cannot do for string_view
+        # dictionaries): the dictionary becomes a StringTensor, the indices select from it
+        # (views layout: no payload copy).  Nulls in the indices were refused above.
+        values = _from_array(arr.dictionary, validate)
+        idx = arr.indices.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+        if len(idx) and (int(idx.min()) < 0 or int(idx.max()) >= len(values)):
+            raise ValueError(f"the dictionary array's indices point outside its dictionary "
+                             f"({len(values)} values)")
+        return values.take(torch.from_numpy(np.ascontiguousarray(idx)))
     if t in _STRING_TYPES:
-        if t in (pa.binary(), pa.large_binary()) and validate:
-            pass  # checked as UTF-8 below
         return _from_offsets_array(arr, validate)
     if t in _VIEW_TYPES:
         return _from_view_array(arr, validate)

@@ -488,13 +488,16 @@ class StreamDeduplicator(_Stage):
 
 
 def hash128(texts, seed: int = 0) -> torch.Tensor:
-    """XXH3-128 of each text: int64 [N, 2] (lo, hi), as the deduplicator hashes them."""
+    """XXH3-128 of each text: int64 [N, 2] (lo, hi), as the deduplicator hashes them.
+
+    ``seed``: 64 bits, an int in [-2**63, 2**64) (a negative one stands for its two's-complement
+    bits, as in ``StringTensor.hash64``)."""
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise TypeError(f"hash128: seed must be an int, got {type(seed).__name__}")
-    if not 0 <= seed < 2**64:
-        raise ValueError(f"hash128: seed must be in [0, 2**64), got {seed}")
+    if not -2**63 <= seed < 2**64:
+        raise ValueError(f"hash128: seed must be in [-2**63, 2**64) (64 bits), got {seed}")
     st = _as_string_tensor(texts)
-    return _C.hash128(st.offsets, st.data, seed)
+    return _C.hash128(st.offsets, st.data, seed & (2**64 - 1))
 
 
 # ----------------------------------------------------------------- pipelines

@@ -20,7 +20,6 @@ Example:
 """
 from __future__ import annotations
 
-import warnings
 from typing import Iterable, Iterator, Sequence
 
 import numpy as np
@@ -62,6 +61,9 @@ def _as_offsets(t, name: str = "offsets") -> torch.Tensor:
 
 def _as_index_tensor(t, name: str, empty_dtype: torch.dtype = torch.int64) -> torch.Tensor:
     """torch.as_tensor with errors that name the argument; an empty list is an empty index (not float32)."""
+    if isinstance(t, torch.Tensor) and t.device.type == "meta":
+        raise ValueError(f"{name} is on the meta device, which holds no values to select with; "
+                         "pass a CPU (or the StringTensor's device) tensor")
     try:
         if isinstance(t, (list, tuple)) and len(t) == 0:
             return torch.empty(0, dtype=empty_dtype)
@@ -75,12 +77,45 @@ def _as_index_tensor(t, name: str, empty_dtype: torch.dtype = torch.int64) -> to
 
 
 def _frombuffer(buf) -> torch.Tensor:
-    """A uint8 CPU tensor sharing memory with an Arrow/Python buffer (kept alive by the tensor)."""
-    if len(memoryview(buf)) == 0:
+    """A uint8 CPU tensor over an Arrow/Python buffer: shared (kept alive by the tensor) when the
+    buffer is writable, a copy when it is read-only (a memory-mapped file, ``bytes``): torch has no
+    read-only tensors, and a write through one (``st.data[0] = 1``, ``dlpack_buffers()``) into a
+    read-only mapping would kill the process with SIGSEGV."""
+    mv = memoryview(buf)
+    if len(mv) == 0:
         return torch.empty(0, dtype=torch.uint8)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # read-only buffers: we never write into the payload
-        return torch.from_numpy(np.frombuffer(buf, dtype=np.uint8))
+    arr = np.frombuffer(buf, dtype=np.uint8)
+    if mv.readonly:
+        return torch.from_numpy(arr.copy())
+    return torch.from_numpy(arr)
+
+
+def _pinning_available() -> bool:
+    """Pinned memory needs an accelerator; torch raises an unclear RuntimeError without one."""
+    acc = getattr(torch, "accelerator", None)
+    if acc is not None and hasattr(acc, "is_available"):
+        return bool(acc.is_available())
+    return torch.cuda.is_available()
+
+
+_UINT8_INDEX = ("a uint8 index is ambiguous (torch reads a uint8 index tensor as a mask): pass .bool() "
+                "for a mask or .long() for indices (take() reads uint8 as indices)")
+
+
+def _scalar_index(key) -> int:
+    """The int a 0-d index tensor/array stands for (torch and NumPy read one as an element index)."""
+    if isinstance(key, torch.Tensor):
+        if key.device.type == "meta":
+            raise ValueError("index is on the meta device, which holds no value to index with")
+        if key.dtype == torch.uint8:
+            raise TypeError(_UINT8_INDEX)
+        ok = not (key.dtype == torch.bool or key.dtype.is_floating_point or key.dtype.is_complex)
+    else:
+        ok = key.dtype.kind in "iu"
+    if not ok:
+        raise TypeError(f"a 0-d index must hold an integer, got dtype {key.dtype} "
+                        "(use a 1-D bool mask of length N to select with booleans)")
+    return int(key.item())
 
 
 class StringTensor:
@@ -91,20 +126,47 @@ class StringTensor:
     (3, 'bb', ['bb', 'ccc'])
     """
 
-    __slots__ = ("_offsets", "_data", "_views", "_buffers", "__weakref__")
+    # Each layout is one attribute holding a tuple, (offsets, data) and (views, buffers), set once
+    # (None -> tuple, never back): a lazily built layout is published by a single store, so another
+    # thread sees either no layout or a complete one (never views without their buffers).
+    # _utf8: True when the strings were checked as UTF-8 (or built from str), False for bytes
+    # semantics (validate=False), None when not known (the trusted constructor): to_arrow checks
+    # it then, once.
+    __slots__ = ("_od", "_vb", "_utf8", "__weakref__")
     __hash__ = None  # mutable-free but ``==`` is element-wise, like torch
 
     def __init__(self, offsets: torch.Tensor | None = None, data: torch.Tensor | None = None,
-                 views: torch.Tensor | None = None, buffers: Sequence[torch.Tensor] | None = None):
-        """Low-level constructor from trusted, already validated tensors; use the ``from_*`` methods."""
+                 views: torch.Tensor | None = None, buffers: Sequence[torch.Tensor] | None = None,
+                 *, utf8: bool | None = None):
+        """Low-level constructor from trusted, already validated tensors; use the ``from_*`` methods.
+
+        ``utf8``: True when the strings are known to be UTF-8, False for bytes semantics (exported to
+        Arrow as binary), None when not known (checked when first exported)."""
         if (offsets is None) != (data is None):
             raise ValueError("offsets and data must be given together")
         if offsets is None and views is None:
             raise ValueError("give offsets+data or views+buffers")
-        self._offsets = offsets
-        self._data = data
-        self._views = views
-        self._buffers = tuple(buffers) if buffers is not None else (() if views is not None else None)
+        self._od = (offsets, data) if offsets is not None else None
+        self._vb = (views, tuple(buffers) if buffers is not None else ()) if views is not None else None
+        self._utf8 = utf8
+
+    def _od_pair(self) -> tuple:
+        """(offsets, data), materialised from the views if needed: one consistent pair."""
+        od = self._od
+        if od is None:
+            od = self._materialize_offsets()
+        return od
+
+    def _vb_pair(self) -> tuple:
+        """(views, buffers), materialised from the offsets if needed: one consistent pair."""
+        vb = self._vb
+        if vb is None:
+            vb = self._materialize_views()
+        return vb
+
+    def _derived(self, *args, **kwargs) -> "StringTensor":
+        """A StringTensor holding a selection of these strings (same UTF-8 status)."""
+        return StringTensor(*args, utf8=self._utf8, **kwargs)
 
     # ------------------------------------------------------------ construction
     @classmethod
@@ -124,7 +186,9 @@ class StringTensor:
             except TypeError:
                 raise TypeError(f"strings must be an iterable of str, got {type(strings).__name__}") from None
         offsets, data = _C.from_list(strings, True, validate)
-        return cls(offsets, data)
+        # str items are UTF-8 by construction; unchecked bytes items make it bytes semantics
+        utf8 = True if validate else all(isinstance(x, str) for x in strings)
+        return cls(offsets, data, utf8=utf8)
 
     @classmethod
     def from_buffers(cls, offsets, data, *, validate: bool = True) -> "StringTensor":
@@ -158,7 +222,7 @@ class StringTensor:
         if start:
             offsets = offsets - start
             data = data[start:]
-        return cls(offsets, data)
+        return cls(offsets, data, utf8=bool(validate))
 
     @classmethod
     def from_numpy(cls, array: np.ndarray) -> "StringTensor":
@@ -178,9 +242,16 @@ class StringTensor:
         """Build from Arrow without copying the payload.
 
         Accepts ``pa.string()``, ``pa.large_string()``, ``pa.string_view()``
-        arrays (and binary ones with ``validate=False``), chunked arrays, and
-        any object with ``__arrow_c_array__`` / ``__arrow_c_stream__``.
+        arrays (and binary ones with ``validate=False``), dictionary arrays of
+        those (Polars Categorical/Enum), chunked arrays, and any object with
+        ``__arrow_c_array__`` / ``__arrow_c_stream__``.
         Null entries are refused (ValueError).
+
+        Read-only Arrow buffers (a memory-mapped IPC file, ``pa.py_buffer`` of
+        ``bytes``) are copied once: torch tensors cannot be read-only, and a
+        write into a read-only mapping would crash the process.  Writable
+        buffers are shared.  With ``validate=False`` the tensor has bytes
+        semantics and ``to_arrow()`` exports it as ``binary``.
         """
         from . import arrow as _arrow
 
@@ -190,56 +261,54 @@ class StringTensor:
     @property
     def offsets(self) -> torch.Tensor:
         """N+1 offsets (int32; int64 past 2 GiB of payload), materialised from the views if needed."""
-        if self._offsets is None:
-            self._materialize_offsets()
-        return self._offsets
+        return self._od_pair()[0]
 
     @property
     def data(self) -> torch.Tensor:
         """The uint8 payload of the offsets layout."""
-        if self._data is None:
-            self._materialize_offsets()
-        return self._data
+        return self._od_pair()[1]
 
     @property
     def views(self) -> torch.Tensor:
         """uint8 [N, 16] Utf8View views (CPU only), materialised without a payload copy if needed."""
-        if self._views is None:
-            self._materialize_views()
-        return self._views
+        return self._vb_pair()[0]
 
     @property
     def buffers(self) -> tuple:
         """The payload buffers the views point into."""
-        if self._views is None:
-            self._materialize_views()
-        return self._buffers
+        return self._vb_pair()[1]
 
-    def _materialize_offsets(self) -> None:
-        views = self._views
+    def _materialize_offsets(self) -> tuple:
+        views, buffers = self._vb
         total = int(views[:, :4].contiguous().view(torch.int32).sum()) if views.shape[0] else 0
         large = total > 0x7FFFFFFF
-        self._offsets, self._data = _lib.offsets_from_views(views, list(self._buffers), large)
+        od = tuple(_lib.offsets_from_views(views, list(buffers), large))
+        self._od = od  # one store publishes both
+        return od
 
-    def _materialize_views(self) -> None:
-        if self._data.device.type != "cpu":
+    def _materialize_views(self) -> tuple:
+        offsets, data = self._od
+        if data.device.type != "cpu":
             raise ValueError("the views layout exists on the CPU only; call .cpu() first")
-        self._views = _lib.views_from_offsets(self._offsets, self._data)
-        n = self._data.numel()
+        views = _lib.views_from_offsets(offsets, data)
+        n = data.numel()
         windows = (n >> 31) + 1
-        self._buffers = tuple(self._data[w * _WINDOW:] for w in range(windows))
+        vb = (views, tuple(data[w * _WINDOW:] for w in range(windows)))
+        self._vb = vb  # one store publishes both
+        return vb
 
     @property
     def has_offsets_layout(self) -> bool:
-        return self._offsets is not None
+        return self._od is not None
 
     @property
     def has_views_layout(self) -> bool:
-        return self._views is not None
+        return self._vb is not None
 
     @property
     def device(self) -> torch.device:
-        return self._offsets.device if self._offsets is not None else self._views.device
+        od = self._od
+        return od[0].device if od is not None else self._vb[0].device
 
     def _require_data(self, what: str) -> None:
         if self.device.type == "meta":
@@ -250,9 +319,10 @@ class StringTensor:
     def nbytes(self) -> int:
         """Bytes of string content (sum of lengths)."""
         self._require_data("nbytes")
-        if self._offsets is not None:
-            return int(self._offsets[-1]) if self._offsets.numel() else 0
-        return int(self._views[:, :4].contiguous().view(torch.int32).sum())
+        od = self._od
+        if od is not None:
+            return int(od[0][-1]) if od[0].numel() else 0
+        return int(self._vb[0][:, :4].contiguous().view(torch.int32).sum())
 
     @property
     def storage_nbytes(self) -> int:
@@ -260,7 +330,8 @@ class StringTensor:
         and payload buffers, whichever exist); a storage shared by two of them is
         counted once.  A slice holds its parent's whole storage, so it counts it."""
         seen, total = set(), 0
-        parts = [self._offsets, self._data, self._views, *(self._buffers or ())]
+        od, vb = self._od, self._vb
+        parts = [*(od or ()), *((vb[0], *vb[1]) if vb is not None else ())]
         for t in parts:
             if t is None or t.device.type == "meta":  # a meta tensor holds no memory (and no data_ptr to tell apart)
                 continue
@@ -273,7 +344,8 @@ class StringTensor:
 
     # ------------------------------------------------------------ sequence API
     def __len__(self) -> int:
-        return (self._offsets.shape[0] - 1) if self._offsets is not None else self._views.shape[0]
+        od = self._od
+        return (od[0].shape[0] - 1) if od is not None else self._vb[0].shape[0]
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.tolist())
@@ -291,23 +363,29 @@ class StringTensor:
         self._require_data("tolist")
         if self.device.type != "cpu":
             return self.cpu().tolist(bytes=bytes)
-        if self._views is not None:
-            return _C.views_to_list(self._views, list(self._buffers), bytes)
-        return _C.to_list(self._offsets, self._data, bytes)
+        vb = self._vb
+        if vb is not None:
+            return _C.views_to_list(vb[0], list(vb[1]), bytes)
+        offsets, data = self._od
+        return _C.to_list(offsets, data, bytes)
 
     to_pylist = tolist
 
     def __getitem__(self, key):
         self._require_data("indexing")
         n = len(self)
+        if isinstance(key, (np.ndarray, torch.Tensor)) and key.ndim == 0:
+            key = _scalar_index(key)  # a 0-d integer tensor/array indexes one element, as in torch and NumPy
         if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
             i = int(key)
             if i < -n or i >= n:
                 raise IndexError(f"index {i} is out of range for a StringTensor of length {n}")
             i %= n
-            if self._offsets is not None:
-                a, b = int(self._offsets[i]), int(self._offsets[i + 1])
-                raw = self._data[a:b].cpu().numpy().tobytes()
+            od = self._od
+            if od is not None:
+                offsets, data = od
+                a, b = int(offsets[i]), int(offsets[i + 1])
+                raw = data[a:b].cpu().numpy().tobytes()
                 try:
                     return raw.decode("utf-8")
                 except UnicodeDecodeError:
@@ -318,27 +396,42 @@ class StringTensor:
         if isinstance(key, (list, tuple)) and len(key) == 0:
             return self.take(key)
         if isinstance(key, (list, tuple, np.ndarray)):
-            key = torch.as_tensor(np.asarray(key) if not isinstance(key, np.ndarray) else key)
+            arr = np.asarray(key)
+            if arr.dtype == np.uint8:  # NumPy reads a uint8 array as indices: keep that meaning
+                arr = arr.astype(np.int64)
+            key = torch.as_tensor(arr)
         if isinstance(key, torch.Tensor):
             if key.dtype == torch.bool:
                 return self.mask(key)
-            if key.dtype in (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8):
+            if key.dtype == torch.uint8:
+                raise TypeError(_UINT8_INDEX)
+            if key.dtype in (torch.int8, torch.int16, torch.int32, torch.int64):
                 return self.take(key)
             raise TypeError(f"index tensor must be bool or integer, got {key.dtype}")
         raise TypeError(f"StringTensor indices must be int, slice, bool mask or integer index tensor, "
                         f"got {type(key).__name__}")
 
     def _slice(self, key: slice) -> "StringTensor":
+        for part in ("start", "stop", "step"):
+            v = getattr(key, part)
+            if v is not None and not isinstance(v, (int, np.integer)) and not hasattr(v, "__index__"):
+                raise TypeError(f"slice {part} must be an int or None, got {type(v).__name__}")
         start, stop, step = key.indices(len(self))
         if step == 1 and self.device.type != "cpu":
             stop = max(stop, start)
-            off = self._offsets[start:stop + 1]
+            offsets, data = self._od
+            off = offsets[start:stop + 1]
             base = off[0]
-            return StringTensor(off - base, self._data[int(base):int(off[-1])] if stop > start else self._data[:0])
+            return self._derived(off - base, data[int(base):int(off[-1])] if stop > start else data[:0])
         if step != 1:
-            count = len(range(start, stop, step))
-            return self.take(start + step * torch.arange(count, dtype=torch.int64))
-        return StringTensor(views=self.views[start:max(stop, start)], buffers=self.buffers)
+            idx = range(start, stop, step)
+            # len(idx) >= 2 implies |step| < len(self), so the arange below cannot overflow int64
+            # (a step like 2**64 selects at most the first element)
+            if len(idx) <= 1:
+                return self.take(list(idx) or torch.empty(0, dtype=torch.int64))
+            return self.take(torch.arange(idx.start, idx.stop, idx.step, dtype=torch.int64))
+        views, buffers = self._vb_pair()
+        return self._derived(views=views[start:max(stop, start)], buffers=buffers)
 
     def take(self, index) -> "StringTensor":
         """The strings at ``index`` (integers, negative counted from the end). No payload copy on the CPU."""
@@ -357,8 +450,9 @@ class StringTensor:
                 raise IndexError(f"index {bad} is out of range for a StringTensor of length {n}")
             index = torch.where(index < 0, index + n, index)
         if self.device.type != "cpu":
-            return StringTensor(*_lib.gather(self._offsets, self._data, index))
-        return StringTensor(views=self.views.index_select(0, index), buffers=self.buffers)
+            return self._derived(*_lib.gather(*self._od, index))
+        views, buffers = self._vb_pair()
+        return self._derived(views=views.index_select(0, index), buffers=buffers)
 
     def mask(self, mask) -> "StringTensor":
         """The strings where ``mask`` (bool[N]) is true. No payload copy on the CPU."""
@@ -370,8 +464,9 @@ class StringTensor:
             raise ValueError(f"mask must have shape ({len(self)},), got {tuple(mask.shape)}")
         mask = mask.to(self.device)
         if self.device.type != "cpu":
-            return StringTensor(*_lib.compact(self._offsets, self._data, mask))
-        return StringTensor(views=self.views[mask], buffers=self.buffers)
+            return self._derived(*_lib.compact(*self._od, mask))
+        views, buffers = self._vb_pair()
+        return self._derived(views=views[mask], buffers=buffers)
 
     compact = mask
 
@@ -386,20 +481,22 @@ class StringTensor:
         """bool[N]: element-wise equality with one ``str`` or another StringTensor of the same length."""
         if isinstance(other, str):
             _ops._str_arg("fast_eq", "other", other)
-            if self.device.type == "cpu" and self._views is not None:
-                return _lib.views_equal_scalar(self._views, list(self._buffers), other)
-            return _lib.equal_scalar(self.offsets, self.data, other)
+            vb = self._vb
+            if self.device.type == "cpu" and vb is not None:
+                return _lib.views_equal_scalar(vb[0], list(vb[1]), other)
+            return _lib.equal_scalar(*self._od_pair(), other)
         other = self._other(other)
         if len(other) != len(self):
             raise ValueError(f"other must have the same length ({len(self)}), got {len(other)}")
         if other.device != self.device:
             raise ValueError(f"other is on {other.device}, self on {self.device}")
-        if self.device.type == "cpu" and self._views is not None and other._views is not None:
-            return _lib.views_equal(self._views, list(self._buffers), other._views, list(other._buffers))
-        a, b = self.offsets, other.offsets
+        va, vb = self._vb, other._vb
+        if self.device.type == "cpu" and va is not None and vb is not None:
+            return _lib.views_equal(va[0], list(va[1]), vb[0], list(vb[1]))
+        (a, da), (b, db) = self._od_pair(), other._od_pair()
         if a.dtype != b.dtype:
             a, b = a.long(), b.long()
-        return _lib.equal(a, self.data, b, other.data)
+        return _lib.equal(a, da, b, db)
 
     def __eq__(self, other):
         if isinstance(other, (str, StringTensor, list, tuple)):
@@ -419,28 +516,34 @@ class StringTensor:
     def starts_with(self, prefix: str) -> torch.Tensor:
         """bool[N]: which strings start with ``prefix``."""
         _ops._str_arg("starts_with", "prefix", prefix)
-        if self.device.type == "cpu" and self._views is not None:
-            return _lib.views_prefix_match(self._views, list(self._buffers), prefix)
-        return _lib.prefix_match(self.offsets, self.data, prefix)
+        vb = self._vb
+        if self.device.type == "cpu" and vb is not None:
+            return _lib.views_prefix_match(vb[0], list(vb[1]), prefix)
+        return _lib.prefix_match(*self._od_pair(), prefix)
 
     def filter_by_prefix(self, prefix: str) -> "StringTensor":
         """The strings that start with ``prefix``."""
         return self.mask(self.starts_with(prefix))
 
     def hash64(self, seed: int = 0) -> torch.Tensor:
-        """int64[N]: XXH3-64 of each string (bits of the unsigned value)."""
-        if not isinstance(seed, int):
+        """int64[N]: XXH3-64 of each string (bits of the unsigned value).
+
+        ``seed`` is a 64-bit seed: an int in [-2**63, 2**64) (a negative one stands for its
+        two's-complement bits, ``-1`` == ``2**64 - 1``); others raise ValueError."""
+        if isinstance(seed, bool) or not isinstance(seed, int):
             raise TypeError(f"seed must be int, got {type(seed).__name__}")
-        seed = seed & 0xFFFFFFFFFFFFFFFF
+        if not -(1 << 63) <= seed < (1 << 64):
+            raise ValueError(f"seed must be in [-2**63, 2**64) (64 bits), got {seed}")
         if seed >= 1 << 63:
             seed -= 1 << 64
-        if self.device.type == "cpu" and self._views is not None:
-            return _lib.views_hash64(self._views, list(self._buffers), seed)
-        return _lib.hash64(self.offsets, self.data, seed)
+        vb = self._vb
+        if self.device.type == "cpu" and vb is not None:
+            return _lib.views_hash64(vb[0], list(vb[1]), seed)
+        return _lib.hash64(*self._od_pair(), seed)
 
     def pad_bytes(self, max_len: int, pad_id: int = 0, bos_id: int = -1, eos_id: int = -1):
         """Byte-level tokens and lengths: see ``luminamoon.ops.pad_bytes``."""
-        return _ops.pad_bytes(self.offsets, self.data, max_len, pad_id, bos_id, eos_id)
+        return _ops.pad_bytes(*self._od_pair(), max_len, pad_id, bos_id, eos_id)
 
     # ----------------------------------------------------------------- devices
     def to(self, device, non_blocking: bool = False) -> "StringTensor":
@@ -458,10 +561,10 @@ class StringTensor:
         self._require_data(f"to({str(device)!r})")
         if device.type == "cuda" and not torch.cuda.is_available():
             raise ValueError(f"device {str(device)!r}: CUDA is not available on this machine")
-        off, data = self.offsets, self.data
+        off, data = self._od_pair()
         if device.type != "cpu" and non_blocking and off.device.type == "cpu" and not off.is_pinned():
             off, data = off.pin_memory(), data.pin_memory()
-        return StringTensor(off.to(device, non_blocking=non_blocking), data.to(device, non_blocking=non_blocking))
+        return self._derived(off.to(device, non_blocking=non_blocking), data.to(device, non_blocking=non_blocking))
 
     def cpu(self) -> "StringTensor":
         return self.to("cpu")
@@ -473,10 +576,17 @@ class StringTensor:
         """A copy of the offsets layout in pinned (page-locked) host memory."""
         if self.device.type != "cpu":
             raise ValueError(f"pin_memory: only a CPU StringTensor can be pinned, this one is on {self.device}")
-        return StringTensor(self.offsets.pin_memory(), self.data.pin_memory())
+        if not _pinning_available():
+            raise ValueError("pin_memory: pinned (page-locked) memory needs an accelerator (CUDA) device, and this "
+                             "torch build or machine has none; keep the StringTensor in ordinary memory")
+        off, data = self._od_pair()
+        return self._derived(off.pin_memory(), data.pin_memory())
 
     def is_pinned(self) -> bool:
-        return self._offsets is not None and self._offsets.is_pinned() and self._data.is_pinned()
+        od = self._od
+        if od is None or not _pinning_available():
+            return False
+        return od[0].is_pinned() and od[1].is_pinned()
 
     # ----------------------------------------------------------------- exports
     def to_gpu_buffers(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -504,21 +614,26 @@ class StringTensor:
         return np.array(self.tolist(), dtype=np.dtypes.StringDType())
 
     def to_arrow(self, zero_copy: bool = True):
-        """``pa.string()`` (int32 offsets) or ``pa.large_string()`` array sharing the offsets and payload."""
+        """``pa.string()`` (int32 offsets) or ``pa.large_string()`` array sharing the offsets and payload.
+
+        Bytes semantics (built with ``validate=False`` from bytes, or holding bytes that are not
+        UTF-8) export as ``pa.binary()`` / ``pa.large_binary()`` instead: an Arrow string array must
+        hold UTF-8, and readers such as Polars trust that (invalid bytes crash them)."""
         self._require_data("to_arrow")
         from . import arrow as _arrow
 
         return _arrow.to_arrow(self, zero_copy=zero_copy)
 
     def to_arrow_view(self):
-        """``pa.string_view()`` array over the views and payload buffers (no copy)."""
+        """``pa.string_view()`` array over the views and payload buffers (no copy);
+        ``pa.binary_view()`` for bytes semantics (see ``to_arrow``)."""
         self._require_data("to_arrow_view")
         from . import arrow as _arrow
 
         return _arrow.to_arrow_view(self)
 
     def to_polars(self, name: str = ""):
-        """A ``polars.Series`` of the strings."""
+        """A ``polars.Series`` of the strings (``Binary`` for bytes semantics, see ``to_arrow``)."""
         import polars as pl
 
         return pl.Series(name, self.to_arrow())
@@ -537,23 +652,44 @@ class StringTensor:
     def dlpack_buffers(self) -> dict:
         """The tensors behind the strings, for DLPack consumers (``np.from_dlpack``,
         ``cupy.from_dlpack``): ``offsets`` and ``data`` always, ``views`` on the CPU.
-        Strings themselves have no DLPack type; treat ``data`` as read-only."""
-        out = {"offsets": self.offsets, "data": self.data}
+        Strings themselves have no DLPack type; treat ``data`` as read-only: it is shared
+        with this StringTensor (and with any Arrow array it came from or went to).
+        Every tensor here is writable memory (``from_arrow`` copies read-only Arrow
+        buffers), so a stray write changes strings but cannot crash the process."""
+        offsets, data = self._od_pair()
+        out = {"offsets": offsets, "data": data}
         if self.device.type == "cpu":
-            out["views"] = self.views
+            out["views"] = self._vb_pair()[0]
         return out
+
+    def _is_utf8(self) -> bool:
+        """Whether the strings are UTF-8 (checked once, then remembered); False for bytes semantics."""
+        if self._utf8 is None:
+            if self.device.type == "meta":
+                return True
+            offsets, data = self._od_pair()
+            if offsets.device.type != "cpu":
+                offsets, data = offsets.cpu(), data.cpu()
+            try:
+                _C.validate_utf8(offsets, data)
+                self._utf8 = True
+            except ValueError:
+                self._utf8 = False
+        return self._utf8
 
 
 # ---- pytree: flatten to the tensors of whichever layouts are present.
 
 def _flatten(st: StringTensor):
     children, ctx = [], []
-    if st._offsets is not None:
-        children += [st._offsets, st._data]
+    od, vb = st._od, st._vb
+    if od is not None:
+        children += list(od)
         ctx.append("offsets")
-    if st._views is not None:
-        children += [st._views, *st._buffers]
-        ctx.append(("views", len(st._buffers)))
+    if vb is not None:
+        children += [vb[0], *vb[1]]
+        ctx.append(("views", len(vb[1])))
+    ctx.append(("utf8", st._utf8))
     return children, tuple(ctx)
 
 
@@ -561,16 +697,19 @@ def _unflatten(children, ctx) -> StringTensor:
     children = list(children)
     offsets = data = views = None
     buffers = None
+    utf8 = None
     i = 0
     for item in ctx:
         if item == "offsets":
             offsets, data = children[i], children[i + 1]
             i += 2
+        elif item[0] == "utf8":
+            utf8 = item[1]
         else:
             nb = item[1]
             views, buffers = children[i], children[i + 1:i + 1 + nb]
             i += 1 + nb
-    return StringTensor(offsets, data, views, buffers)
+    return StringTensor(offsets, data, views, buffers, utf8=utf8)
 
 
 pytree.register_pytree_node(

@@ -157,6 +157,14 @@ def views_only() -> StringTensor:
     return StringTensor(views=st.views, buffers=st.buffers)
 
 
+def padded_views() -> StringTensor:
+    """An inline view ("alpha") with a non-zero byte after the string (Arrow wants zeros)."""
+    st = st3()
+    v = st.views.clone()
+    v[0, 4 + 5] = ord("z")
+    return StringTensor(views=v, buffers=st.buffers)
+
+
 def corrupt_views() -> StringTensor:
     st = st3()
     v = st.views.clone()
@@ -283,6 +291,18 @@ bad("from_arrow-invalid-binary", FA, lambda t: StringTensor.from_arrow(pa.array(
     "string 0 is not valid UTF-8")
 bad("from_arrow-invalid-string-view", FA, lambda t: StringTensor.from_arrow(
     pa.array([b"\xff" * 20], pa.binary_view()).cast(pa.string_view(), safe=False)), ValueError, "not valid UTF-8")
+bad("from_arrow-views-buffer-longer", FA, defined(lambda t: StringTensor.from_arrow(pa.Array.from_buffers(
+    pa.string_view(), 1, [None, pa.py_buffer(bytearray(b"\x01\0\0\0a" + bytes(11 + 40))), pa.py_buffer(b"")])),
+    lambda st: (st.tolist() == ["a"])))
+bad("from_arrow-dictionary-string-view", FA, defined(lambda t: StringTensor.from_arrow(pa.DictionaryArray.from_arrays(
+    pa.array([1, 0, 1], pa.uint8()), pa.array(["x", "y" * 20], pa.string_view()))),
+    lambda st: (st.tolist() == ["y" * 20, "x", "y" * 20])))
+bad("from_arrow-padded-view", FA, lambda t: StringTensor.from_arrow(pa.Array.from_buffers(
+    pa.string_view(), 1, [None, pa.py_buffer(bytearray(b"\x01\0\0\0a\0z" + bytes(9))), pa.py_buffer(b"")])),
+    ValueError, "non-zero padding")
+bad("from_arrow-read-only-buffers", FA, defined(lambda t: StringTensor.from_arrow(pa.Array.from_buffers(
+    pa.string(), 1, [None, pa.py_buffer(bytes(np.array([0, 3], np.int32).data)), pa.py_buffer(b"abc")])),
+    lambda st: (st.tolist() == ["abc"] and st.data.data_ptr() != 0)))
 bad("from_arrow-empty-chunked", FA, defined(lambda t: StringTensor.from_arrow(pa.chunked_array([], pa.string())),
                                             lambda st: (len(st) == 0)))
 
@@ -308,6 +328,16 @@ bad("getitem-mask-shape", GI, lambda t: st3()[torch.tensor([True, False])], Valu
 bad("getitem-float-tensor", GI, lambda t: st3()[torch.tensor([0.5])], TypeError, "bool or integer")
 bad("getitem-index-out-of-range", GI, lambda t: views_only()[[0, 7]], IndexError, "index 7 is out of range")
 bad("getitem-meta", GI, lambda t: meta3()[0], ValueError, "meta")
+bad("getitem-0d-tensor", GI, defined(lambda t: st3()[torch.tensor(1)], lambda r: (r == ITEMS[1])))
+bad("getitem-0d-float-tensor", GI, lambda t: st3()[torch.tensor(1.0)], TypeError, "0-d index")
+bad("getitem-0d-bool-tensor", GI, lambda t: st3()[torch.tensor(True)], TypeError, "0-d index")
+bad("getitem-0d-meta-tensor", GI, lambda t: st3()[torch.tensor(1, device="meta")], ValueError, "index.*meta")
+bad("getitem-uint8-tensor", GI, lambda t: st3()[torch.tensor([1, 0, 1], dtype=torch.uint8)], TypeError,
+    "uint8 index is ambiguous")
+bad("getitem-meta-index", GI, lambda t: st3()[torch.tensor([0], device="meta")], ValueError, "index.*meta")
+bad("getitem-step-2-64", GI, defined(lambda t: st3()[::2 ** 64], lambda r: (r.tolist() == ITEMS[:1])))
+bad("getitem-step-minus-2-64", GI, defined(lambda t: views_only()[::-(2 ** 64)], lambda r: (r.tolist() == ITEMS[-1:])))
+bad("getitem-padded-view", GI, lambda t: padded_views()[0:1].tolist(), ValueError, "non-zero padding")
 bad("getitem-invalid-utf8", GI, lambda t: StringTensor.from_list([b"\xff"], validate=False)[0], ValueError,
     "element 0")
 
@@ -319,6 +349,7 @@ bad("take-float", TK, lambda t: st3().take([0.5]), TypeError, "index")
 bad("take-int64-overflow", TK, lambda t: st3().take([10 ** 20]), IndexError, "index")
 bad("take-out-of-range", TK, lambda t: st3().take([5]), IndexError, "index 5 is out of range")
 bad("take-meta", TK, lambda t: meta3().take([0]), ValueError, "meta")
+bad("take-meta-index", TK, lambda t: st3().take(torch.tensor([0], device="meta")), ValueError, "index.*meta")
 bad("take-empty", TK, defined(lambda t: st3().take([]), lambda st: (len(st) == 0)))
 
 for _name in ("mask", "compact"):
@@ -327,6 +358,8 @@ for _name in ("mask", "compact"):
     bad(f"{_name}-ints", MK, lambda t, n=_name: getattr(st3(), n)([1, 0, 1]), TypeError, "mask")
     bad(f"{_name}-shape", MK, lambda t, n=_name: getattr(st3(), n)([True]), ValueError, "mask")
     bad(f"{_name}-meta", MK, lambda t, n=_name: getattr(meta3(), n)([True, False, True]), ValueError, "meta")
+    bad(f"{_name}-meta-mask", MK, lambda t, n=_name: getattr(st3(), n)(torch.ones(3, dtype=torch.bool, device="meta")),
+        ValueError, "mask.*meta")
 
 FE = "StringTensor.fast_eq"
 bad("fast_eq-None", FE, lambda t: st3().fast_eq(None), TypeError, "other")
@@ -346,6 +379,14 @@ bad("filter_by_prefix-None", "StringTensor.filter_by_prefix", lambda t: st3().fi
     "prefix")
 bad("hash64-None", "StringTensor.hash64", lambda t: st3().hash64(None), TypeError, "seed")
 bad("hash64-float", "StringTensor.hash64", lambda t: st3().hash64(1.5), TypeError, "seed")
+bad("hash64-seed-past-64-bits", "StringTensor.hash64", lambda t: st3().hash64(2 ** 64 + 5), ValueError, "seed")
+bad("hash64-seed-below-64-bits", "StringTensor.hash64", lambda t: views_only().hash64(-(2 ** 63) - 1), ValueError,
+    "seed")
+bad("hash64-padded-view", "StringTensor.hash64", lambda t: padded_views().hash64(), ValueError, "non-zero padding")
+for _name, _call in (("fast_eq", lambda st: st.fast_eq("a")), ("starts_with", lambda st: st.starts_with("a")),
+                     ("equals", lambda st: st.equals(["a", "b", "c"]))):
+    bad(f"{_name}-padded-view", f"StringTensor.{_name}", lambda t, c=_call: c(padded_views()), ValueError,
+        "non-zero padding")
 PB = "StringTensor.pad_bytes"
 bad("pad_bytes-negative", PB, lambda t: st3().pad_bytes(-1), ValueError, "max_len")
 bad("pad_bytes-str", PB, lambda t: st3().pad_bytes("4"), TypeError, "max_len")
@@ -365,6 +406,8 @@ bad("cuda-without-cuda", "StringTensor.cuda", lambda t: st3().cuda(), ValueError
 bad("to_torch_gpu-bad-device", "StringTensor.to_torch_gpu", lambda t: st3().to_torch_gpu("nonsense"), ValueError,
     "device")
 bad("pin_memory-meta", "StringTensor.pin_memory", lambda t: meta3().pin_memory(), ValueError, "CPU")
+bad("pin_memory-without-accelerator", "StringTensor.pin_memory", lambda t: st3().pin_memory(), ValueError,
+    "pin_memory: .*accelerator", skip="an accelerator is available" if HAS_CUDA else None)
 for _name in ("to_gpu_buffers", "to_torch"):
     bad(f"{_name}-meta", f"StringTensor.{_name}",
         defined(lambda t, n=_name: getattr(meta3(), n)(),
@@ -373,6 +416,13 @@ bad("dlpack_buffers-meta", "StringTensor.dlpack_buffers",
     defined(lambda t: meta3().dlpack_buffers(), lambda d: (set(d) == {"offsets", "data"})))
 for _name in ("to_numpy_gpu", "to_numpy", "to_arrow", "to_arrow_view", "to_polars"):
     bad(f"{_name}-meta", f"StringTensor.{_name}", lambda t, n=_name: getattr(meta3(), n)(), ValueError, "meta")
+for _name, _typ in (("to_arrow", pa.binary()), ("to_arrow_view", pa.binary_view())):
+    bad(f"{_name}-bytes-semantics", f"StringTensor.{_name}",
+        defined(lambda t, n=_name: getattr(StringTensor.from_list([b"\xff\xfe"], validate=False), n)(),
+                lambda a, typ=_typ: (a.type == typ and a.to_pylist() == [b"\xff\xfe"])))
+bad("to_polars-bytes-semantics", "StringTensor.to_polars",
+    defined(lambda t: StringTensor.from_list([b"\xff\xfe"], validate=False).to_polars(),
+            lambda s: (str(s.dtype) == "Binary")))
 bad("to_polars-name", "StringTensor.to_polars", lambda t: st3().to_polars(name=5), TypeError, "name")
 
 # =========================================================================== luminamoon.ops
@@ -503,6 +553,17 @@ _raw = [
     ("views_hash64", lambda: OPS.views_hash64(_v()[0], [_v()[1][0].int()], 0), TypeError, r"buffers\[0\]"),
     ("views_hash64", lambda: OPS.views_hash64(_v()[0], [_v()[1][0].to("meta")], 0), ValueError, "device"),
     ("views_hash64", lambda: OPS.views_hash64(_v()[0], [], 0), ValueError, "outside its payload buffer"),
+    # an inline view with non-zero padding is refused where views enter every views op
+    ("views_hash64", lambda: OPS.views_hash64(padded_views().views, _v()[1], 0), ValueError,
+     r"views\[0\] is an inline view .* non-zero padding"),
+    ("views_prefix_match", lambda: OPS.views_prefix_match(padded_views().views, _v()[1], "alp"), ValueError,
+     "non-zero padding"),
+    ("views_equal_scalar", lambda: OPS.views_equal_scalar(padded_views().views, _v()[1], "alpha"), ValueError,
+     "non-zero padding"),
+    ("views_equal", lambda: OPS.views_equal(*_v(), padded_views().views, _v()[1]), ValueError,
+     r"views_b\[0\] is an inline view"),
+    ("offsets_from_views", lambda: OPS.offsets_from_views(padded_views().views, _v()[1]), ValueError,
+     "non-zero padding"),
 ]
 _seen_raw = collections.Counter()
 for _op, _fn, _exc, _pat in _raw:
@@ -646,7 +707,10 @@ bad("SD-closed-reads-answer", [f"{SD}.{m}" for m in ("close", "closed", "lsn", "
 bad("hash128-None", "hash128", lambda t: hash128(None), TypeError, "texts")
 bad("hash128-seed-str", "hash128", lambda t: hash128(["a"], "x"), TypeError, "seed")
 bad("hash128-meta", "hash128", lambda t: hash128(meta3()), ValueError, "texts")
-bad("hash128-seed-negative", "hash128", lambda t: hash128(["a"], -1), ValueError, "seed")
+bad("hash128-seed-below-64-bits", "hash128", lambda t: hash128(["a"], -(2 ** 63) - 1), ValueError, "seed")
+bad("hash128-seed-past-64-bits", "hash128", lambda t: hash128(["a"], 2 ** 64 + 5), ValueError, "seed")
+bad("hash128-seed-negative", "hash128", defined(lambda t: hash128(["a"], -1),
+                                                lambda h: (torch.equal(h, hash128(["a"], 2 ** 64 - 1)))))
 bad("hash128-empty", "hash128", defined(lambda t: hash128([]), lambda h: (tuple(h.shape) == (0, 2))))
 bad("reason_name-negative", "reason_name", defined(lambda t: reason_name(-1), lambda s: (s == "unknown(-1)")))
 bad("reason_name-None", "reason_name", lambda t: reason_name(None), TypeError, "code")

@@ -139,3 +139,98 @@ def test_to_device_cpu_is_identity_and_pin_memory_api():
     assert s.to("cpu") is s
     assert s.device == torch.device("cpu")
     assert luminamoon.StringTensor.from_list(["q"]).to_torch()[1].tolist() == [ord("q")]
+
+
+def test_zero_d_index_uint8_index_and_huge_step():
+    """Issue 19: s[torch.tensor(1)] is element 1 (as in torch); a uint8 index tensor is refused as
+    ambiguous (torch reads it as a mask) while take() and NumPy uint8 arrays mean indices;
+    s[::2**64] selects the first element instead of overflowing."""
+    for s in both_layouts(["a", "bb", "ccc", "d" * 20]):
+        assert s[torch.tensor(1)] == "bb" and s[np.array(-1)] == "d" * 20 and s[torch.tensor(3, dtype=torch.int8)]
+        with pytest.raises(IndexError, match="out of range"):
+            s[torch.tensor(4)]
+        with pytest.raises(TypeError, match="uint8 index is ambiguous"):
+            s[torch.tensor([1, 0, 1, 0], dtype=torch.uint8)]
+        with pytest.raises(TypeError, match="0-d index"):
+            s[torch.tensor(True)]
+        assert s.take(torch.tensor([3, 0], dtype=torch.uint8)).tolist() == ["d" * 20, "a"]
+        assert s[np.array([3, 0], dtype=np.uint8)].tolist() == ["d" * 20, "a"]
+        assert s[::2 ** 64].tolist() == ["a"] and s[::-(2 ** 64)].tolist() == ["d" * 20]
+        assert s[5::2 ** 70].tolist() == [] and s[1:3:2 ** 63].tolist() == ["bb"]
+
+
+def test_hash64_seed_is_64_bits_like_hash128():
+    """Issue 19: hash64(seed=2**64+5) silently equalled hash64(5); seeds are 64 bits, a
+    negative one stands for its two's-complement bits (hash128 reads seeds the same way)."""
+    s = StringTensor.from_list(["a", "bb"])
+    with pytest.raises(ValueError, match=r"seed must be in \[-2\*\*63, 2\*\*64\)"):
+        s.hash64(seed=2 ** 64 + 5)
+    with pytest.raises(ValueError, match="seed"):
+        s.hash64(seed=-(2 ** 63) - 1)
+    assert torch.equal(s.hash64(seed=-1), s.hash64(seed=2 ** 64 - 1))
+    assert torch.equal(luminamoon.hash128(s, seed=-1), luminamoon.hash128(s, seed=2 ** 64 - 1))
+    with pytest.raises(ValueError, match="seed"):
+        luminamoon.hash128(s, seed=2 ** 64 + 5)
+
+
+def test_pin_memory_without_accelerator_and_meta_indices():
+    """Issue 19: pin_memory() on a CPU-only torch and take/mask with a meta index raised torch's
+    own unclear errors."""
+    s = StringTensor.from_list(["a", "bb", "ccc"])
+    if torch.cuda.is_available():
+        assert s.pin_memory().is_pinned()
+    else:
+        with pytest.raises(ValueError, match="pin_memory: .*accelerator"):
+            s.pin_memory()
+        assert not s.is_pinned()
+    for s in both_layouts(["a", "bb", "ccc"]):
+        with pytest.raises(ValueError, match="index is on the meta device"):
+            s.take(torch.tensor([0], device="meta"))
+        with pytest.raises(ValueError, match="index is on the meta device"):
+            s[torch.tensor([0, 1], device="meta")]
+        with pytest.raises(ValueError, match="mask is on the meta device"):
+            s.mask(torch.tensor([True, False, True], device="meta"))
+        with pytest.raises(ValueError, match="index is on the meta device"):
+            s[torch.tensor(0, device="meta")]
+
+
+def test_lazy_layouts_are_published_whole_under_threads():
+    """Issue 19 item 13: _materialize_views set the views before their buffers, so another thread's
+    starts_with / == on the same StringTensor failed ('NoneType' object is not iterable) or built
+    a child with no buffers.  Reader threads spin on a fresh tensor while this thread builds its
+    views layout (before the fix 16 to 26 of the 2,000 rounds failed)."""
+    import sys
+    import threading
+
+    items = [f"string number {i} that is long" for i in range(64)]
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    errors = []
+    try:
+        for _ in range(2000):
+            s = StringTensor.from_list(items)
+            go, done = threading.Event(), threading.Event()
+
+            def reader(s=s, go=go, done=done):
+                go.wait()
+                while not done.is_set():
+                    try:
+                        s.starts_with("string number 1")
+                        s.fast_eq(items[3])
+                    except Exception as e:  # noqa: BLE001 - reported below
+                        errors.append(repr(e))
+                        return
+
+            ts = [threading.Thread(target=reader) for _ in range(3)]
+            for t in ts:
+                t.start()
+            go.set()
+            views, buffers = s.views, s.buffers  # built while the readers spin
+            done.set()
+            for t in ts:
+                t.join()
+            assert buffers and StringTensor(views=views, buffers=buffers).tolist() == items
+            assert int(s.starts_with("string number 1").sum()) == 11 and int((s == items[3]).sum()) == 1
+    finally:
+        sys.setswitchinterval(old)
+    assert not errors, f"{len(errors)} failures, the first: {errors[:3]}"
