@@ -109,6 +109,25 @@ void bind_pipeline(py::module_ &m) {
       .def("reset_counters", [](Fused &f) {
         std::lock_guard<std::mutex> lk(f.mu);
         lm_fused_reset_counters(f.obj);
+      })
+      .def("get_pii_cycle", [](Fused &f) {
+        uint64_t c[LM_PII_TYPE_COUNT];
+        {
+          std::lock_guard<std::mutex> lk(f.mu);
+          lm_fused_get_pii_cycle(f.obj, c);
+        }
+        py::list out;
+        for (int t = 0; t < LM_PII_TYPE_COUNT; t++) out.append(py::int_(c[t]));
+        return out;
+      })
+      .def("set_pii_cycle", [](Fused &f, const py::sequence &seq) {
+        std::vector<uint64_t> v;
+        for (auto x : seq) v.push_back(x.cast<uint64_t>());
+        if (v.size() != LM_PII_TYPE_COUNT)
+          throw py::value_error("FusedPipeline.set_pii_cycle: expected " + std::to_string(LM_PII_TYPE_COUNT) +
+                                " positions, got " + std::to_string(v.size()));
+        std::lock_guard<std::mutex> lk(f.mu);
+        lm_fused_set_pii_cycle(f.obj, v.data());
       });
 }
 

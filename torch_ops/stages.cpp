@@ -390,6 +390,27 @@ void bind_text_stages(py::module_ &m) {
              std::lock_guard<std::mutex> lk(o.mu);
              lm_pii_reset_counters(o.obj);
            })
+      .def("get_cycle",
+           [](Pii &o) {
+             uint64_t c[LM_PII_TYPE_COUNT];
+             {
+               std::lock_guard<std::mutex> lk(o.mu);
+               lm_pii_get_cycle(o.obj, c);
+             }
+             py::list out;
+             for (int t = 0; t < LM_PII_TYPE_COUNT; t++) out.append(py::int_(c[t]));
+             return out;
+           })
+      .def("set_cycle",
+           [](Pii &o, const py::sequence &seq) {
+             std::vector<uint64_t> v;
+             for (auto x : seq) v.push_back(x.cast<uint64_t>());
+             if (v.size() != LM_PII_TYPE_COUNT)
+               throw py::value_error("PIIMasker.set_cycle: expected " + std::to_string(LM_PII_TYPE_COUNT) +
+                                     " positions, got " + std::to_string(v.size()));
+             std::lock_guard<std::mutex> lk(o.mu);
+             lm_pii_set_cycle(o.obj, v.data());
+           })
       .def("find",
            [](Pii &o, py::bytes text) {
              std::string s = text;

@@ -447,6 +447,18 @@ lm_status lm_pii_reset_counters(lm_pii_masker *m) {
   return LM_OK;
 }
 
+lm_status lm_pii_get_cycle(const lm_pii_masker *m, uint64_t *out) {
+  if (!m || !out) return LM_EINVAL;
+  memcpy(out, m->cycle, sizeof m->cycle);
+  return LM_OK;
+}
+
+lm_status lm_pii_set_cycle(lm_pii_masker *m, const uint64_t *in) {
+  if (!m || !in) return LM_EINVAL;
+  memcpy(m->cycle, in, sizeof m->cycle);
+  return LM_OK;
+}
+
 lm_status lm_pii_max_doc_bytes(const lm_pii_masker *m, size_t *out) {
   if (!m || !out) return LM_EINVAL;
   *out = m->max_doc_bytes;

@@ -70,6 +70,18 @@ lm_status lm_fused_reset_counters(lm_fused *f) {
   return LM_OK;
 }
 
+lm_status lm_fused_get_pii_cycle(const lm_fused *f, uint64_t *out) {
+  if (!f || !out) return LM_EINVAL;
+  memcpy(out, f->cycle, sizeof f->cycle);
+  return LM_OK;
+}
+
+lm_status lm_fused_set_pii_cycle(lm_fused *f, const uint64_t *in) {
+  if (!f || !in) return LM_EINVAL;
+  memcpy(f->cycle, in, sizeof f->cycle);
+  return LM_OK;
+}
+
 /* ------------------------------------------------------------ phase 1 */
 
 typedef struct {

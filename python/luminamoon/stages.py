@@ -374,6 +374,21 @@ class PIIMasker(_Stage):
         self._config = dict(params, mode=mode, types=None if types is None else list(types))
         self._obj = _C.PIIMasker(p)
 
+    @property
+    def pii_cycle(self) -> list:
+        """The replacement cycle positions, one per type of ``PII_TYPES`` (matches replaced so
+        far with ``cycle_across_documents``; datatrove mode).  Part of a resumable run's state:
+        assign the saved list back to continue the cycle exactly.
+
+        >>> m = PIIMasker("datatrove"); _ = m(["a@b.com"]); m.pii_cycle[PII_TYPES.index("email")]
+        1
+        """
+        return self._obj.get_cycle()
+
+    @pii_cycle.setter
+    def pii_cycle(self, value) -> None:
+        self._obj.set_cycle(_cycle_arg(value))
+
     def find(self, text: Union[str, bytes]) -> list:
         """[(type, start, end)] byte spans that would be replaced (see pii.h for datatrove mode)."""
         if isinstance(text, str):
@@ -502,6 +517,16 @@ def hash128(texts, seed: int = 0) -> torch.Tensor:
 
 # ----------------------------------------------------------------- pipelines
 
+def _cycle_arg(value) -> list:
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+        raise TypeError(f"pii_cycle must be a list of {len(PII_TYPES)} ints, got {type(value).__name__}")
+    v = list(value)
+    if len(v) != len(PII_TYPES) or any(isinstance(x, bool) or not isinstance(x, int) or not 0 <= x < 1 << 64
+                                       for x in v):
+        raise ValueError(f"pii_cycle must be a list of {len(PII_TYPES)} ints in [0, 2**64), got {value!r}")
+    return v
+
+
 def _resolve(value, cls, name: str):
     """True -> a default stage; False/None -> off; a stage object -> itself; a dict -> cls(**dict)."""
     if value is True:
@@ -610,6 +635,16 @@ class FusedPipeline(_Pipeline):
         """Zero the counters and the PII replacement cycle."""
         self._obj.reset_counters()
 
+    @property
+    def pii_cycle(self) -> list:
+        """The pipeline's own PII replacement cycle positions (see ``PIIMasker.pii_cycle``);
+        assign a saved list to continue it after a resume."""
+        return self._obj.get_pii_cycle()
+
+    @pii_cycle.setter
+    def pii_cycle(self, value) -> None:
+        self._obj.set_pii_cycle(_cycle_arg(value))
+
 
 class ChainPipeline(_Pipeline):
     """The modular chain: clean -> quality -> dedup -> PII as four separate batch calls.
@@ -659,3 +694,14 @@ class ChainPipeline(_Pipeline):
         for s in (self._cleaner, self._quality, self._pii):
             if s is not None:
                 s.reset_counters()
+
+    @property
+    def pii_cycle(self) -> list:
+        """The PII masker's replacement cycle positions (zeros without a masker)."""
+        return self._pii.pii_cycle if self._pii is not None else [0] * len(PII_TYPES)
+
+    @pii_cycle.setter
+    def pii_cycle(self, value) -> None:
+        v = _cycle_arg(value)
+        if self._pii is not None:
+            self._pii.pii_cycle = v

@@ -158,6 +158,13 @@ lm_status lm_pii_find(const lm_pii_masker *m, const uint8_t *text, size_t len, l
 lm_status lm_pii_get_counters(const lm_pii_masker *m, lm_pii_counts *out);
 lm_status lm_pii_reset_counters(lm_pii_masker *m);
 
+/* The replacement cycle positions (one per type, LM_PII_TYPE_COUNT values: the
+ * matches replaced so far with cycle_across_documents; the string used next is
+ * position mod lm_pii_replacement_count).  set restores them, e.g. on resume.
+ * Same thread rules as lm_pii_run.  LM_EINVAL if m or the array is NULL. */
+lm_status lm_pii_get_cycle(const lm_pii_masker *m, uint64_t *out);
+lm_status lm_pii_set_cycle(lm_pii_masker *m, const uint64_t *in);
+
 /* The configured max_doc_bytes (0 = none).  LM_EINVAL if m or out is NULL. */
 lm_status lm_pii_max_doc_bytes(const lm_pii_masker *m, size_t *out);
 

@@ -88,6 +88,12 @@ lm_status lm_fused_get_counters(const lm_fused *f, lm_fused_counters *out);
 /* Zero the counters and the PII replacement cycle. */
 lm_status lm_fused_reset_counters(lm_fused *f);
 
+/* The fused pipeline's own PII replacement cycle positions (LM_PII_TYPE_COUNT
+ * values, as lm_pii_get_cycle / lm_pii_set_cycle); set restores them on resume.
+ * Not concurrently with lm_fused_run.  LM_EINVAL if f or the array is NULL. */
+lm_status lm_fused_get_pii_cycle(const lm_fused *f, uint64_t *out);
+lm_status lm_fused_set_pii_cycle(lm_fused *f, const uint64_t *in);
+
 #ifdef __cplusplus
 }
 #endif
