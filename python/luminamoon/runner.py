@@ -193,6 +193,15 @@ class _MeasuredPipeline:
             raise ConfigError(f"stage configuration: {e}") from None
         self._last = self.pipe.counters
 
+    @property
+    def pii_cycle(self):
+        """The stages' PII replacement cycle: ResumablePipeline commits and restores it."""
+        return self.pipe.pii_cycle
+
+    @pii_cycle.setter
+    def pii_cycle(self, value) -> None:
+        self.pipe.pii_cycle = value
+
     def __call__(self, st):
         r = self.pipe(st)
         now = self.pipe.counters

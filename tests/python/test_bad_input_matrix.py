@@ -135,6 +135,12 @@ ALLOW = {
     "ChainPipeline.pii": "returns the stage object given to the constructor; no input",
     "JsonlSource.kind": "a class constant naming the position kind",
     "TextSource.kind": "a class constant naming the position kind",
+    "Source.identity": "describes the source's files (fingerprints); no input",
+    "IterableSource.identity": "None: a plain iterable has no identity; no input",
+    "HFIterableSource.identity": "None: a dataset has no identity; no input",
+    "JsonlSource.identity": "describes the source's files (fingerprints); no input",
+    "TextSource.identity": "describes the source's files (fingerprints); no input",
+    "ParquetSource.identity": "describes the source's files (fingerprints); no input",
     "DistBatch.rank": "a dataclass field with a default, filled in by the pipeline",
     "DistBatch.world_size": "a dataclass field with a default, filled in by the pipeline",
 }
@@ -732,6 +738,16 @@ for C in (FusedPipeline, ChainPipeline):
         p.reset_counters()
     bad(f"{n}-closed-reads-answer", (f"{n}.close", f"{n}.dedup", f"{n}.counters", f"{n}.reset_counters"),
         _closed_reads)
+
+for C in (PIIMasker, FusedPipeline, ChainPipeline):
+    n = C.__name__
+
+    def _set_cycle(value, C=C):
+        C().pii_cycle = value
+    bad(f"{n}-pii_cycle-str", f"{n}.pii_cycle", lambda t, f=_set_cycle: f("abc"), TypeError, "pii_cycle")
+    bad(f"{n}-pii_cycle-short", f"{n}.pii_cycle", lambda t, f=_set_cycle: f([1, 2]), ValueError, "pii_cycle")
+    bad(f"{n}-pii_cycle-negative", f"{n}.pii_cycle", lambda t, f=_set_cycle: f([-1] * 6), ValueError, "pii_cycle")
+    bad(f"{n}-pii_cycle-huge", f"{n}.pii_cycle", lambda t, f=_set_cycle: f([2**64] * 6), ValueError, "pii_cycle")
 
 bad("StageResult-garbage", "StageResult", lambda t: StageResult("not texts", None, None), TypeError, "texts")
 

@@ -236,3 +236,201 @@ def test_bad_arguments(tmp_path):
     with pytest.raises(ValueError, match="closed"):
         p.commit()
     assert torch.is_tensor(torch.zeros(1))
+
+
+# ---------------------------------------------------------------- issue 19
+
+def _texts(n, tag="doc"):
+    return [f"{tag} number {i} says hello to the world " * (i % 5 + 1) for i in range(n)]
+
+
+def test_commit_before_first_batch_after_source_error_commits_the_start(tmp_path):
+    """Issue 19 item 1: a commit() with nothing received stored the producer's live position."""
+    texts = _texts(250)
+
+    class Flaky:
+        fail = True
+
+        def __iter__(self):
+            for i, t in enumerate(texts):
+                if i == 60 and Flaky.fail:
+                    raise ConnectionError("network down at record 60")
+                yield t
+
+    sd = str(tmp_path / "s")
+    with ResumablePipeline(IterableSource(Flaky()), batch_size=100, state_dir=sd, stages={"quality": False}) as p:
+        with pytest.raises(ConnectionError):
+            for _ in p:
+                pass
+        assert p.state_dict()["source"] == {"kind": "iterable", "consumed": 0}
+        p.commit()
+    Flaky.fail = False
+    with ResumablePipeline(IterableSource(Flaky()), batch_size=100, state_dir=sd, stages={"quality": False}) as p:
+        got = sum(b.n_in for b in p)
+    assert got == 250
+
+
+def test_commit_while_first_batch_is_built_commits_the_start(tmp_path):
+    """Issue 19 item 1: a commit from a timer while the producer is mid-batch."""
+    import threading
+
+    texts = _texts(300)
+    in_batch = threading.Event()
+    go = threading.Event()
+
+    def gen():
+        for i, t in enumerate(texts):
+            if i == 47:
+                in_batch.set()
+                go.wait(10)
+            yield t
+
+    sd = str(tmp_path / "s")
+    with ResumablePipeline(IterableSource(gen), batch_size=100, state_dir=sd, prefetch_batches=2,
+                           stages={"quality": False}) as p:
+        it = iter(p)
+        t = threading.Thread(target=lambda: next(it))
+        t.start()
+        assert in_batch.wait(10)
+        p.commit()  # nothing received: the start
+        go.set()
+        t.join(10)
+    with ResumablePipeline(IterableSource(gen), batch_size=100, state_dir=sd, stages={"quality": False}) as p:
+        assert sum(b.n_in for b in p) == 300
+
+
+def _commit_some(sd, corpus, n=4, **kw):
+    kw.setdefault("batch_size", 30)
+    with ResumablePipeline(JsonlSource(str(corpus)), state_dir=sd, **kw) as p:
+        for b in p:
+            if b.index + 1 == n:
+                p.commit()
+                break
+
+
+def test_missing_state_file_is_refused_and_wal_kept(tmp_path):
+    """Issue 19 item 2: without its state file a folder restarted from zero and wiped the WAL."""
+    corpus = tmp_path / "c.jsonl"
+    make_corpus(corpus, n=600)
+    sd = str(tmp_path / "s")
+    _commit_some(sd, corpus)
+    wal = os.path.join(sd, "dedup.wal")
+    before = open(wal, "rb").read()
+    assert len(before) > 64
+    os.rename(os.path.join(sd, "state"), str(tmp_path / "state.bak"))
+    with pytest.raises(OSError, match="no state file"):
+        ResumablePipeline(JsonlSource(str(corpus)), batch_size=30, state_dir=sd)
+    assert open(wal, "rb").read() == before  # nothing truncated
+    assert not os.path.exists(os.path.join(sd, "state"))
+    os.rename(str(tmp_path / "state.bak"), os.path.join(sd, "state"))
+    with ResumablePipeline(JsonlSource(str(corpus)), batch_size=30, state_dir=sd) as p:
+        assert next(iter(p)).index == 4
+    # sidecars alone (dedup off) are refused too
+    sd2 = str(tmp_path / "s2")
+    _commit_some(sd2, corpus, dedup=False)
+    os.remove(os.path.join(sd2, "state"))
+    with pytest.raises(OSError, match="no state file"):
+        ResumablePipeline(JsonlSource(str(corpus)), batch_size=30, state_dir=sd2, dedup=False)
+
+
+@pytest.mark.parametrize("change, match", [
+    ({"batch_size": 40}, "batch_size"),
+    ({"stages": {"quality": False}}, "stages"),
+    ({"dedup": False}, "dedup"),
+    ({"dedup": {"seed": 7}}, "dedup"),
+    ({"stages": {"pii": {"mode": "datatrove"}}}, "stages"),
+])
+def test_resume_with_other_settings_is_refused(tmp_path, change, match):
+    """Issue 19 item 3: changed stages / dedup / batch_size were accepted silently."""
+    corpus = tmp_path / "c.jsonl"
+    make_corpus(corpus, n=300)
+    sd = str(tmp_path / "s")
+    _commit_some(sd, corpus, n=2)
+    kw = {"batch_size": 30, **change}
+    with pytest.raises(ValueError, match=f"(?s)differ.*{match}"):
+        ResumablePipeline(JsonlSource(str(corpus)), state_dir=sd, **kw)
+    with ResumablePipeline(JsonlSource(str(corpus)), batch_size=30, state_dir=sd) as p:  # same settings: fine
+        assert next(iter(p)).index == 2
+
+
+def test_resume_over_changed_input_is_refused(tmp_path):
+    """Issue 19 item 3: an input shuffled in place (same size) was resumed at a stale offset."""
+    corpus = tmp_path / "c.jsonl"
+    make_corpus(corpus, n=300)
+    sd = str(tmp_path / "s")
+    _commit_some(sd, corpus, n=2)
+    lines = corpus.read_bytes().splitlines(keepends=True)
+    random.Random(5).shuffle(lines)
+    st = os.stat(corpus)
+    corpus.write_bytes(b"".join(lines))
+    assert os.path.getsize(corpus) == st.st_size
+    with pytest.raises(ValueError, match="(?s)input.*changed"):
+        ResumablePipeline(JsonlSource(str(corpus)), batch_size=30, state_dir=sd)
+    os.utime(corpus, ns=(st.st_atime_ns, st.st_mtime_ns))  # content differs, mtime restored: still refused
+    with pytest.raises(ValueError, match="content"):
+        ResumablePipeline(JsonlSource(str(corpus)), batch_size=30, state_dir=sd)
+
+
+def _datatrove_corpus(path, n=400):
+    rng = random.Random(3)
+    docs = []
+    for i in range(n):
+        k = rng.randint(0, 3)
+        addrs = " ".join(f"user{rng.randint(0, 99)}@example{i}.org and 8.8.{i % 250}.{rng.randint(1, 250)}"
+                         for _ in range(k))
+        docs.append(f"Document {i} mentions {addrs} in its text for testing the masking cycle.")
+    write_jsonl(path, ({"id": f"d{i}", "text": t} for i, t in enumerate(docs)))
+
+
+@pytest.mark.parametrize("pipeline", ["fused", "chain"])
+def test_datatrove_pii_cycle_survives_resume(tmp_path, pipeline):
+    """Issue 19 item 5: the datatrove replacement cycle restarted at 0 after a resume."""
+    corpus = tmp_path / "c.jsonl"
+    _datatrove_corpus(corpus)
+    kw = dict(pipeline=pipeline, batch_size=25, stages={"quality": False, "pii": {"mode": "datatrove"}})
+    with ResumablePipeline(JsonlSource(str(corpus)), state_dir=str(tmp_path / "ref"), **kw) as ref:
+        want = batches_of(ref)
+    sd = str(tmp_path / "s")
+    with ResumablePipeline(JsonlSource(str(corpus)), state_dir=sd, prefetch_batches=4, **kw) as p:
+        first = batches_of(p, 5)
+        p.commit()
+    with ResumablePipeline(JsonlSource(str(corpus)), state_dir=sd, **kw) as p:
+        rest = batches_of(p)
+    assert first + rest == want
+
+
+def test_state_dir_locked_in_every_mode(tmp_path):
+    """Issue 19 item 7: with dedup=False nothing locked the folder."""
+    sd = str(tmp_path / "s")
+    for dedup in (False, True):
+        with ResumablePipeline(IterableSource(_texts(50)), dedup=dedup, state_dir=sd):
+            with pytest.raises(OSError, match=f"in use by process {os.getpid()}"):
+                ResumablePipeline(IterableSource(_texts(50)), dedup=dedup, state_dir=sd)
+    code = ("import sys, time\nfrom luminamoon.data import ResumablePipeline, IterableSource\n"
+            "p = ResumablePipeline(IterableSource(['a b c']), dedup=False, state_dir=sys.argv[1])\n"
+            "print('LOCKED', flush=True); time.sleep(60)\n")
+    child = subprocess.Popen([sys.executable, "-c", code, sd], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "LOCKED"
+        with pytest.raises(OSError, match=f"in use by process {child.pid}"):
+            ResumablePipeline(IterableSource(_texts(50)), dedup=False, state_dir=sd)
+    finally:
+        child.kill()
+        child.wait()
+    ResumablePipeline(IterableSource(_texts(50)), dedup=False, state_dir=sd).close()  # released by the kill
+
+
+def test_dropped_pipeline_releases_thread_and_lock(tmp_path):
+    """Issue 19 item 7: a pipeline dropped without close() kept its prefetch thread and lock."""
+    import gc
+    import threading
+
+    sd = str(tmp_path / "s")
+    p = ResumablePipeline(IterableSource(_texts(20000)), batch_size=10, prefetch_batches=2, state_dir=sd)
+    it = iter(p)
+    next(it)
+    assert any(t.name == "luminamoon-prefetch" for t in threading.enumerate())
+    del p, it
+    gc.collect()
+    assert not any(t.name == "luminamoon-prefetch" for t in threading.enumerate())
+    ResumablePipeline(IterableSource(_texts(10)), state_dir=sd).close()  # the lock was released

@@ -15,7 +15,10 @@ from collections import deque
 from typing import Any, Callable, Deque, Dict, Iterable, Optional, Tuple
 
 __all__ = ["END", "Prefetcher", "fsync_dir", "atomic_write", "DEFAULT_MAX_PREFETCH_BYTES", "check_max_bytes",
-           "empty_prefetch_stats", "tensor_memory"]
+           "empty_prefetch_stats", "tensor_memory", "lock_state_dir", "unlock_state_dir", "LOCK_NAME"]
+
+#: The lock file of a state folder (design.md §8: one process, or one job of ranks, at a time).
+LOCK_NAME = "lock"
 
 DEFAULT_MAX_PREFETCH_BYTES = 256 << 20
 
@@ -148,6 +151,50 @@ class Prefetcher:
             self._bytes = 0
             self._cv.notify_all()
         self._thread.join()
+
+
+def lock_state_dir(state_dir: str) -> int:
+    """Take the exclusive lock of ``state_dir`` (``fcntl.flock`` on ``state_dir/lock``, which then
+    holds this process id); returns the file descriptor to pass to ``unlock_state_dir``.  The
+    lock is released when the descriptor is closed, so also when the process dies.  Raises
+    OSError (EBUSY) naming the process that holds it.
+    """
+    import errno
+    import fcntl
+
+    path = os.path.join(state_dir, LOCK_NAME)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as e:
+        raise OSError(e.errno, f"cannot open the lock file {path!r} of state_dir: {e.strerror}", path) from e
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        try:
+            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+        except OSError:
+            holder = ""
+        os.close(fd)
+        if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            raise OSError(e.errno, f"cannot lock state_dir {state_dir!r}: {e.strerror}", path) from e
+        raise OSError(errno.EBUSY, f"state_dir {state_dir!r} is in use by process {holder or '(unknown)'}: "
+                      "one pipeline (or one job of ranks) at a time; close the other one, or use another "
+                      "state_dir", path) from None
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    except OSError:
+        pass  # a read-only folder: locked all the same, the holder just goes unnamed
+    return fd
+
+
+def unlock_state_dir(fd: int) -> None:
+    """Release a lock from ``lock_state_dir`` (idempotent for a fd of -1)."""
+    if fd is not None and fd >= 0:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
 
 
 def fsync_dir(path: str) -> None:

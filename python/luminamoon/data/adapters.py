@@ -32,7 +32,6 @@ Example:
 """
 from __future__ import annotations
 
-import atexit
 import json
 import os
 import shutil
@@ -46,24 +45,158 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Unio
 import torch
 
 from ._prefetch import (DEFAULT_MAX_PREFETCH_BYTES, END, Prefetcher, atomic_write, check_max_bytes,
-                        empty_prefetch_stats, tensor_memory)
+                        empty_prefetch_stats, lock_state_dir, tensor_memory, unlock_state_dir)
+from .fingerprint import fingerprint_differences
 from .sources import IterableSource, Source
 
 __all__ = ["Batch", "ResumablePipeline"]
 
 _STATE_VERSION = 1
-_LIVE: "weakref.WeakSet[ResumablePipeline]" = weakref.WeakSet()
+_WAL_HEADER = 64  # bytes of an empty dedup WAL (core/include/luminamoon/dedup.h)
 
 
-@atexit.register
-def _close_live_pipelines() -> None:
-    """Stop every prefetch thread before the interpreter finalises: a daemon
-    thread still inside a native call would otherwise die mid-call."""
-    for p in list(_LIVE):
-        try:
-            p.close()
-        except Exception:
-            pass
+def describe_setting(v: Any) -> Any:
+    """A JSON-able description of a stage setting (for "does a resume use the same settings?"):
+    plain values as they are, stage objects by class and configuration, other objects by type."""
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    if isinstance(v, dict):
+        return {str(k): describe_setting(x) for k, x in sorted(v.items(), key=lambda kv: str(kv[0]))}
+    if isinstance(v, (list, tuple)):
+        return [describe_setting(x) for x in v]
+    cfg = getattr(v, "_config", None)
+    if isinstance(cfg, dict):
+        return {"type": type(v).__name__, **{str(k): describe_setting(x) for k, x in sorted(cfg.items())}}
+    return {"type": f"{type(v).__module__}.{type(v).__qualname__}"}
+
+
+def run_differences(old: Dict[str, Any], new: Dict[str, Any]) -> List[str]:
+    """What differs between two run records (settings that shape the output, and the source's
+    identity), in words; [] when they agree."""
+    out: List[str] = []
+    for k in sorted(set(old) | set(new)):
+        a, b = old.get(k), new.get(k)
+        if k == "source":
+            out += source_differences(a, b)
+        elif a != b:
+            out.append(f"{k}: committed {json.dumps(a, sort_keys=True)}, now {json.dumps(b, sort_keys=True)}")
+    return out
+
+
+def source_differences(a: Optional[Dict[str, Any]], b: Optional[Dict[str, Any]]) -> List[str]:
+    if a is None and b is None:
+        return []
+    if a is None or b is None:
+        return [f"input: committed over {'a source without identity' if a is None else a.get('kind')}, "
+                f"now {'a source without identity' if b is None else b.get('kind')}"]
+    out = []
+    fa, fb = a.get("files") or [], b.get("files") or []
+    rest_a = {k: v for k, v in a.items() if k != "files"}
+    rest_b = {k: v for k, v in b.items() if k != "files"}
+    if rest_a != rest_b:
+        out.append(f"input settings: committed {json.dumps(rest_a, sort_keys=True)}, "
+                   f"now {json.dumps(rest_b, sort_keys=True)}")
+    if len(fa) != len(fb):
+        out.append(f"input: committed over {len(fa)} file(s), now {len(fb)}")
+    else:
+        for x, y in zip(fa, fb):
+            out += [f"input changed: {d}" for d in fingerprint_differences(x, y)]
+    return out
+
+
+class _Resources:
+    """What a ResumablePipeline must release: its prefetch thread, dedup log, state file and
+    folder lock.  Held apart from the pipeline (a ``weakref.finalize`` closes it), so a
+    pipeline dropped without ``close()`` is collected and releases them."""
+
+    def __init__(self) -> None:
+        self.stop = threading.Event()
+        self.lock = threading.Lock()  # serialises use of the pipeline/dedup between threads
+        self.prefetch: Optional[Prefetcher] = None
+        self.dedup = None
+        self.state = None
+        self.lock_fd = -1
+        self.own_dir: Optional[str] = None
+
+    def close(self) -> None:
+        self.stop.set()
+        if self.prefetch is not None:
+            self.prefetch.stop()
+        with self.lock:
+            if self.dedup is not None:
+                self.dedup.close()
+            if self.state is not None:
+                self.state.close()
+        unlock_state_dir(self.lock_fd)
+        self.lock_fd = -1
+        if self.own_dir is not None:
+            shutil.rmtree(self.own_dir, ignore_errors=True)
+
+
+class _Producer:
+    """What the prefetch thread runs.  It holds the source, the stages and the lock, never
+    the ResumablePipeline itself (see ``_Resources``)."""
+
+    def __init__(self, source: Source, pipeline: Any, dedup: Any, batch_size: int, text_key: str,
+                 res: _Resources) -> None:
+        self.source, self.pipeline, self.dedup = source, pipeline, dedup
+        self.batch_size, self.text_key, self.res = batch_size, text_key, res
+        self.start = {"batch_index": 0, "sample_index": 0, "epoch": 0}
+
+    def produce_one(self, it: Iterator[Dict[str, Any]], index: int, sample_index: int) -> Optional["Batch"]:
+        from ..string_tensor import StringTensor
+
+        texts: List[str] = []
+        records: List[Dict[str, Any]] = []
+        key = self.text_key
+        for rec in it:
+            t = rec.get(key) if isinstance(rec, dict) else None
+            if not isinstance(t, str):
+                raise ValueError(f"record {sample_index + len(texts)} has no str field {key!r}")
+            texts.append(t)
+            records.append({k: v for k, v in rec.items() if k != key})
+            if len(texts) == self.batch_size:
+                break
+        if not texts:
+            return None
+        pos = self.source.position()
+        st = StringTensor.from_list(texts)
+        bytes_in = st.nbytes
+        cycle = None
+        with self.res.lock:
+            if self.pipeline is None:
+                out, reasons = st, torch.zeros(len(texts), dtype=torch.int32)
+                src_idx = torch.arange(len(texts), dtype=torch.int64)
+            else:
+                r = self.pipeline(st)
+                out, reasons, src_idx = r.texts, r.reasons, r.source_index
+                cycle = _get_cycle(self.pipeline)
+            lsn = self.dedup.lsn if self.dedup is not None else 0
+        coord = {"version": _STATE_VERSION, "source": pos, "batch_index": index + 1,
+                 "sample_index": sample_index + len(texts), "epoch": self.start["epoch"], "wal_lsn": lsn}
+        if cycle is not None:
+            coord["pii_cycle"] = cycle
+        return Batch(index, out, reasons, src_idx, records, len(texts), bytes_in, coord)
+
+    def batches(self) -> Iterator["Batch"]:
+        it = iter(self.source)
+        index, sample = self.start["batch_index"], self.start["sample_index"]
+        while not self.res.stop.is_set():
+            b = self.produce_one(it, index, sample)
+            if b is None:
+                return
+            index, sample = b.coord["batch_index"], b.coord["sample_index"]
+            yield b
+
+
+def _get_cycle(pipeline: Any) -> Optional[List[int]]:
+    """The pipeline's PII replacement cycle (None when it has none, or it is all zeros)."""
+    try:
+        cyc = pipeline.pii_cycle
+    except AttributeError:
+        return None
+    cyc = [int(x) for x in cyc]
+    return cyc if any(cyc) else None
 
 
 @dataclass
@@ -130,6 +263,19 @@ class ResumablePipeline:
             process).  A folder with a committed state is resumed from it.
         text_key: the records' text field.
         num_threads: C threads per batch (default: ``torch.get_num_threads()``).
+
+    Resume never guesses (design.md §8): each commit records what shapes the
+    output — the stages and their settings, dedup on/off and its seed, the
+    batch size, the text key and the source's ``identity()`` (file sources: each
+    file's size, mtime and sampled SHA-256; plain iterables have none, so a
+    changed iterable cannot be detected) — and a pipeline built with other
+    settings, or over changed files, is refused with ValueError saying what
+    differs.  A folder holding commit sidecars or a non-empty dedup log but no
+    ``state`` file is refused (OSError) and left as it is.  The datatrove-mode
+    PII replacement cycle is part of each commit.  ``state_dir`` is locked for
+    the pipeline's life (``state_dir/lock``; a second opener gets OSError "in use
+    by process N"); a pipeline dropped without ``close()`` releases its thread
+    and lock when it is garbage-collected.
     """
 
     def __init__(self, source: Union[Source, Iterable[Any]], pipeline: Union[str, Callable, None] = "fused", *,
@@ -166,26 +312,20 @@ class ResumablePipeline:
 
         if state_dir is not None and not isinstance(state_dir, (str, os.PathLike)):
             raise TypeError(f"state_dir must be None, a str or a PathLike, got {type(state_dir).__name__}")
+        from .. import stages as _stages  # the native stage classes
+
+        self._stages_mod = _stages
+        stage_objs = self._stage_objects(pipeline, stages or {})  # bad stage arguments raise before any file
         self._own_dir = state_dir is None
         self.state_dir = tempfile.mkdtemp(prefix="luminamoon-state-") if state_dir is None else os.fspath(state_dir)
         os.makedirs(self.state_dir, exist_ok=True)
         if not os.access(self.state_dir, os.W_OK):
             raise PermissionError(f"state_dir {self.state_dir!r} is not writable")
 
-        from .. import stages as _stages  # the native stage classes
-
-        self._stages_mod = _stages
-        dedup_kw = dedup if isinstance(dedup, dict) else {}
-        self.dedup = (_stages.StreamDeduplicator(wal_path=os.path.join(self.state_dir, "dedup.wal"), **dedup_kw)
-                      if dedup is not False else None)
-        self._pipeline = self._make_pipeline(pipeline, stages or {})
-        from ..state import StateTracker
-
-        self.state = StateTracker(os.path.join(self.state_dir, "state"))
-
-        self._lock = threading.Lock()  # serialises use of the pipeline/dedup between threads
-        self._prefetch: Optional[Prefetcher] = None
-        self._stop = threading.Event()
+        self._res = res = _Resources()
+        self._finalizer = weakref.finalize(self, res.close)
+        self._lock = res.lock
+        self._stop = res.stop
         self._closed = False
         self._started = False
         self._last: Optional[Dict[str, Any]] = None   # coordinate of the last batch received
@@ -193,17 +333,66 @@ class ResumablePipeline:
         self.resume_extra: Optional[Dict[str, Any]] = None
         self.commits = 0
         self._start = {"batch_index": 0, "sample_index": 0, "epoch": 0}
-        self._recover()
-        _LIVE.add(self)
+        self.dedup = None
+        self._pipeline = None
+        try:
+            if self._own_dir:
+                res.own_dir = self.state_dir
+            res.lock_fd = lock_state_dir(self.state_dir)  # 1. one process per folder
+            dedup_kw = dict(dedup) if isinstance(dedup, dict) else {}
+            self._run = self._run_record(pipeline, stage_objs, dedup, dedup_kw)
+            side = self._load_committed()  # 2. the committed state, checked, before any file changes
+            if dedup is not False:  # 3. the dedup log, cut back to the commit
+                self.dedup = res.dedup = _stages.StreamDeduplicator(
+                    wal_path=os.path.join(self.state_dir, "dedup.wal"), **dedup_kw)
+            self._pipeline = self._make_pipeline(pipeline, stage_objs)
+            self._producer = _Producer(self.source, self._pipeline, self.dedup, batch_size, text_key, res)
+            if side is None:
+                if self.dedup is not None and self.dedup.lsn:
+                    self.dedup.truncate(0)  # hashes admitted before any commit are forgotten
+            else:
+                self._apply(side)
+        except BaseException:
+            self._finalizer()
+            self._closed = True
+            raise
+        # 4. where a commit with nothing received points: the start, or the last commit
+        self._origin = self._last if self._last is not None else {
+            "version": _STATE_VERSION, "source": json.loads(json.dumps(self.source.position())), "wal_lsn": 0,
+            **self._start}
 
     # ------------------------------------------------------------- building
-    def _make_pipeline(self, pipeline, stage_kwargs):
+    def _stage_objects(self, pipeline, stage_kwargs) -> Dict[str, Any]:
+        if pipeline not in ("fused", "chain"):
+            return {}
+        S = self._stages_mod
+        kw = dict(stage_kwargs)
+        if "dedup" in kw:
+            raise ValueError("stages: dedup is set by the pipeline's dedup= argument; leave it out of stages")
+        for name, cls in (("cleaner", S.TextCleaner), ("quality", S.QualityFilter), ("pii", S.PIIMasker)):
+            kw[name] = S._resolve(kw.get(name, True), cls, f"stages[{name!r}]")[0] or False
+        return kw
+
+    def _run_record(self, pipeline, stage_objs, dedup, dedup_kw) -> Dict[str, Any]:
+        """What shapes the output, as committed with every state (design.md §8)."""
+        if pipeline in ("fused", "chain"):  # same output either way
+            what: Any = {k: describe_setting(v) for k, v in stage_objs.items() if k != "num_threads"}
+        elif pipeline is None:
+            what = None
+        else:
+            what = {"callable": describe_setting(pipeline)}
+        ident = self.source.identity() if hasattr(self.source, "identity") else None
+        return {"batch_size": self.batch_size, "text_key": self.text_key, "stages": what,
+                "dedup": None if dedup is False else {"seed": int(dedup_kw.get("seed", 0))},
+                "source": ident}
+
+    def _make_pipeline(self, pipeline, stage_objs):
         if pipeline is None:
             return None
         if callable(pipeline) and not isinstance(pipeline, str):
             return pipeline
         cls = self._stages_mod.FusedPipeline if pipeline == "fused" else self._stages_mod.ChainPipeline
-        kw = dict(stage_kwargs)
+        kw = dict(stage_objs)
         kw["dedup"] = self.dedup if self.dedup is not None else False
         if self.num_threads is not None:
             kw["num_threads"] = self.num_threads
@@ -213,12 +402,37 @@ class ResumablePipeline:
     def _sidecar_path(self, commit_id: int) -> str:
         return os.path.join(self.state_dir, f"commit-{commit_id:020d}.json")
 
-    def _recover(self) -> None:
+    def _check_whole(self, state_path: str) -> None:
+        """A folder with commits or dedup hashes but no state file lost its state: refuse."""
+        if os.path.exists(state_path):
+            return
+        names = os.listdir(self.state_dir)
+        held = [n for n in names if n.startswith("commit-") and n.endswith(".json")]
+        wal = os.path.join(self.state_dir, "dedup.wal")
+        try:
+            wal_bytes = os.path.getsize(wal)
+        except OSError:
+            wal_bytes = 0
+        if wal_bytes > _WAL_HEADER:
+            held.append(f"dedup.wal ({wal_bytes} bytes)")
+        if os.path.exists(wal + ".snap"):
+            held.append("dedup.wal.snap")
+        if held:
+            raise OSError(f"state_dir {self.state_dir!r} has no state file but holds {', '.join(sorted(held)[:4])}"
+                          f"{' ...' if len(held) > 4 else ''}: the folder is incomplete (was 'state' moved or "
+                          "deleted?); refusing to restart from zero. Put the state file back, or use a new "
+                          "state_dir; nothing was changed")
+
+    def _load_committed(self) -> Optional[Dict[str, Any]]:
+        """The committed sidecar (checked against its slot and this pipeline's settings), or None."""
+        from ..state import StateTracker
+
+        state_path = os.path.join(self.state_dir, "state")
+        self._check_whole(state_path)
+        self.state = self._res.state = StateTracker(state_path)
         loaded = self.state.load()  # raises StateCorruptError when no valid slot but the file is not fresh
         if loaded is None:
-            if self.dedup is not None and self.dedup.lsn:
-                self.dedup.truncate(0)  # hashes admitted before any commit are forgotten
-            return
+            return None
         coord, _seq = loaded
         commit_id, crc = int(coord["source_pos"]), int(coord["source_pos2"])
         path = self._sidecar_path(commit_id)
@@ -233,8 +447,20 @@ class ResumablePipeline:
         side = json.loads(raw)
         if side.get("version") != _STATE_VERSION:
             raise OSError(f"commit sidecar {path} has format version {side.get('version')}, expected {_STATE_VERSION}")
-        self._apply(side)
+        self._check_run(side.get("run"), f"state_dir {self.state_dir!r}")
         self._commit_id = commit_id
+        return side
+
+    def _check_run(self, old: Optional[Dict[str, Any]], where: str) -> None:
+        if old is None:
+            raise ValueError(f"{where} holds a commit that does not record its run settings (written by an "
+                             "older luminamoon): refusing to resume a run that cannot be checked; use a new "
+                             "state_dir")
+        diff = run_differences(old, self._run)
+        if diff:
+            raise ValueError(f"{where} holds a run whose settings or input differ from this pipeline's, so "
+                             "resuming would change the output: " + "; ".join(diff) +
+                             ". Resume with the same settings and input, or use a new state_dir")
 
     def _apply(self, side: Dict[str, Any]) -> None:
         """Position source and dedup at a committed coordinate (before iteration)."""
@@ -243,54 +469,26 @@ class ResumablePipeline:
             if self.dedup.lsn < lsn:
                 raise OSError(f"the dedup WAL in {self.state_dir!r} holds {self.dedup.lsn} hashes but the "
                               f"committed state needs {lsn}: the log lost committed records")
-            self.dedup.truncate(lsn)
         if side.get("source") is not None:
             self.source.seek(side["source"])
+        if self.dedup is not None:
+            self.dedup.truncate(lsn)
         self._start = {k: int(side[k]) for k in ("batch_index", "sample_index", "epoch")}
-        self._last = dict(side)
+        self._producer.start = dict(self._start)
+        coord = {k: v for k, v in side.items() if k not in ("extra", "run", "state_dir")}
+        self._last = coord
+        self._origin = coord
         self.resume_extra = side.get("extra")
 
-    # ------------------------------------------------------------ producing
-    def _produce_one(self, it: Iterator[Dict[str, Any]], index: int, sample_index: int) -> Optional[Batch]:
-        from ..string_tensor import StringTensor
-
-        texts: List[str] = []
-        records: List[Dict[str, Any]] = []
-        key = self.text_key
-        for rec in it:
-            t = rec.get(key) if isinstance(rec, dict) else None
-            if not isinstance(t, str):
-                raise ValueError(f"record {sample_index + len(texts)} has no str field {key!r}")
-            texts.append(t)
-            records.append({k: v for k, v in rec.items() if k != key})
-            if len(texts) == self.batch_size:
-                break
-        if not texts:
-            return None
-        pos = self.source.position()
-        st = StringTensor.from_list(texts)
-        bytes_in = st.nbytes
+    def _restore_cycle(self) -> None:
+        cyc = (self._last or {}).get("pii_cycle")
+        if not cyc:
+            return
+        if self._pipeline is None or not hasattr(self._pipeline, "pii_cycle"):
+            raise ValueError("the committed state holds a PII replacement cycle, but this pipeline has no "
+                             "pii_cycle to restore it into: resuming would change the output")
         with self._lock:
-            if self._pipeline is None:
-                out, reasons = st, torch.zeros(len(texts), dtype=torch.int32)
-                src_idx = torch.arange(len(texts), dtype=torch.int64)
-            else:
-                r = self._pipeline(st)
-                out, reasons, src_idx = r.texts, r.reasons, r.source_index
-            lsn = self.dedup.lsn if self.dedup is not None else 0
-        coord = {"version": _STATE_VERSION, "source": pos, "batch_index": index + 1,
-                 "sample_index": sample_index + len(texts), "epoch": self._start["epoch"], "wal_lsn": lsn}
-        return Batch(index, out, reasons, src_idx, records, len(texts), bytes_in, coord)
-
-    def _batches(self) -> Iterator[Batch]:
-        it = iter(self.source)
-        index, sample = self._start["batch_index"], self._start["sample_index"]
-        while not self._stop.is_set():
-            b = self._produce_one(it, index, sample)
-            if b is None:
-                return
-            index, sample = b.coord["batch_index"], b.coord["sample_index"]
-            yield b
+            self._pipeline.pii_cycle = cyc
 
     # ------------------------------------------------------------ consuming
     def __iter__(self) -> Iterator[Batch]:
@@ -298,15 +496,18 @@ class ResumablePipeline:
         if self._started:
             raise RuntimeError("a ResumablePipeline is iterated once; build a new one (it resumes from state_dir)")
         self._started = True
+        self._restore_cycle()
         if self.prefetch_batches == 0:
-            for b in self._batches():
+            for b in self._producer.batches():
                 self._last = b.coord
                 yield b
             return
-        self._prefetch = Prefetcher(self._batches, self.prefetch_batches, max_bytes=self.max_prefetch_bytes,
-                                    sizeof=lambda b: b.memory_bytes)
+        self._prefetch = self._res.prefetch = Prefetcher(
+            self._producer.batches, self.prefetch_batches, max_bytes=self.max_prefetch_bytes,
+            sizeof=_batch_memory)
+        prefetch = self._prefetch
         while True:
-            item = self._prefetch.get()
+            item = prefetch.get()
             if item is END:
                 return
             self._last = item.coord
@@ -324,16 +525,27 @@ class ResumablePipeline:
         ``peak_batches`` / ``peak_bytes``, the bounds ``max_batches`` / ``max_bytes``
         and ``producer_waits`` (times the producer waited on a full queue).  All zero
         before iteration starts or with ``prefetch_batches=0``."""
-        if self._prefetch is None:
+        if self._res.prefetch is None:
             return empty_prefetch_stats(self.prefetch_batches, self.max_prefetch_bytes)
-        return self._prefetch.stats()
+        return self._res.prefetch.stats()
+
+    @property
+    def _prefetch(self) -> Optional[Prefetcher]:
+        return self._res.prefetch
+
+    @_prefetch.setter
+    def _prefetch(self, value: Optional[Prefetcher]) -> None:
+        self._res.prefetch = value
 
     # -------------------------------------------------------------- commits
     def commit(self, extra: Optional[Dict[str, Any]] = None) -> int:
         """Make the coordinate of the last batch received durable; returns the commit number.
 
-        ``extra`` (JSON-serialisable) is stored with it and comes back as
-        ``resume_extra`` after a restart: put your own output's position there.
+        With nothing received yet it commits where this pipeline started (the
+        start, or the commit it resumed from) — never a position the
+        background thread reached ahead.  ``extra`` (JSON-serialisable) is
+        stored with it and comes back as ``resume_extra`` after a restart: put
+        your own output's position there.
         """
         self._check_open()
         if extra is not None:
@@ -341,11 +553,10 @@ class ResumablePipeline:
                 json.dumps(extra)
             except (TypeError, ValueError) as e:
                 raise TypeError(f"extra must be JSON-serialisable: {e}") from None
-        last = self._last
-        if last is None:  # nothing received yet: commit the starting point
-            last = {"version": _STATE_VERSION, "source": self.source.position(), "wal_lsn": 0, **self._start}
+        last = self._last if self._last is not None else self._origin
         side = dict(last)
         side["extra"] = extra
+        side["run"] = self._run
         with self._lock:
             if self.dedup is not None:
                 durable = self.dedup.sync()  # 1. the WAL up to (at least) the batch's LSN
@@ -366,14 +577,16 @@ class ResumablePipeline:
 
     # ------------------------------------------------------ Stateful protocol
     def state_dict(self) -> Dict[str, Any]:
-        """The coordinate of the last batch received (torchdata ``Stateful``).
+        """The coordinate of the last batch received (torchdata ``Stateful``); with nothing
+        received, where this pipeline started (as ``commit()``).
 
         The dedup table itself lives in ``state_dir`` (its WAL); the state dict
-        records the LSN to truncate it back to and the folder.
+        records the LSN to truncate it back to and the folder, and the run's
+        settings (``load_state_dict`` refuses a pipeline whose settings differ).
         """
-        last = self._last or {"version": _STATE_VERSION, "source": self.source.position(), "wal_lsn": 0,
-                              **self._start}
-        return {**json.loads(json.dumps(last)), "state_dir": self.state_dir}
+        last = self._last if self._last is not None else self._origin
+        return {**json.loads(json.dumps(last)), "run": json.loads(json.dumps(self._run)),
+                "state_dir": self.state_dir}
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Resume from ``state_dict()`` output; call before iterating."""
@@ -393,10 +606,16 @@ class ResumablePipeline:
                 raise ValueError(f"state[{k!r}] must be an int >= 0, got {v!r}")
         if not isinstance(state["source"], dict):
             raise ValueError(f"state['source'] must be a source position (dict), got {type(state['source']).__name__}")
+        cyc = state.get("pii_cycle")
+        if cyc is not None and (not isinstance(cyc, list) or not all(isinstance(x, int) and not isinstance(x, bool)
+                                                                   and x >= 0 for x in cyc)):
+            raise ValueError(f"state['pii_cycle'] must be a list of ints >= 0, got {cyc!r}")
         sd = state.get("state_dir")
         if self.dedup is not None and sd is not None and os.path.realpath(sd) != os.path.realpath(self.state_dir):
             raise ValueError(f"state was taken with state_dir={sd!r}; this pipeline uses {self.state_dir!r} "
                              "(the dedup log lives there)")
+        if "run" in state:
+            self._check_run(state["run"], "state")
         self._apply(dict(state))
 
     # -------------------------------------------------------------- closing
@@ -405,19 +624,11 @@ class ResumablePipeline:
             raise ValueError("this ResumablePipeline is closed")
 
     def close(self) -> None:
-        """Stop the prefetch thread and release files (uncommitted progress is not saved)."""
+        """Stop the prefetch thread and release files and the folder lock (uncommitted progress is not saved)."""
         if self._closed:
             return
         self._closed = True
-        self._stop.set()
-        if self._prefetch is not None:
-            self._prefetch.stop()
-        with self._lock:
-            if self.dedup is not None:
-                self.dedup.close()
-            self.state.close()
-        if self._own_dir:
-            shutil.rmtree(self.state_dir, ignore_errors=True)
+        self._finalizer()
 
     def __enter__(self) -> "ResumablePipeline":
         return self
@@ -425,8 +636,6 @@ class ResumablePipeline:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
+
+def _batch_memory(b: Batch) -> int:
+    return b.memory_bytes

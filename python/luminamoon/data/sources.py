@@ -479,6 +479,22 @@ class Source:
     def seek(self, position: Dict[str, Any]) -> None:  # pragma: no cover - abstract
         raise NotImplementedError(f"{type(self).__name__} must implement seek(); Source is the base class")
 
+    def identity(self) -> Optional[Dict[str, Any]]:
+        """What this source reads, by content, for "is a resume over the same input?"
+        (JSON-serialisable), or None when it cannot be known: the base class, plain
+        iterables (``IterableSource``) and datasets have no identity, so a resume over
+        them cannot detect changed input.  File sources return their files'
+        ``luminamoon.data.fingerprint.file_fingerprint`` (size, mtime, sampled SHA-256)
+        and the settings that change which records they yield (not ``on_error`` nor
+        ``max_record_bytes``: a resume may skip a bad record the first run stopped at)."""
+        return None
+
+    def _file_identity(self, **settings: Any) -> Dict[str, Any]:
+        from .fingerprint import file_fingerprint
+
+        return {"kind": type(self).__name__, "files": [file_fingerprint(p) for p in self.paths],
+                "rank": self.rank, "world_size": self.world_size, **settings}
+
     def _bad(self, msg: str, cause: Optional[BaseException] = None) -> None:
         if self.on_error == "skip":
             self.skipped += 1
@@ -622,6 +638,9 @@ class _FileSource(Source):
         self._pos = self._start_pos(0)
         if position is not None:
             self.seek(position)
+
+    def identity(self) -> Dict[str, Any]:
+        return self._file_identity(text_key=self.text_key, per=getattr(self, "per", None))
 
     def _start_pos(self, shard: int) -> Dict[str, Any]:
         return {"kind": self.kind, "nfiles": len(self.paths), "shard": shard, "offset": 0,
@@ -822,6 +841,9 @@ class ParquetSource(Source):
         self._pos = self._start(0)
         if position is not None:
             self.seek(position)
+
+    def identity(self) -> Dict[str, Any]:
+        return self._file_identity(text_column=self.text_column, columns=self.columns)
 
     def _start(self, shard: int) -> Dict[str, Any]:
         return {"kind": "parquet", "nfiles": len(self.paths), "shard": shard, "row_group": 0, "row": 0, "record": 0}
