@@ -61,14 +61,19 @@ at::Tensor check_strings(const char *op, const at::Tensor &offsets, const at::Te
 // tensors.  check_views_bounds also checks every long view lies inside its
 // buffer (for ops that read every payload); the comparison ops check each view
 // right before they read its payload instead (raise_view_bounds maps the status).
-// Both also refuse inline views with non-zero padding bytes (ValueError), and
-// both return a private snapshot (a copy) of the views, checked here, for the
-// kernel to read: a racing writer cannot move a view after its check.
+// check_views returns the views themselves: the comparison kernels check the inline
+// padding in their first pass (LM_ECORRUPT, mapped by raise_view_bounds) and copy each
+// view they dereference once and re-check it.  check_views_bounds returns a private snapshot (a copy) of the views,
+// checked here (inline padding zero: ValueError; bounds), for the kernel to read: a
+// racing writer cannot move a view after its check.
 at::Tensor check_views(const char *op, const at::Tensor &views, const at::TensorList buffers,
                        const char *views_name = "views");
 at::Tensor check_views_bounds(const char *op, const at::Tensor &views, const at::TensorList buffers,
                               const char *views_name = "views");
-void raise_view_bounds(lm_status s, const char *op, const char *views_name);
+// Map a views-kernel status: LM_ECORRUPT -> ValueError naming the first inline view of
+// `views` with non-zero padding; LM_ERANGE -> ValueError (a view outside its buffer).
+void raise_view_bounds(lm_status s, const char *op, const char *views_name, const at::Tensor &views);
+[[noreturn]] void raise_padding(const char *op, const char *views_name, const at::Tensor &views);
 
 inline const lm_string_view *views_ptr(const at::Tensor &views) {
   return reinterpret_cast<const lm_string_view *>(views.data_ptr<uint8_t>());

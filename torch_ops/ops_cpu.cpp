@@ -71,17 +71,27 @@ at::Tensor check_views(const char *op, const at::Tensor &views, const at::Tensor
                       "] must be a contiguous 1-D CPU tensor");
   }
   TORCH_CHECK_VALUE(buffers.size() <= UINT32_MAX, "luminamoon.", op, ": too many buffers");
-  // One snapshot, checked and then used by the kernel (see check_strings).
-  at::Tensor snap = views.clone();
-  size_t bad = 0;
-  lm_status s = lm_views_check_padding(views_ptr(snap), size_t(snap.size(0)), &bad);
-  TORCH_CHECK_VALUE(s == LM_OK, "luminamoon.", op, ": ", vn, "[", bad, "] is an inline view (length <= 12) "
-                    "with non-zero padding bytes after the string; Arrow string views must be zero-padded");
-  return snap;
+  // The comparison kernels check the inline padding in their first pass over the views
+  // (LM_ECORRUPT: raise_view_bounds names the view), and copy each view they dereference
+  // once and re-check it, so a racing writer cannot make them read out of bounds: no copy
+  // of the whole views tensor is needed.
+  return views;
 }
 
-at::Tensor check_views_bounds(const char *op, const at::Tensor &views, const at::TensorList buffers, const char *vn) {
-  at::Tensor snap = check_views(op, views, buffers, vn);
+[[noreturn]] void raise_padding(const char *op, const char *vn, const at::Tensor &views) {
+  size_t bad = 0;
+  lm_views_check_padding(views_ptr(views), size_t(views.size(0)), &bad);
+  TORCH_CHECK_VALUE(false, "luminamoon.", op, ": ", vn, "[", bad, "] is an inline view (length <= 12) with "
+                    "non-zero padding bytes after the string; Arrow string views must be zero-padded");
+}
+
+at::Tensor check_views_bounds(const char *op, const at::Tensor &views_in, const at::TensorList buffers,
+                              const char *vn) {
+  check_views(op, views_in, buffers, vn);  // shapes and types
+  // One snapshot, checked and then used by the kernel (see check_strings): these ops read
+  // every payload anyway, so the copy of the views costs little next to them.
+  at::Tensor snap = views_in.clone();
+  if (lm_views_check_padding(views_ptr(snap), size_t(snap.size(0)), nullptr) != LM_OK) raise_padding(op, vn, snap);
   auto sizes = buffer_sizes(buffers);
   lm_status s = lm_views_check_bounds(views_ptr(snap), size_t(snap.size(0)), sizes.data(), uint32_t(sizes.size()));
   TORCH_CHECK_VALUE(s == LM_OK, "luminamoon.", op, ": ", vn, " holds a view outside its payload buffer "
@@ -89,7 +99,8 @@ at::Tensor check_views_bounds(const char *op, const at::Tensor &views, const at:
   return snap;
 }
 
-void raise_view_bounds(lm_status s, const char *op, const char *vn) {
+void raise_view_bounds(lm_status s, const char *op, const char *vn, const at::Tensor &views) {
+  if (s == LM_ECORRUPT) raise_padding(op, vn, views);
   TORCH_CHECK_VALUE(s != LM_ERANGE, "luminamoon.", op, ": ", vn, " holds a view outside its payload buffer "
                     "(bad buffer index, offset or length)");
   check(s, op);
@@ -294,7 +305,7 @@ at::Tensor views_prefix_match_cpu(const at::Tensor &views_in, at::TensorList buf
   raise_view_bounds(lm_views_prefix_match(views_ptr(views), views.size(0), p.get(),
                                           reinterpret_cast<const uint8_t *>(prefix.data()), prefix.size(),
                                           reinterpret_cast<uint8_t *>(out.data_ptr<bool>()), &e),
-                    "views_prefix_match", "views");
+                    "views_prefix_match", "views", views);
   return out;
 }
 
@@ -306,7 +317,7 @@ at::Tensor views_equal_scalar_cpu(const at::Tensor &views_in, at::TensorList buf
   raise_view_bounds(lm_views_equal_scalar(views_ptr(views), views.size(0), p.get(),
                                           reinterpret_cast<const uint8_t *>(s.data()), s.size(),
                                           reinterpret_cast<uint8_t *>(out.data_ptr<bool>()), &e),
-                    "views_equal_scalar", "views");
+                    "views_equal_scalar", "views", views);
   return out;
 }
 
@@ -318,9 +329,12 @@ at::Tensor views_equal_cpu(const at::Tensor &va_in, at::TensorList ba, const at:
   auto out = at::empty({va.size(0)}, va.options().dtype(at::kBool));
   Payloads pa(ba), pb(bb);
   lm_exec e = cpu_exec();
-  raise_view_bounds(lm_views_equal(views_ptr(va), pa.get(), views_ptr(vb), pb.get(), va.size(0),
-                                   reinterpret_cast<uint8_t *>(out.data_ptr<bool>()), &e),
-                    "views_equal", "views_a or views_b");
+  lm_status s = lm_views_equal(views_ptr(va), pa.get(), views_ptr(vb), pb.get(), va.size(0),
+                               reinterpret_cast<uint8_t *>(out.data_ptr<bool>()), &e);
+  if (s == LM_ECORRUPT && lm_views_check_padding(views_ptr(va), size_t(va.size(0)), nullptr) != LM_OK)
+    raise_padding("views_equal", "views_a", va);
+  if (s == LM_ECORRUPT) raise_padding("views_equal", "views_b", vb);
+  raise_view_bounds(s, "views_equal", "views_a or views_b", va);
   return out;
 }
 
@@ -331,7 +345,7 @@ at::Tensor views_hash64_cpu(const at::Tensor &views_in, at::TensorList buffers, 
   lm_exec e = cpu_exec();
   raise_view_bounds(lm_views_hash64(views_ptr(views), views.size(0), p.get(), uint64_t(seed),
                                     reinterpret_cast<uint64_t *>(out.data_ptr<int64_t>()), &e),
-                    "views_hash64", "views");
+                    "views_hash64", "views", views);
   return out;
 }
 

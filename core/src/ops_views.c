@@ -3,13 +3,47 @@
  * Each operation first decides every element on the view alone (length + the
  * 4-byte prefix, one 64-bit word) in a tight loop the compiler vectorises, and
  * only then visits the few candidates that need their payload.  A view is
- * bounds-checked right before its payload is read. */
+ * bounds-checked right before its payload is read.
+ *
+ * A candidate's length, buffer index and offset are read once (view_fields)
+ * and every later step (re-checking the length, the bounds check, the payload
+ * read) uses those copies: another thread writing into the caller's views
+ * while an op runs can change the answers but never make the op read outside
+ * a payload buffer or past a view.  Inline views must be zero-padded (the comparisons read the
+ * inline area as words): the first pass over the views checks that on the way
+ * and the op returns LM_ECORRUPT for a view that is not. */
 #include <string.h>
 
 #include "luminamoon/hash.h"
 #include "luminamoon/string_tensor.h"
 
 #define LM_OPS_GRAIN 65536
+
+/* The length, buffer index and offset of a view, each read once into the
+ * caller's locals (the view's memory may be written by another thread). */
+typedef struct {
+  uint32_t len, buf, off;
+} view_fields;
+
+static view_fields fields_of(const lm_string_view *v) {
+  view_fields f;
+  memcpy(&f.len, &v->len, 4);
+  memcpy(&f.buf, v->suffix_or_offset, 4);
+  memcpy(&f.off, v->suffix_or_offset + 4, 4);
+  return f;
+}
+
+/* The payload of a long view with fields f, or NULL when it lies outside its buffer. */
+static const uint8_t *payload_of(view_fields f, const lm_payloads *p) {
+  if (!p || f.buf >= p->n || (uint64_t)f.off + f.len > (uint64_t)p->sizes[f.buf] || !p->data[f.buf]) return NULL;
+  return p->data[f.buf] + f.off;
+}
+
+/* The bytes of view v whose fields (read once) are f: the inline area (f.len <= 12
+ * bytes, inside the 16-byte view whatever its current contents) or the checked payload. */
+static const uint8_t *bytes_at(const lm_string_view *v, view_fields f, const lm_payloads *p) {
+  return f.len <= LM_INLINE_MAX ? v->prefix_or_inline : payload_of(f, p);
+}
 
 static lm_exec grain_exec(const lm_exec *exec, size_t grain) {
   lm_exec e = exec ? *exec : (lm_exec){1, 0};
@@ -23,18 +57,6 @@ static uint32_t load_u32(const uint8_t *p) {
   return w;
 }
 
-/* The payload of a long view, or NULL when it lies outside its buffer. */
-static const uint8_t *payload(const lm_string_view *v, const lm_payloads *p) {
-  uint32_t b = lm_sv_buffer_index(v);
-  if (!p || b >= p->n || (uint64_t)lm_sv_offset(v) + v->len > (uint64_t)p->sizes[b] || !p->data[b]) return NULL;
-  return p->data[b] + lm_sv_offset(v);
-}
-
-/* The bytes of any view (inline or checked payload); NULL when out of bounds. */
-static const uint8_t *bytes_of(const lm_string_view *v, const lm_payloads *p) {
-  return v->len <= LM_INLINE_MAX ? v->prefix_or_inline : payload(v, p);
-}
-
 /* ---------------------------------------------------------- prefix match */
 
 typedef struct {
@@ -46,11 +68,16 @@ typedef struct {
   uint8_t *out;
 } prefix_ctx;
 
-/* Decide on the view alone: long enough and the first min(plen, 4) bytes match. */
-static void prefix_heads(const lm_string_view *restrict views, uint8_t *restrict out, size_t begin, size_t end,
-                         uint32_t plen, uint32_t pword, uint32_t pmask) {
-  for (size_t i = begin; i < end; i++)
+/* Decide on the view alone: long enough and the first min(plen, 4) bytes match.
+ * Returns the padding bits of the views (non-zero: a view is not zero-padded). */
+static uint64_t prefix_heads(const lm_string_view *restrict views, uint8_t *restrict out, size_t begin, size_t end,
+                             uint32_t plen, uint32_t pword, uint32_t pmask) {
+  uint64_t pad = 0;
+  for (size_t i = begin; i < end; i++) {
     out[i] = (uint8_t)((views[i].len >= plen) & ((load_u32(views[i].prefix_or_inline) & pmask) == pword));
+    pad |= lm_sv_padding_bits(&views[i]);
+  }
+  return pad;
 }
 
 static lm_status prefix_range(void *arg, size_t begin, size_t end) {
@@ -62,11 +89,16 @@ static lm_status prefix_range(void *arg, size_t begin, size_t end) {
     memset(out + begin, 0, end - begin);
     return LM_OK;
   }
-  prefix_heads(views, out, begin, end, (uint32_t)plen, c->pword, c->pmask);
+  if (prefix_heads(views, out, begin, end, (uint32_t)plen, c->pword, c->pmask)) return LM_ECORRUPT;
   if (plen <= 4) return LM_OK;
   for (size_t i = begin; i < end; i++) {
     if (!out[i]) continue;
-    const uint8_t *s = bytes_of(&views[i], c->p);
+    const view_fields f = fields_of(&views[i]);
+    if (f.len < plen) { /* changed since the heads pass */
+      out[i] = 0;
+      continue;
+    }
+    const uint8_t *s = bytes_at(&views[i], f, c->p);
     if (!s) return LM_ERANGE;
     out[i] = memcmp(s + 4, c->prefix + 4, plen - 4) == 0;
   }
@@ -97,9 +129,14 @@ typedef struct {
 
 /* out[i] = (head word of view i == head), for i in [begin, end); restrict lets
  * the compiler vectorise (the uint8 stores cannot alias the views). */
-static void heads_equal(const lm_string_view *restrict views, uint8_t *restrict out, size_t begin, size_t end,
-                        uint64_t head) {
-  for (size_t i = begin; i < end; i++) out[i] = lm_sv_head(&views[i]) == head;
+static uint64_t heads_equal(const lm_string_view *restrict views, uint8_t *restrict out, size_t begin, size_t end,
+                            uint64_t head) {
+  uint64_t pad = 0;
+  for (size_t i = begin; i < end; i++) {
+    out[i] = lm_sv_head(&views[i]) == head;
+    pad |= lm_sv_padding_bits(&views[i]);
+  }
+  return pad;
 }
 
 static lm_status eqs_range(void *arg, size_t begin, size_t end) {
@@ -107,7 +144,7 @@ static lm_status eqs_range(void *arg, size_t begin, size_t end) {
   const lm_string_view *views = c->views;
   uint8_t *out = c->out;
   const uint64_t head = lm_sv_head(&c->sv);
-  heads_equal(views, out, begin, end, head);
+  if (heads_equal(views, out, begin, end, head)) return LM_ECORRUPT;
   const uint32_t len = c->sv.len;
   if (len <= 4) return LM_OK; /* the head holds the whole string */
   if (len <= LM_INLINE_MAX) {
@@ -123,7 +160,12 @@ static lm_status eqs_range(void *arg, size_t begin, size_t end) {
   }
   for (size_t i = begin; i < end; i++) {
     if (!out[i]) continue;
-    const uint8_t *s = payload(&views[i], c->p);
+    const view_fields f = fields_of(&views[i]);
+    if (f.len != len) { /* changed since the heads pass */
+      out[i] = 0;
+      continue;
+    }
+    const uint8_t *s = payload_of(f, c->p);
     if (!s) return LM_ERANGE;
     out[i] = memcmp(s + 4, c->s + 4, len - 4) == 0;
   }
@@ -151,25 +193,35 @@ typedef struct {
   uint8_t *out;
 } eq_ctx;
 
-static void pairs_equal(const lm_string_view *restrict a, const lm_string_view *restrict b, uint8_t *restrict out,
-                        size_t begin, size_t end) {
-  for (size_t i = begin; i < end; i++) out[i] = lm_sv_head(&a[i]) == lm_sv_head(&b[i]);
+static uint64_t pairs_equal(const lm_string_view *restrict a, const lm_string_view *restrict b,
+                            uint8_t *restrict out, size_t begin, size_t end) {
+  uint64_t pad = 0;
+  for (size_t i = begin; i < end; i++) {
+    out[i] = lm_sv_head(&a[i]) == lm_sv_head(&b[i]);
+    pad |= lm_sv_padding_bits(&a[i]) | lm_sv_padding_bits(&b[i]);
+  }
+  return pad;
 }
 
 static lm_status eq_range(void *arg, size_t begin, size_t end) {
   const eq_ctx *c = (const eq_ctx *)arg;
-  const lm_string_view *a = c->a, *b = c->b;
   uint8_t *out = c->out;
-  pairs_equal(a, b, out, begin, end);
+  if (pairs_equal(c->a, c->b, out, begin, end)) return LM_ECORRUPT;
   for (size_t i = begin; i < end; i++) {
-    if (!out[i] || a[i].len <= 4) continue;
-    if (a[i].len <= LM_INLINE_MAX) {
-      out[i] = memcmp(a[i].suffix_or_offset, b[i].suffix_or_offset, 8) == 0;
+    if (!out[i]) continue;
+    const view_fields fa = fields_of(&c->a[i]), fb = fields_of(&c->b[i]);
+    if (fa.len != fb.len) { /* changed since the heads pass */
+      out[i] = 0;
       continue;
     }
-    const uint8_t *x = payload(&a[i], c->pa), *y = payload(&b[i], c->pb);
+    if (fa.len <= 4) continue;
+    if (fa.len <= LM_INLINE_MAX) {
+      out[i] = memcmp(c->a[i].suffix_or_offset, c->b[i].suffix_or_offset, 8) == 0;
+      continue;
+    }
+    const uint8_t *x = payload_of(fa, c->pa), *y = payload_of(fb, c->pb);
     if (!x || !y) return LM_ERANGE;
-    out[i] = memcmp(x + 4, y + 4, a[i].len - 4) == 0;
+    out[i] = memcmp(x + 4, y + 4, fa.len - 4) == 0;
   }
   return LM_OK;
 }
@@ -193,13 +245,15 @@ typedef struct {
 
 static lm_status hash_range(void *arg, size_t begin, size_t end) {
   const hash_ctx *c = (const hash_ctx *)arg;
+  uint64_t pad = 0;
   for (size_t i = begin; i < end; i++) {
-    const lm_string_view *v = &c->views[i];
-    const uint8_t *s = bytes_of(v, c->p);
+    const view_fields f = fields_of(&c->views[i]);
+    const uint8_t *s = bytes_at(&c->views[i], f, c->p);
     if (!s) return LM_ERANGE;
-    c->out[i] = lm_hash64(s, v->len, c->seed);
+    pad |= lm_sv_padding_bits(&c->views[i]);  /* the view's cache line is loaded already */
+    c->out[i] = lm_hash64(s, f.len, c->seed);
   }
-  return LM_OK;
+  return pad ? LM_ECORRUPT : LM_OK;
 }
 
 lm_status lm_views_hash64(const lm_string_view *views, size_t n, const lm_payloads *p, uint64_t seed,

@@ -65,6 +65,22 @@ static inline uint64_t lm_sv_head(const lm_string_view *v) {
   return w;
 }
 
+/* The padding bits of one view: 0 when the view is long or its inline string is
+ * zero-padded, as Arrow requires.  The inline bytes 0..11 sit at p[4..16): `lo`
+ * holds bytes 0..7, `hi` bytes 4..11 (little-endian words, as Arrow's layout
+ * is); every byte at or past len must be 0.  Branch-free, so loops vectorise. */
+static inline uint64_t lm_sv_padding_bits(const lm_string_view *v) {
+  const uint8_t *p = (const uint8_t *)v;
+  uint32_t len;
+  uint64_t lo, hi;
+  memcpy(&len, p, 4);
+  memcpy(&lo, p + 4, 8);
+  memcpy(&hi, p + 8, 8);
+  const uint64_t mlo = len < 8 ? ~0ull << (8 * (len & 7)) : 0;
+  const uint64_t mhi = len <= 4 ? ~0ull : len < 12 ? ~0ull << (8 * ((len - 4) & 7)) : 0;
+  return (lo & mlo) | (hi & mhi);
+}
+
 /* Make a view for `len` bytes at `s`.  Strings of at most 12 bytes are copied
  * inline; longer ones record (buffer_index, offset) and their 4-byte prefix.
  * Returns 0, or -1 when len > LM_MAX_STRING_LEN. */
