@@ -20,8 +20,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 CHILD = os.path.join(HERE, "resume_child.py")
 
 
-def make_corpus(path, n=3000, seed=0):
-    """The shared corpus's first n documents when present, else generated text; with duplicates."""
+def make_corpus(path, n=3000, seed=0, pii=False):
+    """The shared corpus's first n documents when present, else generated text; with duplicates.
+    pii: every third document also names an e-mail address and a public IPv4 address."""
     rng = random.Random(seed)
     docs = []
     if CORPUS.exists():
@@ -37,41 +38,49 @@ def make_corpus(path, n=3000, seed=0):
             sents = [" ".join(rng.choice(words) for _ in range(rng.randint(8, 14))).capitalize() + "."
                      for _ in range(rng.randint(6, 10))]
             docs.append(f"Document {i} is about topic {i % 17}. " + " ".join(sents[:3]) + "\n" + " ".join(sents[3:]))
+    if pii:
+        docs = [d + (f"\nWrite to maintainer{i}@lists.example.org or reach 8.8.{i % 250}.{i % 200 + 1} today."
+                     if i % 3 == 0 else "") for i, d in enumerate(docs)]
     docs += [docs[rng.randrange(len(docs))] for _ in range(n // 5)]  # exact duplicates, later in the stream
     rng.shuffle(docs)
     write_jsonl(path, ({"id": f"doc-{i}", "text": t} for i, t in enumerate(docs)))
     return docs
 
 
-def run_child(corpus, state_dir, out, batch_size=50, commit_every=3, prefetch=4, **kw):
+def run_child(corpus, state_dir, out, batch_size=50, commit_every=3, prefetch=4, env=None, **kw):
     return subprocess.Popen([sys.executable, CHILD, str(corpus), str(state_dir), str(out), str(batch_size),
                              str(commit_every), str(prefetch)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, **kw)
+                            text=True, env=None if env is None else {**os.environ, **env}, **kw)
 
 
-def test_sigkill_crash_loop_equals_uninterrupted_run(tmp_path):
-    corpus = tmp_path / "corpus.jsonl"
-    make_corpus(corpus)
-    # the uninterrupted reference
+def crash_loop(tmp_path, corpus, min_kills, env=None, die_after_first_commit=False):
+    """Runs resume_child to the end once uninterrupted, then again killing it with SIGKILL at
+    random moments (at least min_kills times) and resuming; returns both outputs' lines.
+    die_after_first_commit: every third run kills itself right after its commit before the
+    first batch (with LM_CHILD_COMMIT_FIRST)."""
     t0 = time.perf_counter()
-    p = run_child(corpus, tmp_path / "ref-state", tmp_path / "ref.jsonl")
+    p = run_child(corpus, tmp_path / "ref-state", tmp_path / "ref.jsonl", env=env)
     out, err = p.communicate(timeout=300)
     assert p.returncode == 0 and "DONE" in out, err
     ref_time = time.perf_counter() - t0
 
-    min_kills = int(os.environ.get("LM_CRASH_KILLS", "20"))
     rng = random.Random(int(os.environ.get("LM_CRASH_SEED", "1234")))
     kills, runs = 0, 0
     # kill after a random delay once the child iterates; small enough that the work spans many kills
-    ready_at = []
     while True:
         runs += 1
-        p = run_child(corpus, tmp_path / "state", tmp_path / "out.jsonl")
+        die = die_after_first_commit and kills < min_kills and runs % 3 == 1
+        p = run_child(corpus, tmp_path / "state", tmp_path / "out.jsonl",
+                      env={**(env or {}), "LM_CHILD_DIE_AFTER_FIRST_COMMIT": "1" if die else "0"})
         line = p.stdout.readline()
         if "READY" not in line:
             p.wait(timeout=60)
             raise AssertionError(f"child failed to start: {line}{p.stderr.read()}")
-        ready_at.append(time.perf_counter())
+        if die:
+            p.communicate(timeout=60)
+            assert p.returncode == -signal.SIGKILL, p.stderr
+            kills += 1
+            continue
         if kills < min_kills:
             time.sleep(rng.uniform(0.0, max(0.05, ref_time / 40)))
             if p.poll() is None:
@@ -84,11 +93,30 @@ def test_sigkill_crash_loop_equals_uninterrupted_run(tmp_path):
         if "DONE" in out:
             break
     assert kills >= min_kills, f"only {kills} kills"
-    got = (tmp_path / "out.jsonl").read_text().splitlines()
-    want = (tmp_path / "ref.jsonl").read_text().splitlines()
+    print(f"{kills} SIGKILLs over {runs} runs")
+    return (tmp_path / "out.jsonl").read_text().splitlines(), (tmp_path / "ref.jsonl").read_text().splitlines()
+
+
+def test_sigkill_crash_loop_equals_uninterrupted_run(tmp_path):
+    corpus = tmp_path / "corpus.jsonl"
+    make_corpus(corpus)
+    got, want = crash_loop(tmp_path, corpus, int(os.environ.get("LM_CRASH_KILLS", "20")))
     assert len(got) == len(want)
     assert got == want  # same batches, same documents, same order, same dedup decisions
-    print(f"{kills} SIGKILLs over {runs} runs; {len(want)} batches identical")
+
+
+def test_sigkill_crash_loop_datatrove_pii_and_commit_before_first_batch(tmp_path):
+    """Issue 19 acceptance 2: every run commits while its first batch is being produced, and the
+    datatrove replacement cycle must continue exactly across the kills."""
+    corpus = tmp_path / "corpus.jsonl"
+    make_corpus(corpus, n=2000, pii=True)
+    got, want = crash_loop(tmp_path, corpus, int(os.environ.get("LM_CRASH_KILLS", "10")) // 2 or 1,
+                           env={"LM_CHILD_PII_MODE": "datatrove", "LM_CHILD_COMMIT_FIRST": "1"},
+                           die_after_first_commit=True)
+    assert not any("@lists.example.org" in ln for ln in want)  # masked, with the cycle's second string too:
+    assert any("firstname.lastname@example.org" in ln for ln in want)
+    assert len(got) == len(want)
+    assert got == want
 
 
 def batches_of(pipe, n=None):
