@@ -64,15 +64,119 @@ def detect_format(path: str) -> str:
     raise RunError(f"cannot tell the format of {path!r} from its name: pass --input-format jsonl|text|parquet")
 
 
-def _expand(inputs: Sequence[str]) -> List[str]:
-    from .data.sources import expand_paths
+STDIN_NAMES = ("-", "/dev/stdin", "/dev/fd/0")
 
+
+class _Inputs:
+    """The files of a run: ``paths`` (read in this order), ``names`` (each file's
+    path relative to the inputs' common root: the ids' prefix), and what the
+    expansion passed over (``skipped``: not_data, dangling_symlinks, own_output)."""
+
+    def __init__(self) -> None:
+        self.paths: List[str] = []
+        self.names: List[str] = []
+        self.skipped: Dict[str, List[str]] = {"not_data": [], "dangling_symlinks": [], "own_output": []}
+        self.stdin = False
+
+
+def _under(path: str, folder: str) -> bool:
     try:
-        return expand_paths(list(inputs))
-    except FileNotFoundError as e:
-        raise RunError(f"input not found: {e.args[0] if e.args else e}") from None
-    except ValueError as e:
-        raise RunError(str(e)) from None
+        return os.path.commonpath([os.path.realpath(path), os.path.realpath(folder)]) == os.path.realpath(folder)
+    except ValueError:
+        return False
+
+
+def _gather_inputs(inputs: Sequence[str], out: str, fmt: str, stdin_copy: Optional[str],
+                   own: "set") -> _Inputs:
+    """Expands the inputs (see ``sources.expand_input``), drops what is not data and
+    this output folder's own files (``own``: the manifest of the run in ``out``) from
+    folder and glob expansions, and refuses any other input inside the output folder."""
+    from .data.sources import expand_input
+
+    res = _Inputs()
+    roots: List[str] = []
+    seen = set()
+    for item in inputs:
+        if item in STDIN_NAMES:
+            if len(inputs) > 1:
+                raise RunError("standard input ('-') must be the only input")
+            res.stdin = True
+            res.paths, res.names = [stdin_copy], ["stdin"]
+            return res
+        literal = os.path.lexists(item) and not os.path.isdir(item)
+        try:
+            files, root, skipped = expand_input(item)
+        except FileNotFoundError as e:
+            raise RunError(f"input not found: {e.args[0] if e.args else e}") from None
+        for k, v in skipped.items():
+            res.skipped[k] += v
+        n_before = len(res.paths)
+        for f in files:
+            if _under(f, out):
+                rel = os.path.relpath(os.path.realpath(f), os.path.realpath(out))
+                if not literal and (rel in own or rel.split(os.sep)[0] == STATE_DIRNAME):
+                    res.skipped["own_output"].append(f)
+                    continue
+                raise RunError(f"the output folder {out!r} holds input file {f!r}: a run must not write where it "
+                               "reads (it could replace or delete its input); write the output to another folder")
+            if not literal and fmt == "auto":
+                try:
+                    detect_format(f)
+                except RunError:
+                    res.skipped["not_data"].append(f)
+                    continue
+            key = os.path.realpath(f)
+            if key in seen:
+                continue  # the same file named twice (a file and a glob): read once
+            seen.add(key)
+            res.paths.append(f)
+            roots.append(os.path.abspath(root))
+        if n_before == len(res.paths) and not literal:
+            raise RunError(f"input not found: {item!r} holds no data file (passed over: "
+                           f"{', '.join(res.skipped['not_data'][:5] + res.skipped['own_output'][:5]) or 'nothing'})")
+    try:
+        common = os.path.commonpath(roots) if roots else "."
+    except ValueError:  # different drives
+        common = ""
+    res.names = [os.path.relpath(os.path.abspath(p), common) if common else os.path.abspath(p) for p in res.paths]
+    return res
+
+
+def _spool_stdin(out: str, fmt: str) -> "tuple[str, str]":
+    """Copies standard input to a file in ``out`` (a resume reads that copy: standard
+    input cannot be read twice), named by what it holds: gzip / zstd / Parquet by
+    their magic bytes, JSON Lines or text by the first byte (or ``--input-format``)."""
+    tmp = os.path.join(out, ".luminamoon-stdin.tmp")
+    src = sys.stdin.buffer
+    head = b""
+    with open(tmp, "wb") as f:
+        while True:
+            chunk = src.read(1 << 20)
+            if not chunk:
+                break
+            if len(head) < 1 << 16:
+                head += chunk[: (1 << 16) - len(head)]
+            f.write(chunk)
+        f.flush()
+        os.fsync(f.fileno())
+    comp = ""
+    body = head
+    if head[:2] == b"\x1f\x8b":
+        import zlib
+
+        comp, body = ".gz", zlib.decompressobj(31).decompress(head)
+    elif head[:4] == b"\x28\xb5\x2f\xfd":
+        comp = ".zst"
+        try:
+            import zstandard
+
+            body = zstandard.ZstdDecompressor().decompressobj().decompress(head)
+        except Exception:
+            body = b"{"
+    if fmt == "auto":
+        fmt = "parquet" if head[:4] == b"PAR1" else "jsonl" if body.lstrip()[:1] == b"{" else "text"
+    ext = {"parquet": ".parquet", "jsonl": ".jsonl", "text": ".txt"}[fmt]
+    return tmp, "stdin" + ext + ("" if fmt == "parquet" else comp)
 
 
 def _make_source(paths: List[str], fmt: str, cfg: Dict[str, Any]):
@@ -102,8 +206,10 @@ def _make_source(paths: List[str], fmt: str, cfg: Dict[str, Any]):
     raise RunError(f"unknown input format {fmt!r}")
 
 
-def _input_source(inner, id_field: str, text_field: str):
-    """Wraps a source: gives records without an id one ("<file>:<line>"), replaces
+def _input_source(inner, id_field: str, text_field: str, names: Sequence[str]):
+    """Wraps a source: gives records without an id one ("<file>:<row>", the file's
+    path relative to the inputs' root and the line number (JSONL, text) or row
+    index (Parquet; 0 for one document per file)), replaces
     lone surrogates (how JSON carries undecodable bytes) by U+FFFD, and notes
     bad records skipped before each record (so they are counted in the batch
     that follows them, not ahead of the consumer)."""
@@ -133,12 +239,16 @@ def _input_source(inner, id_field: str, text_field: str):
 
         def _records(self):
             inner = self.inner
-            paths = self.paths
+            per_file = getattr(inner, "per", None) == "file"
             for rec in inner:
                 if id_field not in rec or rec[id_field] is None:
                     pos = inner._pos if hasattr(inner, "_pos") else inner.position()
-                    name = os.path.basename(paths[pos["shard"]]) if paths and pos.get("shard", 0) < len(paths) else "doc"
-                    n = pos["line"] if "line" in pos else pos.get("record", 0) - 1
+                    shard = pos.get("shard", 0)
+                    if per_file:  # the position is already past the file it yielded
+                        shard, n = shard - 1, 0
+                    else:
+                        n = pos["line"] if "line" in pos else pos.get("record", 0) - 1
+                    name = names[shard] if 0 <= shard < len(names) else "doc"
                     rec[id_field] = f"{name}:{n}"
                 text = rec[text_field]
                 if not text.isascii():
@@ -246,44 +356,131 @@ def _counter_view(d: Dict[str, Any]) -> Dict[str, Dict[str, int]]:
 
 
 # ------------------------------------------------------------------ output folder
-def _run_identity(paths: List[str], fmt: str, cfg: Dict[str, Any]) -> Dict[str, Any]:
-    files = []
-    for p in paths:
-        st = os.stat(p)
-        files.append({"path": os.path.abspath(p), "size": st.st_size})
-    # threads and prefetch change neither the output nor the statistics: a resume may use others
+# Settings that change neither the output nor the statistics: a resume may use others.
+_HOW_NOT_WHAT = {"run": ("threads", "prefetch_batches", "prefetch_mb"),
+                 "dedup": ("max_entries",),       # a bound, not a result: a resume may raise it
+                 "input": ("skip_bad_records",)}  # a resume may skip the bad record the run stopped at
+
+
+def _run_identity(paths: List[str], fmt: str, cfg: Dict[str, Any],
+                  fingerprints: Optional[List[Dict[str, Any]]] = None) -> Dict[str, Any]:
+    """What a resume must match: the inputs by content (``file_fingerprint``: size,
+    mtime, sampled SHA-256), the input format and every setting that shapes the output."""
+    from .data.fingerprint import file_fingerprint
+
+    files = fingerprints if fingerprints is not None else [file_fingerprint(p) for p in paths]
     cfg = json.loads(json.dumps(cfg))
-    for k in ("threads", "prefetch_batches", "prefetch_mb"):  # how, not what: a resume may change them
-        cfg["run"].pop(k, None)
-    cfg["dedup"].pop("max_entries", None)  # a bound, not a result: a resume may raise it
-    key = json.dumps({"files": files, "format": fmt, "config": cfg}, sort_keys=True)
+    for sec, keys in _HOW_NOT_WHAT.items():
+        for k in keys:
+            cfg[sec].pop(k, None)
+    key = json.dumps({"paths": [f["path"] for f in files], "format": fmt, "config": cfg}, sort_keys=True)
     return {"files": files, "format": fmt, "config": cfg, "fingerprint": hashlib.sha256(key.encode()).hexdigest()[:16]}
 
 
-def _prepare_output(out: str, ident: Dict[str, Any], resume: bool, overwrite: bool, log) -> bool:
-    """Checks / clears the output folder. Returns True when resuming a committed run."""
+def _identity_differences(prev: Dict[str, Any], ident: Dict[str, Any]) -> List[str]:
+    from .data.fingerprint import fingerprint_differences
+
+    diff: List[str] = []
+    a = [f.get("path") for f in prev.get("files", [])]
+    b = [f["path"] for f in ident["files"]]
+    if a != b:
+        gone = [p for p in a if p not in b]
+        new = [p for p in b if p not in a]
+        diff.append("the input files (" + "; ".join(
+            x for x in ((f"no longer read: {', '.join(map(str, gone[:3]))}" if gone else ""),
+                        (f"new: {', '.join(new[:3])}" if new else ""),
+                        ("" if gone or new else "another order")) if x) + ")")
+    else:
+        for old, cur in zip(prev.get("files", []), ident["files"]):
+            diff += [f"input changed: {d}" for d in fingerprint_differences(old, cur)]
+    pc, ic = prev.get("config", {}), ident["config"]
+    keys = [f"{sec}.{k}" for sec in sorted(set(pc) | set(ic)) for k in sorted(set(pc.get(sec, {})) | set(ic.get(sec, {})))
+            if pc.get(sec, {}).get(k) != ic.get(sec, {}).get(k)]
+    if keys:
+        diff.append("the configuration (" + ", ".join(keys[:8]) + ")")
+    if prev.get("format") != ident["format"]:
+        diff.append(f"the input format ({prev.get('format')} then, {ident['format']} now)")
+    return diff
+
+
+_OWN_FILES = ("stats.json", "report.png")
+
+
+class _Manifest:
+    """The files this run writes into the output folder, recorded in its run.json
+    *before* each is created, so that --overwrite and a resume delete only files a
+    run made (design: never a file the run did not create)."""
+
+    def __init__(self, run_file: str, ident: Dict[str, Any]) -> None:
+        self.run_file, self.ident = run_file, ident
+        self.names = set(ident.get("manifest", []))
+
+    def add(self, name: str) -> None:
+        if name not in self.names:
+            self.names.add(name)
+            self.ident["manifest"] = sorted(self.names)
+            _write_run_file(self.run_file, self.ident)
+
+
+def _write_run_file(run_file: str, ident: Dict[str, Any]) -> None:
+    from .data._prefetch import atomic_write
+
+    atomic_write(run_file, (json.dumps(ident, indent=1) + "\n").encode("utf-8"))
+
+
+def read_run_state(out: str) -> Optional[Dict[str, Any]]:
+    """The run.json of the run in ``out`` (None when there is none or it is unreadable)."""
+    try:
+        with open(os.path.join(out, STATE_DIRNAME, _RUN_FILE), "r", encoding="utf-8") as f:
+            prev = json.load(f)
+        return prev if isinstance(prev, dict) else None
+    except (OSError, ValueError):
+        return None
+
+
+def _own_files(out: str, prev: Optional[Dict[str, Any]]) -> "set":
+    """The files in ``out`` the run recorded there wrote (a run.json from before
+    manifests: its part files, stats.json and report.png)."""
+    if prev is None:
+        return set()
+    if "manifest" in prev:
+        return {str(n) for n in prev["manifest"]}
+    names = set(os.listdir(out)) if os.path.isdir(out) else set()
+    return {f for f in names if PART_RE.match(f) or f in _OWN_FILES}
+
+
+def _foreign_outputs(out: str, own: "set") -> List[str]:
+    """Files in ``out`` a run would write over or delete but did not write itself."""
+    if not os.path.isdir(out):
+        return []
+    return sorted(f for f in os.listdir(out) if (PART_RE.match(f) or f in _OWN_FILES) and f not in own)
+
+
+def _prepare_output(out: str, ident: Dict[str, Any], resume: bool, overwrite: bool, log,
+                    prev: Optional[Dict[str, Any]]) -> "tuple[bool, _Manifest]":
+    """Checks / clears the output folder. Returns (resuming a committed run, the manifest)."""
     state_dir = os.path.join(out, STATE_DIRNAME)
     run_file = os.path.join(state_dir, _RUN_FILE)
     if os.path.exists(out) and not os.path.isdir(out):
         raise RunError(f"output {out!r} exists and is not a folder")
     has_state = os.path.isdir(state_dir)
-    parts = [f for f in os.listdir(out) if PART_RE.match(f)] if os.path.isdir(out) else []
-    if overwrite:
-        if has_state:
-            shutil.rmtree(state_dir)
-        for f in parts + ["stats.json", "report.png"]:
-            if os.path.exists(os.path.join(out, f)):
-                os.remove(os.path.join(out, f))
-        for f in os.listdir(out) if os.path.isdir(out) else []:
+    own = _own_files(out, prev)
+    if overwrite and has_state:
+        for f in sorted(own):  # only what the earlier run wrote; anything else stays
+            path = os.path.join(out, f)
+            if os.path.isfile(path) and not os.path.islink(path):
+                os.remove(path)
+        for f in os.listdir(out):
             if f.startswith(".tmp-part-"):
                 os.remove(os.path.join(out, f))
-        has_state, parts = False, []
+        shutil.rmtree(state_dir)
+        has_state, own, prev = False, set(), None
+    foreign = _foreign_outputs(out, own)
+    if foreign:
+        raise RunError(f"output folder {out!r} holds {', '.join(foreign[:3])}" + (", ..." if len(foreign) > 3 else "")
+                       + f", not written by {'this' if has_state else 'a luminamoon'} run: a run would replace or "
+                       "delete it. Choose another output folder, or move those files away")
     if has_state:
-        try:
-            with open(run_file, "r", encoding="utf-8") as f:
-                prev = json.load(f)
-        except (OSError, ValueError):
-            prev = None
         if not resume:
             what = f"started {prev.get('started', '?')} on {len(prev.get('files', []))} input file(s)" if prev else "unreadable"
             raise RunError(f"output folder {out!r} holds the state of another run ({what}). "
@@ -291,35 +488,58 @@ def _prepare_output(out: str, ident: Dict[str, Any], resume: bool, overwrite: bo
         if prev is None:
             raise RunError(f"{run_file} is missing or unreadable: cannot tell which run the state belongs to; "
                            "use --overwrite to start over")
-        if prev.get("fingerprint") != ident["fingerprint"]:
-            diff = []
-            if [f["path"] for f in prev.get("files", [])] != [f["path"] for f in ident["files"]]:
-                diff.append("the input files")
-            elif prev.get("files") != ident["files"]:
-                diff.append("the input files' sizes (they changed)")
-            if prev.get("config") != ident["config"]:
-                keys = [f"{s}.{k}" for s in ident["config"] for k in ident["config"][s]
-                        if prev.get("config", {}).get(s, {}).get(k) != ident["config"][s][k]]
-                diff.append("the configuration (" + ", ".join(keys[:6]) + ")")
-            if prev.get("format") != ident["format"]:
-                diff.append("the input format")
-            raise RunError(f"--resume: this command differs from the run in {out!r} in "
-                           f"{' and '.join(diff) or 'its inputs'}; resume with the same command, or --overwrite")
-        return True
-    if parts:
-        raise RunError(f"output folder {out!r} already holds part files ({parts[0]}, ...) but no run state; "
-                       "choose an empty folder or pass --overwrite")
+        diff = _identity_differences(prev, ident)
+        if diff:
+            raise RunError(f"--resume: this command differs from the run in {out!r}: {'; '.join(diff[:6])}. "
+                           "Resume with the same command and inputs, or start over with --overwrite")
+        if "manifest" not in prev:
+            prev["manifest"] = sorted(own)
+        return True, _Manifest(run_file, prev)
     if resume:
         log(f"note: nothing to resume in {out!r}; starting a new run")
     os.makedirs(state_dir, exist_ok=True)
-    ident = dict(ident, started=time.strftime("%Y-%m-%d %H:%M:%S"))
-    tmp = run_file + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(ident, f, indent=1)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, run_file)
-    return False
+    ident = dict(ident, started=time.strftime("%Y-%m-%d %H:%M:%S"), manifest=[])
+    _write_run_file(run_file, ident)
+    return False, _Manifest(run_file, ident)
+
+
+def _forget_run(out: str, manifest: Optional[_Manifest], created_out: bool) -> None:
+    """A run that failed before its first commit: removes what it wrote (its state,
+    the files in its manifest, the output folder if it made it and left it empty),
+    so that the corrected command needs no --overwrite."""
+    try:
+        for f in sorted(manifest.names) if manifest else []:
+            path = os.path.join(out, f)
+            if os.path.isfile(path):
+                os.remove(path)
+        for f in os.listdir(out):
+            if f.startswith(".tmp-part-") or f == ".luminamoon-stdin.tmp":
+                os.remove(os.path.join(out, f))
+        shutil.rmtree(os.path.join(out, STATE_DIRNAME), ignore_errors=True)
+        if created_out and not os.listdir(out):
+            os.rmdir(out)
+    except OSError:
+        pass  # the first error is the one to report
+
+
+def _check_fields(cfg: Dict[str, Any]) -> List[str]:
+    """The kept fields, checked against the output's id and text columns; refuses a
+    --group-by on the text field (its records carry no text: every group was "(none)")."""
+    from .config import ConfigError
+
+    text, idf = cfg["input"]["text_field"], cfg["input"]["id_field"]
+    if cfg["run"]["group_by"] == text:
+        raise ConfigError(f"--group-by {text!r} names the text field; group by a metadata field "
+                          "(e.g. --group-by source)")
+    keep = []
+    for k in cfg["output"]["keep_fields"]:
+        if k == text or k == idf == "id":
+            continue  # already the output's text / id column (a record's text is the cleaned text)
+        if k in ("id", "text"):
+            raise ConfigError(f"--keep-fields {k!r} would replace the output's {k} column "
+                              f"(the input's {'text' if k == 'text' else 'id'} field is {text if k == 'text' else idf!r})")
+        keep.append(k)
+    return keep
 
 
 # ---------------------------------------------------------------------- run
@@ -328,28 +548,91 @@ def run_corpus(inputs: Sequence[str], out: str, cfg: Dict[str, Any], *, resume: 
                report: bool = True, stop_after_batches: Optional[int] = None) -> Dict[str, Any]:
     """Runs the pipeline over ``inputs`` into ``out``; returns the stats.json dict.
 
-    Raises RunError (bad input, output folder in use, ...) with a message for
+    Inputs are files, folders (read recursively), globs, or ``-`` for standard
+    input.  Raises RunError (bad input, output folder in use, ...) with a message for
     the user; KeyboardInterrupt passes through after the pipeline is closed
     (the last commit stands)."""
-    from .data.adapters import ResumablePipeline
-
+    if resume and overwrite:
+        raise RunError("--resume and --overwrite together: --resume continues the committed run, --overwrite "
+                       "discards it; pass one of them")
     log = (lambda *a: None) if quiet else (lambda *a: print(*a, file=sys.stderr))
-    paths = _expand(inputs)
+    keep = _check_fields(cfg)
+    out = os.fspath(out)
+    created_out = not os.path.exists(out)
     fmt = cfg["input"]["format"]
+    prev = read_run_state(out)
+    state_dir = os.path.join(out, STATE_DIRNAME)
+    stdin_copy = None
+    if any(i in STDIN_NAMES for i in inputs):
+        kept = [f for f in prev.get("manifest", []) if f.startswith(STATE_DIRNAME + "/stdin")] if prev else []
+        if resume and kept:
+            stdin_copy = os.path.join(out, kept[0])
+            log(f"resuming over the copy of standard input kept in {stdin_copy} (standard input is not read)")
+    got = _gather_inputs(inputs, out, fmt, stdin_copy or "-", _own_files(out, prev))
+    for what, label in (("not_data", "file(s) that are not data (hidden, marker or unknown file type)"),
+                        ("dangling_symlinks", "dangling symlink(s)"), ("own_output", "own output file(s) of the run in the output folder")):
+        if got.skipped[what]:
+            names = got.skipped[what]
+            print(f"luminamoon: skipped {len(names)} {label}: {', '.join(names[:8])}" + (", ..." if len(names) > 8 else ""),
+                  file=sys.stderr)
+    fps = None
+    spooled = None
+    if got.stdin and stdin_copy is None:
+        if os.path.exists(out) and not os.path.isdir(out):
+            raise RunError(f"output {out!r} exists and is not a folder")
+        os.makedirs(out, exist_ok=True)
+        try:
+            tmp, name = _spool_stdin(out, fmt)
+        except BaseException:
+            _forget_run(out, None, created_out)
+            raise
+        from .data.fingerprint import file_fingerprint
+
+        stdin_copy = os.path.join(out, STATE_DIRNAME, name)
+        spooled = (tmp, stdin_copy)
+        fp = file_fingerprint(tmp)
+        fp["path"] = os.path.abspath(stdin_copy)
+        fps = [fp]
+        got.paths = [stdin_copy]
+    elif got.stdin:
+        got.paths = [stdin_copy]
+    paths = got.paths
     if fmt == "auto":
         fmts = {detect_format(p) for p in paths}
         if len(fmts) > 1:
             raise RunError(f"the inputs mix formats ({', '.join(sorted(fmts))}): run them separately "
                            "or force one with --input-format")
         fmt = fmts.pop()
+    try:
+        ident = _run_identity(paths, fmt, cfg, fps)
+        os.makedirs(out, exist_ok=True)
+        resuming, manifest = _prepare_output(out, ident, resume, overwrite, log, prev)
+    except BaseException:
+        if spooled:
+            _forget_run(out, None, created_out)
+        raise
+    committed = [resuming]
+    try:
+        if spooled:
+            manifest.add(os.path.relpath(spooled[1], out))
+            os.replace(*spooled)
+        return _run(paths, got, fmt, out, cfg, keep, manifest, resuming, committed, quiet, log, title, report,
+                    stop_after_batches)
+    except BaseException:
+        if not committed[0]:
+            _forget_run(out, manifest, created_out)
+        raise
+
+
+def _run(paths, got: _Inputs, fmt: str, out: str, cfg: Dict[str, Any], keep: List[str], manifest: _Manifest,
+         resuming: bool, committed: List[bool], quiet: bool, log, title, report, stop_after_batches) -> Dict[str, Any]:
+    from .data.adapters import ResumablePipeline
+
     ocfg, rcfg = cfg["output"], cfg["run"]
     kwargs = stage_kwargs(cfg)
-    ident = _run_identity(paths, fmt, cfg)
-    os.makedirs(out, exist_ok=True)
-    resuming = _prepare_output(out, ident, resume, overwrite, log)
     state_dir = os.path.join(out, STATE_DIRNAME)
-
-    source = _input_source(_make_source(paths, fmt, cfg), cfg["input"]["id_field"], cfg["input"]["text_field"])
+    source = _input_source(_make_source(paths, fmt, cfg), cfg["input"]["id_field"], cfg["input"]["text_field"],
+                           got.names)
     threads = rcfg["threads"] or None
     measured = _MeasuredPipeline(rcfg["pipeline"], kwargs, threads)
     try:
@@ -369,7 +652,7 @@ def run_corpus(inputs: Sequence[str], out: str, cfg: Dict[str, Any], *, resume: 
         try:
             writer = ShardWriter(out, fmt=ocfg["format"], compression=ocfg["compression"],
                                  part_docs=ocfg["part_docs"], part_bytes=int(ocfg["part_mb"] * 1e6),
-                                 state=extra["writer"] if extra else None, extra_fields=ocfg["keep_fields"])
+                                 state=extra["writer"] if extra else None, extra_fields=keep)
         except (OSError, ValueError) as e:
             raise RunError(str(e)) from None
         stats = RunStats.from_state(extra["stats"]) if extra else RunStats()
@@ -379,12 +662,16 @@ def run_corpus(inputs: Sequence[str], out: str, cfg: Dict[str, Any], *, resume: 
                            "config": cfg})
         if extra:
             log(f"resuming: {stats.docs_in:,} documents and {len(writer.parts)} part file(s) already committed")
-        _loop(pipe, measured, source, writer, stats, cfg, paths, fmt, quiet, stop_after_batches)
+        _loop(pipe, measured, source, writer, stats, cfg, keep, paths, fmt, quiet, stop_after_batches, manifest,
+              committed)
         result = stats.to_json()
         result["output"]["parts"] = [p["name"] for p in writer.parts]
         result["output"]["rows"] = writer.state()["rows"]
+        result["input_files"] = {"read": len(paths), "skipped": {k: len(v) for k, v in got.skipped.items()}}
+        manifest.add("stats.json")
         _write_json(os.path.join(out, "stats.json"), result)
         if report:
+            manifest.add("report.png")
             render_report(result, os.path.join(out, "report.png"), title=title or f"luminamoon run → {out}")
         _mark_complete(state_dir)
     except BaseException:
@@ -436,12 +723,11 @@ def _progress(paths: List[str], fmt: str, quiet: bool, start_docs: int):
     return bar
 
 
-def _loop(pipe, measured, source, writer: ShardWriter, stats: RunStats, cfg, paths, fmt, quiet,
-          stop_after_batches) -> None:
+def _loop(pipe, measured, source, writer: ShardWriter, stats: RunStats, cfg, keep, paths, fmt, quiet,
+          stop_after_batches, manifest: _Manifest, committed: List[bool]) -> None:
     from .stages import reason_name
 
     id_field = cfg["input"]["id_field"]
-    keep = cfg["output"]["keep_fields"]
     group_by = cfg["run"]["group_by"]
     bar = _progress(paths, fmt, quiet, stats.docs_in)
     names: Dict[int, str] = {}
@@ -450,6 +736,12 @@ def _loop(pipe, measured, source, writer: ShardWriter, stats: RunStats, cfg, pat
 
     def commit() -> None:
         pipe.commit(extra={"writer": writer.state(), "stats": stats.state()})
+        committed[0] = True
+
+    def finish_part() -> None:
+        if writer.pending_rows:  # recorded as this run's before it exists
+            manifest.add(f"part-{len(writer.parts):05d}{writer.suffix}")
+        writer.finish_part()
 
     old_term = None
     if hasattr(signal, "SIGTERM"):
@@ -510,7 +802,7 @@ def _loop(pipe, measured, source, writer: ShardWriter, stats: RunStats, cfg, pat
                             m["hist_in"], m["hist_out"], counters, skipped, groups)
             nb += 1
             if writer.should_finish():
-                writer.finish_part()
+                finish_part()
                 commit()
             if bar is not None:
                 el = max(time.perf_counter() - t_start, 1e-6)
@@ -527,7 +819,7 @@ def _loop(pipe, measured, source, writer: ShardWriter, stats: RunStats, cfg, pat
                 raise KeyboardInterrupt
         # the end: skips after the last record, the last part, the final commit
         stats.add_skipped(source.skipped - source._seen_skipped)
-        writer.finish_part()
+        finish_part()
         commit()
         if bar is not None:
             if bar.total:

@@ -350,7 +350,7 @@ def test_output_folder_of_another_run(tmp_path, capsys):
     stray.mkdir()
     (stray / "part-00000.parquet").write_bytes(b"x")
     rc, _, err = _run(["run", str(src), "-o", str(stray), "-q"], capsys)
-    assert rc == 2 and "part files" in err
+    assert rc == 2 and "part-00000.parquet" in err and "not written by" in err and "--overwrite" not in err
 
 
 # ------------------------------------------------------------- interrupt/resume

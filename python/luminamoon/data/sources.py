@@ -56,7 +56,7 @@ import hashlib
 import json
 import os
 import zlib
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 __all__ = [
     "Source", "IterableSource", "JsonlSource", "TextSource", "ParquetSource",
@@ -74,9 +74,79 @@ _CHUNK = 1 << 16
 _MIN_PIECE = 256  # smallest piece of compressed input fed to a decoder at once
 
 
+def _not_data_name(name: str) -> bool:
+    """Names a folder or glob expansion passes over: hidden files (``.DS_Store``) and
+    the ``_``-prefixed markers of Spark / Hive / Hadoop (``_SUCCESS``, ``_metadata``)."""
+    return name.startswith((".", "_"))
+
+
+def _glob_root(pattern: str) -> str:
+    """The folder of a glob's fixed prefix: ``data/en/*.jsonl`` -> ``data/en``."""
+    cut = min((pattern.index(ch) for ch in "*?[" if ch in pattern), default=len(pattern))
+    return os.path.dirname(pattern[:cut]) or "."
+
+
+def expand_input(item: str) -> Tuple[List[str], str, Dict[str, List[str]]]:
+    """Expands one input: ``(files, root, skipped)``.
+
+    An existing path is taken literally (``data[1].jsonl`` is a file name, not a
+    pattern); a folder is read recursively (hive layouts such as
+    ``year=2024/part-0.parquet`` included), in sorted order of the relative path;
+    a pattern with ``*``, ``?`` or ``[`` expands sorted (``**`` recursive).  Hidden
+    and ``_``-prefixed files (``.DS_Store``, ``_SUCCESS``) and folders found by the
+    expansion are not read: ``skipped["not_data"]``; dangling symlinks:
+    ``skipped["dangling_symlinks"]``.  ``root`` is the folder the files' ids are
+    relative to: the folder given, the glob's fixed prefix, or a file's folder.
+    Raises FileNotFoundError when nothing is left to read."""
+    skipped: Dict[str, List[str]] = {"not_data": [], "dangling_symlinks": []}
+
+    def keep(path: str) -> bool:
+        if os.path.islink(path) and not os.path.exists(path):
+            skipped["dangling_symlinks"].append(path)
+            return False
+        if _not_data_name(os.path.basename(path)) or not os.path.isfile(path):
+            skipped["not_data"].append(path)
+            return False
+        return True
+
+    if os.path.isdir(item):
+        found = []
+        for dirpath, dirs, files in os.walk(item):
+            for d in list(dirs):
+                if _not_data_name(d):
+                    dirs.remove(d)
+                    skipped["not_data"].append(os.path.join(dirpath, d) + os.sep)
+            found += [os.path.join(dirpath, f) for f in files]
+        found.sort(key=lambda f: os.path.relpath(f, item).split(os.sep))
+        out = [f for f in found if keep(f)]
+        if not out:
+            raise FileNotFoundError(f"directory {item!r} holds no data file" + _skip_note(skipped))
+        return out, item, skipped
+    if os.path.lexists(item):
+        if not os.path.exists(item):
+            raise FileNotFoundError(f"{item!r} is a dangling symlink (to {os.readlink(item)!r})")
+        if not os.path.isfile(item):
+            raise FileNotFoundError(f"{item!r} is not a regular file")
+        return [item], os.path.dirname(item) or ".", skipped
+    if any(ch in item for ch in "*?["):
+        found = sorted(_glob.glob(item, recursive=True))
+        out = [f for f in found if not os.path.isdir(f) and keep(f)]
+        if not out:
+            raise FileNotFoundError(f"no file matches {item!r}" + _skip_note(skipped))
+        return out, _glob_root(item), skipped
+    raise FileNotFoundError(f"no such file: {item!r}")
+
+
+def _skip_note(skipped: Dict[str, List[str]]) -> str:
+    n = sum(len(v) for v in skipped.values())
+    return f" (passed over {n} hidden, marker or dangling entries)" if n else ""
+
+
 def expand_paths(paths_or_glob: PathsArg) -> List[str]:
-    """Deterministic file list: each glob expands sorted, a directory to its
-    sorted regular files, explicit lists keep their order.  Raises
+    """Deterministic file list: each glob expands sorted, a folder to its data
+    files recursively (sorted by relative path; hidden and ``_``-prefixed entries
+    and dangling symlinks passed over), an existing path is taken literally,
+    explicit lists keep their order (see :func:`expand_input`).  Raises
     FileNotFoundError naming the first path or pattern that matches nothing."""
     if isinstance(paths_or_glob, (str, os.PathLike)):
         items = [paths_or_glob]
@@ -93,20 +163,7 @@ def expand_paths(paths_or_glob: PathsArg) -> List[str]:
         p = os.fspath(item)
         if not isinstance(p, str):
             raise TypeError(f"paths_or_glob[{i}] must be a str path, got {type(p).__name__}")
-        if any(ch in p for ch in "*?["):
-            found = sorted(f for f in _glob.glob(p, recursive=True) if os.path.isfile(f))
-            if not found:
-                raise FileNotFoundError(f"no file matches {p!r}")
-            out.extend(found)
-        elif os.path.isdir(p):
-            found = sorted(os.path.join(p, f) for f in os.listdir(p) if os.path.isfile(os.path.join(p, f)))
-            if not found:
-                raise FileNotFoundError(f"directory {p!r} holds no file")
-            out.extend(found)
-        elif os.path.isfile(p):
-            out.append(p)
-        else:
-            raise FileNotFoundError(f"no such file: {p!r}")
+        out.extend(expand_input(p)[0])
     return out
 
 
