@@ -462,3 +462,73 @@ def test_dropped_pipeline_releases_thread_and_lock(tmp_path):
     gc.collect()
     assert not any(t.name == "luminamoon-prefetch" for t in threading.enumerate())
     ResumablePipeline(IterableSource(_texts(10)), state_dir=sd).close()  # the lock was released
+
+
+# ------------------------------------------------------------ the CLI (issue 19)
+CLI_ARGS = ["-q", "--no-report", "--no-quality", "--batch-size", "64", "--part-docs", "150", "-j", "1"]
+
+
+def _cli(*args):
+    return [sys.executable, "-m", "luminamoon", "run", *map(str, args)]
+
+
+def _parts(out):
+    return {n: (out / n).read_bytes() for n in sorted(os.listdir(out)) if n.startswith("part-")}
+
+
+def test_cli_sigkill_then_resume_datatrove_pii_is_byte_identical(tmp_path):
+    """Issue 19 item 5: with --pii-mode datatrove the resumed parts differed (the cycle restarted at 0)."""
+    corpus = tmp_path / "c.jsonl"
+    make_corpus(corpus, n=2500, pii=True)
+    ref = tmp_path / "ref"
+    r = subprocess.run(_cli(corpus, "-o", ref, "--pii-mode", "datatrove", *CLI_ARGS), capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    want = _parts(ref)
+    assert len(want) >= 6 and any(b"firstname.lastname@example.org" in v for v in want.values())
+    rng = random.Random(7)
+    out = tmp_path / "out"
+    cmd = _cli(corpus, "-o", out, "--pii-mode", "datatrove", *CLI_ARGS, "--resume")
+    for _ in range(2):  # two kills -9 at random moments after some parts were written
+        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            need = len(_parts(out)) + rng.randrange(1, 3) if out.exists() else 1
+            deadline = time.time() + 120
+            while p.poll() is None and time.time() < deadline and (not out.exists() or len(_parts(out)) < need):
+                time.sleep(0.005)
+            time.sleep(rng.random() * 0.1)
+            p.send_signal(signal.SIGKILL)
+            p.wait(timeout=30)
+        finally:
+            if p.poll() is None:
+                p.kill()
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert _parts(out) == want
+
+
+def test_cli_two_runs_into_one_state_folder(tmp_path):
+    """Issue 19 item 7: two `luminamoon run --no-dedup --resume` into one folder both exited 0."""
+    corpus = tmp_path / "c.jsonl"
+    make_corpus(corpus, n=1000)
+    out = tmp_path / "out"
+    cmd = _cli(corpus, "-o", out, "--no-dedup", *CLI_ARGS, "--resume")
+    lock = out / ".luminamoon" / "lock"
+    first = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.time() + 120
+        while first.poll() is None and time.time() < deadline:  # running: its lock taken, or a part out
+            if lock.exists() and lock.read_text().strip() == str(first.pid) or out.exists() and _parts(out):
+                break
+            time.sleep(0.002)
+        first.send_signal(signal.SIGSTOP)  # holds the lock while the second one tries
+        assert first.poll() is None, "the first run ended before the second could start"
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        assert r.returncode != 0
+        assert f"in use by process {first.pid}" in r.stderr, r.stderr
+    finally:
+        first.send_signal(signal.SIGCONT)
+        first.kill()
+        first.wait()
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)  # the lock died with it
+    assert r.returncode == 0, r.stderr
