@@ -558,6 +558,8 @@ def run_corpus(inputs: Sequence[str], out: str, cfg: Dict[str, Any], *, resume: 
     log = (lambda *a: None) if quiet else (lambda *a: print(*a, file=sys.stderr))
     keep = _check_fields(cfg)
     out = os.fspath(out)
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise RunError(f"output folder: File exists and is not a folder: {out!r}")
     created_out = not os.path.exists(out)
     fmt = cfg["input"]["format"]
     prev = read_run_state(out)
@@ -578,8 +580,6 @@ def run_corpus(inputs: Sequence[str], out: str, cfg: Dict[str, Any], *, resume: 
     fps = None
     spooled = None
     if got.stdin and stdin_copy is None:
-        if os.path.exists(out) and not os.path.isdir(out):
-            raise RunError(f"output {out!r} exists and is not a folder")
         os.makedirs(out, exist_ok=True)
         try:
             tmp, name = _spool_stdin(out, fmt)

@@ -55,6 +55,7 @@ import glob as _glob
 import hashlib
 import json
 import os
+import sys
 import zlib
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
@@ -120,7 +121,7 @@ def expand_input(item: str) -> Tuple[List[str], str, Dict[str, List[str]]]:
         found.sort(key=lambda f: os.path.relpath(f, item).split(os.sep))
         out = [f for f in found if keep(f)]
         if not out:
-            raise FileNotFoundError(f"directory {item!r} holds no data file" + _skip_note(skipped))
+            raise FileNotFoundError(f"directory {item!r} holds no file to read" + _skip_note(skipped))
         return out, item, skipped
     if os.path.lexists(item):
         if not os.path.exists(item):
@@ -311,14 +312,64 @@ class _PlainReader:
         self._f.close()
 
 
+def _check_gzip_whole(path: str) -> None:
+    """Inflates ``path`` once (output discarded, bounded memory) and raises ValueError
+    unless it is whole: every gzip member complete (trailer and CRC checked by zlib)
+    and nothing after the last member but zero padding.  indexed_gzip reads a
+    truncated file or trailing garbage as if complete, so its index is only built
+    (and cached) for a file that passed this check."""
+    with open(path, "rb") as f:
+        dec = None
+        cpos = 0  # compressed offset of data[0]
+        padding = False
+        while True:
+            data = f.read(_CHUNK)
+            if not data:
+                break
+            while data:
+                if padding or (dec is None and data[0] == 0):
+                    padding = True
+                    rest = data.lstrip(b"\0")
+                    if rest:
+                        raise ValueError(f"{path}: corrupt gzip data: non-zero bytes at byte "
+                                         f"{cpos + len(data) - len(rest)} after the zero padding that "
+                                         "follows the last gzip member")
+                    cpos += len(data)
+                    break
+                if dec is None:
+                    dec = zlib.decompressobj(31)
+                    start = cpos
+                try:
+                    dec.decompress(data, _CHUNK)
+                except zlib.error as e:
+                    what = ("trailing data after the last gzip member is not gzip" if start and start == cpos
+                            else "corrupt gzip data")
+                    raise ValueError(f"{path}: {what} (member at byte {start}): {e}") from e
+                if dec.eof:
+                    rest = dec.unused_data
+                    cpos += len(data) - len(rest)
+                    data = rest
+                    dec = None
+                else:
+                    tail = dec.unconsumed_tail
+                    cpos += len(data) - len(tail)
+                    data = tail
+        if dec is not None:
+            raise ValueError(f"{path}: truncated gzip stream (the member at byte {start} ends before its "
+                             f"trailer; the file has {cpos} bytes)")
+
+
 class _IndexedGzipReader(_PlainReader):
-    """gzip through indexed_gzip with a cached full index (see module doc)."""
+    """gzip through indexed_gzip with a cached full index (see module doc).  The
+    file is checked whole (``_check_gzip_whole``) before its index is built; the
+    cache key includes size and mtime, so a cached index stands for a checked file."""
 
     def __init__(self, path: str, offset: int, index_dir: str, spacing: int):
         import indexed_gzip
 
         st = os.stat(path)
-        key = hashlib.sha1(f"{os.path.abspath(path)}\0{st.st_size}\0{st.st_mtime_ns}\0{spacing}".encode()).hexdigest()
+        # "v2": indexes cached before files were checked whole are not reused
+        key = hashlib.sha1(f"v2\0{os.path.abspath(path)}\0{st.st_size}\0{st.st_mtime_ns}\0{spacing}".encode()).hexdigest()
         index_path = os.path.join(index_dir, key + ".gzidx")
         self._f = indexed_gzip.IndexedGzipFile(path, spacing=spacing, drop_handles=False, buffer_size=_CHUNK)
         try:
@@ -331,6 +382,7 @@ class _IndexedGzipReader(_PlainReader):
                     self._f.close()
                     self._f = indexed_gzip.IndexedGzipFile(path, spacing=spacing, drop_handles=False, buffer_size=_CHUNK)
             if not loaded:
+                _check_gzip_whole(path)
                 self._f.build_full_index()
                 tmp = f"{index_path}.{os.getpid()}.tmp"
                 try:  # the index is a cache: a folder we cannot write (read-only, full) costs speed, not the read
@@ -345,7 +397,7 @@ class _IndexedGzipReader(_PlainReader):
             self._f.seek(offset)
         except Exception as e:
             self._f.close()
-            if isinstance(e, (OSError, ValueError)):
+            if isinstance(e, ValueError) or (isinstance(e, OSError) and type(e).__name__ != "ZranError"):
                 raise
             raise ValueError(f"{path}: not a readable gzip file: {e}") from e
         self.offset = offset
@@ -793,6 +845,10 @@ class JsonlSource(_FileSource):
                 continue
             except json.JSONDecodeError as e:
                 self._bad(f"{path}:{lineno}: malformed JSON: {e.msg} (column {e.colno})", e)
+                continue
+            except RecursionError as e:  # e.g. 100,000 nested '[': Python's json recurses per level
+                self._bad(f"{path}:{lineno}: malformed JSON: nested too deeply to parse "
+                          f"(more than about {sys.getrecursionlimit()} levels)", e)
                 continue
             if not isinstance(obj, dict):
                 self._bad(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
