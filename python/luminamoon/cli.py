@@ -283,7 +283,8 @@ def _add_run_flags(p: argparse.ArgumentParser, demo: bool = False) -> None:
     if not demo:
         g.add_argument("--input-format", choices=["auto", "jsonl", "text", "parquet"], help="default: by file name")
         g.add_argument("--text-field", metavar="NAME", help="the text field / column (default: text)")
-        g.add_argument("--id-field", metavar="NAME", help="the id field (default: id; missing: <file>:<line>)")
+        g.add_argument("--id-field", metavar="NAME", help="the id field (default: id; missing: <path>:<row>, "
+                       "the path relative to the inputs' root)")
         g.add_argument("--text-per-file", action="store_true", help="text input: one document per file, not per line")
         g.add_argument("--skip-bad-records", action="store_true",
                        help="skip malformed lines/rows (counted in stats.json) instead of stopping")
@@ -322,11 +323,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
     r = sub.add_parser("run", help="process a corpus", description="Clean, filter, deduplicate and mask INPUT "
-                       "(JSONL plain/gzip/zstd, text, Parquet; files, folders or globs) into OUT.")
+                       "(JSONL plain/gzip/zstd, text, Parquet; files, folders (recursive), globs, or - for standard input) "
+                       "into OUT. Ids: the id field, or <path relative to the inputs' root>:<row>.")
     r.add_argument("inputs", nargs="+", metavar="INPUT")
     r.add_argument("-o", "--output", required=True, metavar="OUT", help="output folder")
     r.add_argument("--resume", action="store_true", help="continue the run committed in OUT")
-    r.add_argument("--overwrite", action="store_true", help="delete OUT's earlier output and state first")
+    r.add_argument("--overwrite", action="store_true", help="start over: delete the files the earlier run in OUT wrote (only those) and its state")
     r.add_argument("--no-report", action="store_true", help="skip report.png")
     r.add_argument("--stop-after-batches", type=int, help=argparse.SUPPRESS)  # tests: a clean interruption
     _add_run_flags(r)
