@@ -2,6 +2,7 @@
 positions to exactly the uninterrupted tail; compressed formats; bad input."""
 import gzip
 import importlib.util
+import io
 import itertools
 import json
 import os
@@ -228,6 +229,59 @@ def test_corrupt_and_truncated_compressed(tmp_path):
     with pytest.raises(ValueError, match="t.jsonl.zst"):
         list(S.JsonlSource(str(zt)))
 
+
+
+@pytest.fixture(scope="module")
+def damaged_gzips(tmp_path_factory):
+    """One 20,000-record single-member gzip (as gzip(1) writes it), cut at 2/3,
+    and the whole file followed by trailing garbage (plain, and gzip-magic-like)."""
+    d = tmp_path_factory.mktemp("damaged_gz")
+    buf = io.BytesIO()
+    with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0) as f:
+        for i in range(20000):
+            f.write(json.dumps({"text": f"record {i} " + "y" * (i % 50)}).encode() + b"\n")
+    data = buf.getvalue()
+    files = {"cut": data[: len(data) * 2 // 3], "garbage": data + b"trailing garbage, not gzip",
+             "magic_garbage": data + b"\x1f\x8bgarbage", "cut_trailer": data[:-4]}
+    out = {}
+    for name, blob in files.items():
+        (d / f"{name}.jsonl.gz").write_bytes(blob)
+        out[name] = str(d / f"{name}.jsonl.gz")
+    return out
+
+
+@pytest.mark.parametrize("gzip_index", [False, True])
+@pytest.mark.parametrize("name, what", [("cut", "truncated gzip"), ("cut_trailer", "truncated gzip"),
+                                        ("garbage", "gzip"), ("magic_garbage", "gzip")])
+def test_damaged_gzip_reported_by_both_readers(damaged_gzips, tmp_path, gzip_index, name, what):
+    """Issue 19 item 4: through the gzip index a file cut at 2/3 was read as 13,298
+    complete records (with on_error="skip") and trailing garbage was accepted.
+    Both readers must say the compressed file is damaged, also with on_error="skip",
+    and a second open (index cached) must say it again."""
+    if gzip_index and not HAVE_IGZ:
+        pytest.skip("indexed_gzip not installed")
+    path = damaged_gzips[name]
+    for _ in range(2):
+        src = S.JsonlSource(path, gzip_index=gzip_index, index_dir=str(tmp_path / "idx"), on_error="skip")
+        with pytest.raises(ValueError) as ei:
+            list(src)
+        assert not isinstance(ei.value, S.BadRecordError)  # not a skippable record: the file is damaged
+        msg = str(ei.value)
+        assert path in msg and what in msg, msg
+
+
+@pytest.mark.parametrize("ext", ["jsonl", "jsonl.gz"])
+def test_deeply_nested_json_is_a_bad_record(tmp_path, ext):
+    """Issue 19 item 9: 100,000 nested '[' raised RecursionError with no file:line,
+    not skipped by on_error="skip"."""
+    lines = [b'{"text": "a"}', b'{"text": "x", "meta": ' + b"[" * 100000, b'{"text": "c"}']
+    p = tmp_path / f"deep.{ext}"
+    blob = b"\n".join(lines) + b"\n"
+    p.write_bytes(gzip.compress(blob) if ext.endswith(".gz") else blob)
+    with pytest.raises(S.BadRecordError, match=rf"{p}:2: .*nested too deeply"):
+        list(S.JsonlSource(str(p), gzip_index=False))
+    src = S.JsonlSource(str(p), gzip_index=False, on_error="skip")
+    assert [r["text"] for r in src] == ["a", "c"] and src.skipped == 1
 
 def test_bad_positions(corpus, tmp_path):
     src = S.JsonlSource(corpus["files"]["jsonl"])
