@@ -8,12 +8,11 @@ import os
 import pathlib
 import sys
 
-import numpy as np
 import pytest
 import torch
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from gpu_data import Strings, every_length_class, real_text, skewed, unaligned  # noqa: E402
+from gpu_data import all_datasets  # noqa: E402
 
 
 def pytest_collection_modifyitems(config, items):
@@ -27,12 +26,4 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def datasets():
-    rng = np.random.default_rng(1234)
-    return {
-        "empty_set": Strings("empty_set", torch.zeros(1, dtype=torch.int64), torch.empty(0, dtype=torch.uint8)),
-        "empty_strings": Strings("empty_strings", torch.zeros(7, dtype=torch.int64), torch.empty(0, dtype=torch.uint8)),
-        "length_classes": every_length_class(rng),
-        "skewed": skewed(rng),
-        "real": real_text(),
-        "unaligned": unaligned(rng),
-    }
+    return all_datasets()

@@ -103,7 +103,6 @@ def unaligned(rng):
     return Strings("unaligned", base.offsets, big[3:])  # contiguous view at storage offset 3
 
 
-
 def plant(ds, pattern, rng, share=0.25):
     """A copy of the payload where a share of the strings start with `pattern` (strings of exactly
     its length become equal to it), so prefix and equality tests have true results."""
@@ -116,3 +115,31 @@ def plant(ds, pattern, rng, share=0.25):
             a = int(ds.offsets[i])
             data[a:a + len(pattern)] = p
     return data
+
+
+def mutated(ds, rng):
+    """A copy of the payload with changes: some strings differ in their first, middle or last byte."""
+    data = ds.data.clone()
+    off = ds.offsets
+    lens = (off[1:] - off[:-1]).numpy()
+    nonempty = np.nonzero(lens > 0)[0]
+    if len(nonempty):
+        pick = rng.choice(nonempty, size=min(len(nonempty), max(1, len(nonempty) // 3)), replace=False)
+        for i in pick:
+            a, n = int(off[i]), int(lens[i])
+            where = a + [0, n // 2, n - 1][int(rng.integers(3))]
+            data[where] ^= 0x5A
+    return data
+
+
+def all_datasets():
+    """The data sets of the GPU tests (and of the host emulation test), by name."""
+    rng = np.random.default_rng(1234)
+    return {
+        "empty_set": Strings("empty_set", torch.zeros(1, dtype=torch.int64), torch.empty(0, dtype=torch.uint8)),
+        "empty_strings": Strings("empty_strings", torch.zeros(7, dtype=torch.int64), torch.empty(0, dtype=torch.uint8)),
+        "length_classes": every_length_class(rng),
+        "skewed": skewed(rng),
+        "real": real_text(),
+        "unaligned": unaligned(rng),
+    }

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import luminamoon  # noqa: F401  (loads the extension: registers torch.ops.luminamoon.*)
-from gpu_data import from_bytes_list, plant
+from gpu_data import from_bytes_list, mutated, plant
 
 # LM_GPU_TESTS_DEVICE=cpu runs the same tests with the CPU standing in for the GPU: a dry run of
 # the tests' own logic on machines without a GPU (it proves nothing about the CUDA kernels).
@@ -72,21 +72,6 @@ def test_prefix_match_and_equal_scalar(datasets, name, dtype):
         for s in ["The", "http", "über", "数据", "a" * 9, "Package: ", "x" * 700]:
             assert_same(OPS.prefix_match(oc, dc, s), OPS.prefix_match(og, dg, s), f"prefix_match {s[:10]!r}")
             assert_same(OPS.equal_scalar(oc, dc, s), OPS.equal_scalar(og, dg, s), f"equal_scalar {s[:10]!r}")
-
-
-def mutated(ds, rng):
-    """A copy of the payload with changes: some strings differ in their first, middle or last byte."""
-    data = ds.data.clone()
-    off = ds.offsets
-    lens = (off[1:] - off[:-1]).numpy()
-    nonempty = np.nonzero(lens > 0)[0]
-    if len(nonempty):
-        pick = rng.choice(nonempty, size=min(len(nonempty), max(1, len(nonempty) // 3)), replace=False)
-        for i in pick:
-            a, n = int(off[i]), int(lens[i])
-            where = a + [0, n // 2, n - 1][int(rng.integers(3))]
-            data[where] ^= 0x5A
-    return data
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
