@@ -532,3 +532,63 @@ def test_cli_two_runs_into_one_state_folder(tmp_path):
         first.wait()
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)  # the lock died with it
     assert r.returncode == 0, r.stderr
+
+
+# ------------------------------------------------- DistributedPipeline, one rank (issue 19)
+
+def _dist_batches(pipe, n=None):
+    out = []
+    for b in pipe:
+        out.append((b.index, b.texts.tolist(), b.reasons.tolist()))
+        if n is not None and len(out) == n:
+            break
+    return out
+
+
+def test_distributed_resume_checks_state_settings_input_and_lock(tmp_path):
+    """Issue 19 items 2, 3, 7 for DistributedPipeline: a missing state file wiped the WAL, changed
+    stages or input were resumed, and nothing locked the folder."""
+    from luminamoon.data import DistributedPipeline
+
+    corpus = tmp_path / "c.jsonl"
+    make_corpus(corpus, n=400)
+    sd = str(tmp_path / "s")
+    kw = dict(batch_size=30, stages={"quality": False}, state_dir=sd)
+    with DistributedPipeline(JsonlSource(str(corpus)), **kw) as p:
+        with pytest.raises(OSError, match=f"in use by process {os.getpid()}"):
+            DistributedPipeline(JsonlSource(str(corpus)), **kw)
+        _dist_batches(p, 3)
+        p.commit()
+    with pytest.raises(ValueError, match="(?s)differ.*stages"):
+        DistributedPipeline(JsonlSource(str(corpus)), **{**kw, "stages": {"quality": False, "pii": False}})
+    wal = os.path.join(sd, "dedup-rank0-of1.wal")
+    before = open(wal, "rb").read()
+    os.rename(os.path.join(sd, "state"), str(tmp_path / "state.bak"))
+    with pytest.raises(OSError, match="no state file"):
+        DistributedPipeline(JsonlSource(str(corpus)), **kw)
+    assert open(wal, "rb").read() == before
+    os.rename(str(tmp_path / "state.bak"), os.path.join(sd, "state"))
+    with open(corpus, "ab") as f:
+        f.write(b'{"id": "new", "text": "one more document at the end"}\n')
+    with pytest.raises(ValueError, match="(?s)input changed.*size"):
+        DistributedPipeline(JsonlSource(str(corpus)), **kw)
+
+
+def test_distributed_datatrove_pii_cycle_survives_resume(tmp_path):
+    """Issue 19 item 5 for DistributedPipeline (one rank)."""
+    from luminamoon.data import DistributedPipeline
+
+    corpus = tmp_path / "c.jsonl"
+    _datatrove_corpus(corpus)
+    kw = dict(batch_size=25, stages={"quality": False, "pii": {"mode": "datatrove"}})
+    with DistributedPipeline(JsonlSource(str(corpus)), state_dir=str(tmp_path / "ref"), **kw) as ref:
+        want = _dist_batches(ref)
+    sd = str(tmp_path / "s")
+    with DistributedPipeline(JsonlSource(str(corpus)), state_dir=sd, **kw) as p:
+        first = _dist_batches(p, 5)
+        p.commit()
+    with DistributedPipeline(JsonlSource(str(corpus)), state_dir=sd, **kw) as p:
+        p.commit()  # nothing received yet: the same commit again, cycle included
+    with DistributedPipeline(JsonlSource(str(corpus)), state_dir=sd, **kw) as p:
+        rest = _dist_batches(p)
+    assert first + rest == want

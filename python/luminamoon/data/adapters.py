@@ -445,6 +445,9 @@ class ResumablePipeline:
         if zlib.crc32(raw) != crc:
             raise OSError(f"commit sidecar {path} does not match its state slot (checksum): refusing to resume")
         side = json.loads(raw)
+        if side.get("kind") is not None:
+            raise OSError(f"state_dir {self.state_dir!r} holds a checkpoint of kind {side.get('kind')!r} (a "
+                          "DistributedPipeline's), not a ResumablePipeline's: refusing to resume")
         if side.get("version") != _STATE_VERSION:
             raise OSError(f"commit sidecar {path} has format version {side.get('version')}, expected {_STATE_VERSION}")
         self._check_run(side.get("run"), f"state_dir {self.state_dir!r}")

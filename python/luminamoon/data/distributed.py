@@ -69,15 +69,18 @@ from typing import Any, Dict, Iterable, Iterator, List, Optional, Union
 
 import torch
 
-from .adapters import Batch
+from .adapters import Batch, describe_setting, run_differences
 from .dist_exchange import HashExchange
-from ._prefetch import DEFAULT_MAX_PREFETCH_BYTES, END, Prefetcher, check_max_bytes, empty_prefetch_stats, tensor_memory
-from .dist_state import (atomic_write, cleanup, dump_json, global_sidecar_path, load_json_checked,
+from ._prefetch import (DEFAULT_MAX_PREFETCH_BYTES, END, Prefetcher, check_max_bytes, empty_prefetch_stats,
+                        lock_state_dir, tensor_memory, unlock_state_dir)
+from .dist_state import (WAL_NAME_RE, atomic_write, cleanup, dump_json, global_sidecar_path, load_json_checked,
                          rank_sidecar_path, restore_dedup)
 from .dist_stream import GlobalStream
 from .sources import IterableSource, Source
 
 __all__ = ["DistributedPipeline", "DistBatch"]
+
+_WAL_HEADER = 64  # bytes of an empty dedup WAL
 
 _VERSION = 1
 _LIVE: "weakref.WeakSet[DistributedPipeline]" = weakref.WeakSet()
@@ -275,6 +278,13 @@ class DistributedPipeline:
             raise TypeError(f"stages['pii'] must be True, False, a dict or a PIIMasker, got {type(pii).__name__}")
         cfg = getattr(self._pii, "_config", {}) or {}
         self._pii_after = bool(cfg.get("cycle_across_documents")) or cfg.get("mode") == "datatrove"
+        # what shapes the output, checked at resume (design.md §8); not batch_size, which a
+        # resize to another world size may change along with the global step
+        self._run = {"stages": {"cleaner": describe_setting(self._local.cleaner or False),
+                                "quality": describe_setting(self._local.quality or False),
+                                "pii": describe_setting(self._pii or False)},
+                     "text_key": self.text_key, "source": source.identity() if hasattr(source, "identity") else None}
+        self._lock_fd = -1
 
         self._dedup = None
         self._exchange: Optional[HashExchange] = None
@@ -287,6 +297,7 @@ class DistributedPipeline:
         self.resume_extras: Optional[List[Any]] = None
         self.resumed_from: Optional[Dict[str, Any]] = None
         self._start = {"step": 0, "sample_index": 0, "epoch": 0}
+        self._cycle: Optional[List[int]] = None  # the PII cycle restored from the checkpoint
         self._last: Optional[Dict[str, Any]] = None
         self._closed = False
         self._started = False
@@ -335,6 +346,8 @@ class DistributedPipeline:
             try:
                 from ..state import StateTracker
 
+                self._lock_fd = lock_state_dir(self.state_dir)  # one job per folder (rank 0 holds it)
+                self._check_whole()
                 self._state = StateTracker(os.path.join(self.state_dir, "state"))
                 loaded = self._state.load()
                 if loaded is not None:
@@ -346,15 +359,32 @@ class DistributedPipeline:
                                       f"version {side.get('version')}, not a distributed one (version {_VERSION})")
                     if int(side["commit_id"]) != cid or int(side["world_size"]) != int(coord["shard"]):
                         raise OSError(f"commit sidecar of commit {cid} does not match the state slot")
+                    if side.get("run") is None:
+                        raise ValueError("the checkpoint does not record its run settings (written by an older "
+                                         "luminamoon): refusing to resume a run that cannot be checked")
+                    diff = run_differences(side["run"], self._run)
+                    if diff:
+                        raise ValueError("the checkpoint's settings or input differ from this pipeline's, so "
+                                         "resuming would change the output: " + "; ".join(diff))
             except Exception as e:  # reported on every rank
                 err = f"{type(e).__name__}: {e}"
         side, err = self._bcast((side, err))
         if err is not None:
-            raise OSError(f"loading the distributed checkpoint in {self.state_dir!r}: {err}")
+            cls = ValueError if err.startswith("ValueError") else OSError
+            raise cls(f"loading the distributed checkpoint in {self.state_dir!r}: {err}")
         if side is not None:
             if side["dedup"] != self.dedup_mode or int(side["seed"]) != self.seed:
                 raise ValueError(f"the checkpoint was taken with dedup={side['dedup']!r}, seed={side['seed']}; "
                                  f"this pipeline has dedup={self.dedup_mode!r}, seed={self.seed}")
+            cycles = side.get("pii_cycles") or []
+            if any(c and any(c) for c in cycles):
+                if int(side["world_size"]) != self.world_size:
+                    raise ValueError(f"the checkpoint holds the PII replacement cycles of {side['world_size']} "
+                                     f"ranks (datatrove mode); they cannot be re-partitioned over "
+                                     f"{self.world_size}: resume with {side['world_size']} ranks")
+                if cycles[self.rank] and self._pii is not None:
+                    self._pii.pii_cycle = cycles[self.rank]
+                    self._cycle = list(cycles[self.rank])
             self.source.seek(side["source"])  # the same checks on every rank: all raise or none
         err = None
         try:
@@ -372,6 +402,24 @@ class DistributedPipeline:
             if int(side["world_size"]) == self.world_size and extras is not None:
                 self.resume_extra = extras[self.rank]
             self.resumed_from = {k: side[k] for k in ("commit_id", "step", "sample_index", "world_size")}
+
+    def _check_whole(self) -> None:
+        """Rank 0: a folder with commits or dedup hashes but no state file lost its state: refuse
+        (before any file is changed)."""
+        if os.path.exists(os.path.join(self.state_dir, "state")):
+            return
+        held = []
+        for name in sorted(os.listdir(self.state_dir)):
+            p = os.path.join(self.state_dir, name)
+            if name.startswith("commit-") and name.endswith(".json") or name.endswith(".snap"):
+                held.append(name)
+            elif WAL_NAME_RE.match(name) and os.path.getsize(p) > _WAL_HEADER:
+                held.append(f"{name} ({os.path.getsize(p)} bytes)")
+        if held:
+            raise OSError(f"state_dir has no state file but holds {', '.join(held[:4])}"
+                          f"{' ...' if len(held) > 4 else ''}: the folder is incomplete (was 'state' moved or "
+                          "deleted?); refusing to restart from zero. Put the state file back, or use a new "
+                          "state_dir; nothing was changed")
 
     # -------------------------------------------------------------- producing
     def _prepare(self, step: int, start: int) -> Optional[_Prepared]:
@@ -453,6 +501,8 @@ class DistributedPipeline:
         lsn = self._dedup.lsn if self._dedup is not None else 0
         coord = {"step": p.step + 1, "sample_index": p.start + p.n_global, "source": p.pos, "wal_lsn": lsn,
                  "epoch": self._start["epoch"]}
+        if self._pii is not None and self._pii_after:
+            coord["pii_cycle"] = self._pii.pii_cycle
         return DistBatch(p.step, texts, reasons, surv, p.records, len(p.records),
                          p.bytes_in, coord, global_index=p.gidx, rank=self.rank, world_size=self.world_size)
 
@@ -505,7 +555,7 @@ class DistributedPipeline:
         last = self._last or {"step": self._start["step"], "sample_index": self._start["sample_index"],
                               "source": self._start_pos,
                               "wal_lsn": self._dedup.lsn if self._dedup is not None else 0,
-                              "epoch": self._start["epoch"]}
+                              "epoch": self._start["epoch"], "pii_cycle": self._cycle}
         cid = self._commit_id + 1
         err = None
         try:
@@ -527,7 +577,7 @@ class DistributedPipeline:
             err = f"{type(e).__name__}: {e}"
         _fault("rank_sidecar", r, n)
         info = {"err": err, "step": last["step"], "sample_index": last["sample_index"],
-                "lsn": last["wal_lsn"], "extra": extra if err is None else None}
+                "lsn": last["wal_lsn"], "extra": extra if err is None else None, "pii_cycle": last.get("pii_cycle")}
         infos = self._gather(info)  # (2) agreement
         bad = [f"rank {i}: {x['err']}" for i, x in enumerate(infos) if x["err"] is not None]
         if bad:
@@ -544,7 +594,8 @@ class DistributedPipeline:
                 side = {"kind": "distributed", "version": _VERSION, "commit_id": cid, "world_size": W,
                         "batch_size": self.batch_size, "step": last["step"], "sample_index": last["sample_index"],
                         "epoch": last["epoch"], "source": src, "wal_lsns": [int(x["lsn"]) for x in infos],
-                        "extras": [x["extra"] for x in infos], "dedup": self.dedup_mode, "seed": self.seed}
+                        "extras": [x["extra"] for x in infos], "dedup": self.dedup_mode, "seed": self.seed,
+                        "run": self._run, "pii_cycles": [x["pii_cycle"] for x in infos]}
                 raw = dump_json(side)
                 atomic_write(global_sidecar_path(sd, cid), raw)
                 _fault("global_sidecar", r, n)
@@ -594,6 +645,8 @@ class DistributedPipeline:
             self._dedup.close()
         if self._state is not None:
             self._state.close()
+        unlock_state_dir(getattr(self, "_lock_fd", -1))
+        self._lock_fd = -1
         if self._pg is not None and self._own_pg:
             import torch.distributed as dist
 
