@@ -8,6 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 JOBS=${JOBS:-2}
+export LM_WERROR=1  # CI: warnings are errors in setup.py's core build (CMake has LM_WERROR ON by default)
 
 scripts/setup.sh
 

@@ -564,6 +564,10 @@ class StringTensor:
         off, data = self._od_pair()
         if device.type != "cpu" and non_blocking and off.device.type == "cpu" and not off.is_pinned():
             off, data = off.pin_memory(), data.pin_memory()
+        if device.type == "cpu":
+            # Device -> host: a non_blocking copy lands in pinned memory while the copy may still be
+            # in flight, and tolist()/numpy() right after could read stale bytes; copy synchronously.
+            non_blocking = False
         return self._derived(off.to(device, non_blocking=non_blocking), data.to(device, non_blocking=non_blocking))
 
     def cpu(self) -> "StringTensor":

@@ -290,3 +290,6 @@ def test_string_tensor_round_trip_to_cuda():
     h = OPS.hash64(g.offsets, g.data, 0).cpu()
     assert torch.equal(h, OPS.hash64(st.offsets, st.data, 0))
     assert g.to("cpu").tolist() == items
+    for _ in range(20):  # device -> host with non_blocking=True: synchronous, never stale bytes
+        g2 = st.to(DEV)
+        assert g2.to("cpu", non_blocking=True).tolist() == items
