@@ -98,34 +98,107 @@ int lm_pii_ipv4_is_global(uint32_t a) {
   return 1;
 }
 
-/* "version 1.2.3.4", "Release: 1.2.3.4", "(rev 1.2.3.4)": the word before the
- * number (after at most 3 spaces / ':' / '(' / '=') is a version word. */
+static int word_in(const char *w, const char *const *list, size_t n) {
+  for (size_t k = 0; k < n; k++)
+    if (strcmp(w, list[k]) == 0) return 1;
+  return 0;
+}
+
+/* Words after which a dotted quad is an address whatever else the context says
+ * ("Server 8.8.8.8", "ip.addr == 8.8.8.8", "From 8.8.8.8", French "vers 8.8.8.8"). */
+static int ip_context_word(const char *w) {
+  static const char *const words[] = {
+      "ip",       "ips",      "ipv4",    "ip4",      "inet",    "addr",     "address",  "addresses",
+      "adresse",  "host",     "hosts",   "hostname", "server",  "servers",  "dns",      "nameserver",
+      "resolver", "gateway",  "gw",      "router",   "route",   "proxy",    "peer",     "client",
+      "node",     "ping",     "ssh",     "src",      "dst",     "source",   "destination", "remote",
+      "local",    "public",   "private", "static",   "vpn",     "lan",      "wan",      "subnet",
+      "network",  "netmask",  "mask",    "broadcast", "bind",   "listen",   "blocked",  "banned",
+      "attacker", "user",     "mirror",  "ntp",      "smtp",    "relay",    "mx",       "target",
+      "connect",  "connected", "connecting", "tcp",  "udp",     "localhost", "loopback", "origin",
+      "from",     "to",       "via",     "at",       "on",      "in",       "by",       "is",
+      "was",      "for",      "with",    "and",      "or",      "of",       "the",      "see",
+      "use",      "vers",     "de",      "von",      "nach",    "an",       "bei",      "desde",
+      "hacia",    "para",     "por",     "depuis",   "sur",     "par",      "da",       "di"};
+  return word_in(w, words, sizeof words / sizeof words[0]);
+}
+
+/* The ASCII letters ending at e (at most 20, not glued to a word byte before),
+ * lower-cased into w; their start in *start.  0 if none. */
+static size_t word_before(const uint8_t *s, size_t e, char w[24], size_t *start, int *titled) {
+  size_t j = e;
+  while (j > 0 && lm_pii_is_alpha(s[j - 1]) && e - j <= 20) j--;
+  size_t wl = e - j;
+  if (wl == 0 || wl > 20 || (j > 0 && is_word(s[j - 1]))) return 0;
+  int lower = 0;
+  for (size_t k = 0; k < wl; k++) {
+    w[k] = (char)(s[j + k] | 0x20);
+    lower |= k > 0 && lm_pii_is_lower(s[j + k]);
+  }
+  w[wl] = 0;
+  *start = j;
+  *titled = lm_pii_is_upper(s[j]) && lower; /* "Firefox", "LibreOffice"; not "DNS", "x" */
+  return wl;
+}
+
+/* "requests==2.31.0.1", "foo >= 1.2.3.4", "bar~=2.0.0.1": a version requirement,
+ * unless the name compared is an address ("ip.addr == 8.8.8.8", "host==8.8.8.8"). */
+static int version_operator(const uint8_t *s, size_t i) {
+  size_t j = i;
+  while (j > 0 && i - j < 2 && s[j - 1] == ' ') j--;
+  if (j < 3 || s[j - 1] != '=') return 0;
+  uint8_t op = s[j - 2];
+  if (op != '=' && op != '<' && op != '>' && op != '~' && op != '!') return 0;
+  j -= 2;
+  if (j > 0 && s[j - 1] == '=') j--; /* "===" */
+  while (j > 0 && i - j < 8 && s[j - 1] == ' ') j--;
+  char w[24];
+  size_t ws;
+  int titled;
+  if (!word_before(s, j, w, &ws, &titled)) {
+    /* the name ends in a digit or '_' ("py3==", "foo_bar=="): still a name */
+    return j > 0 && (lm_pii_is_digit(s[j - 1]) || s[j - 1] == '_' || s[j - 1] == '-');
+  }
+  return !ip_context_word(w);
+}
+
+/* "version 1.2.3.4", "Release: 1.2.3.4", "(rev 1.2.3.4)", "\"version\": \"1.2.3.4\"",
+ * "<version>1.2.3.4", "vers. 1.2.3.4": the word before the number (after at most
+ * 4 spaces / ':' / '(' / '=' / quotes / '>') is a version word; "Firefox 115.0.2.1":
+ * a capitalised name right before (one space) that is not an address word. */
 static int version_context_at(const uint8_t *s, size_t i, int depth) {
   static const char *const words[] = {
-      "v",        "ver",     "version", "versions", "vers",    "release",  "released", "releases",
-      "rel",      "rev",     "revision", "build",   "firmware", "kernel",  "update",   "updated",
-      "upgrade",  "upgraded", "bump",   "bumped",   "changelog", "tag",    "tagged",   "patch",
-      "pkg",      "package", "snapshot", "since",   "until",    "upstream", "fixed",   "changes",
-      "section",  "sections", "sec",    "chapter",  "clause",   "rfc",     "paragraph", "para",
-      "item",     "step",    "figure",  "fig",      "table",    "appendix", "part"};
+      "v",        "ver",     "version", "versions", "release",  "released", "releases", "rel",
+      "rev",      "revision", "build",  "firmware", "kernel",   "update",   "updated",  "upgrade",
+      "upgraded", "bump",    "bumped",  "changelog", "tag",     "tagged",   "patch",    "pkg",
+      "package",  "snapshot", "since",  "until",    "upstream", "fixed",    "changes",  "section",
+      "sections", "sec",     "chapter", "clause",   "rfc",      "paragraph", "para",    "item",
+      "step",     "figure",  "fig",     "table",    "appendix", "part",     "versionname", "versioncode"};
+  /* abbreviations written with a period */
+  static const char *const abbrev[] = {"v", "ver", "vers", "rev", "rel", "sec", "fig", "para", "pkg"};
+  if (depth == 0 && version_operator(s, i)) return 1;
   size_t j = i, skipped = 0;
-  while (j > 0 && skipped < 3 &&
-         (s[j - 1] == ' ' || s[j - 1] == ':' || s[j - 1] == '(' || s[j - 1] == '=' || s[j - 1] == '\t')) {
+  while (j > 0 && skipped < 4 &&
+         (s[j - 1] == ' ' || s[j - 1] == ':' || s[j - 1] == '(' || s[j - 1] == '=' || s[j - 1] == '\t' ||
+          s[j - 1] == '"' || s[j - 1] == '\'' || s[j - 1] == '>')) {
     j--;
     skipped++;
   }
   if (!skipped) return 0;
-  size_t we = j;
-  while (j > 0 && lm_pii_is_alpha(s[j - 1]) && we - j <= 10) j--;
-  size_t wl = we - j;
-  if (wl == 0 || wl > 10 || (j > 0 && is_word(s[j - 1]))) return 0;
-  char w[12];
-  for (size_t k = 0; k < wl; k++) w[k] = (char)(s[j + k] | 0x20);
-  w[wl] = 0;
-  for (size_t k = 0; k < sizeof words / sizeof words[0]; k++)
-    if (strcmp(w, words[k]) == 0) return 1;
+  int dot = 0;
+  if (j > 0 && s[j - 1] == '.' && s[i - 1] == ' ') {
+    dot = 1;
+    j--;
+  }
+  char w[24];
+  size_t ws;
+  int titled;
+  if (!word_before(s, j, w, &ws, &titled)) return 0;
+  if (dot) return word_in(w, abbrev, sizeof abbrev / sizeof abbrev[0]);
+  if (word_in(w, words, sizeof words / sizeof words[0])) return 1;
   /* "upgrade to 1.2.3.4", "bumped from 1.2.3.4": look one word further */
-  if (depth == 0 && (strcmp(w, "to") == 0 || strcmp(w, "from") == 0)) return version_context_at(s, j, 1);
+  if (depth == 0 && (strcmp(w, "to") == 0 || strcmp(w, "from") == 0)) return version_context_at(s, ws, 1);
+  if (depth == 0 && titled && skipped == 1 && s[i - 1] == ' ' && !ip_context_word(w)) return 1;
   return 0;
 }
 
@@ -452,29 +525,33 @@ int lm_pii_iban_mod97_valid(const char *str, size_t len) {
   return r == 1;
 }
 
-/* At the start i of a digit run preceded by two capitals: CCdd + BBAN, compact or
- * in groups of four separated by one space. */
+/* At the start i of a digit run preceded by two letters: CCdd + BBAN, compact or
+ * in groups of four separated by one space or one '-' (the same throughout), in
+ * any letter case ("de89 3704 ...", "DE89-3704-..."); checked upper-cased. */
 static size_t parse_iban(const uint8_t *s, size_t n, size_t i, size_t lo) {
-  if (i < lo + 2 || !lm_pii_is_upper(s[i - 2]) || !lm_pii_is_upper(s[i - 1])) return 0;
+  if (i < lo + 2 || !lm_pii_is_alpha(s[i - 2]) || !lm_pii_is_alpha(s[i - 1])) return 0;
   size_t st = i - 2;
   if (st > 0 && is_word(s[st - 1])) return 0;
-  int L = lm_pii_iban_country_length((const char *)s + st);
+  const char cc[2] = {(char)(s[st] & ~0x20), (char)(s[st + 1] & ~0x20)};
+  int L = lm_pii_iban_country_length(cc);
   if (!L || i + 1 >= n || !lm_pii_is_digit(s[i + 1])) return 0;
   char buf[40];
-  int spaced = 0;
+  uint8_t sep = 0;
   size_t p = st;
   for (int k = 0; k < L;) {
     if (k > 0 && k % 4 == 0) {
-      if (k == 4) spaced = p < n && s[p] == ' ';
-      if (spaced) {
-        if (p >= n || s[p] != ' ') return 0;
+      if (k == 4) sep = p < n && (s[p] == ' ' || s[p] == '-') ? s[p] : 0;
+      if (sep) {
+        if (p >= n || s[p] != sep) return 0;
         p++;
       }
     }
-    if (p >= n || !(lm_pii_is_upper(s[p]) || lm_pii_is_digit(s[p]))) return 0;
-    buf[k++] = (char)s[p++];
+    if (p >= n || !lm_pii_is_alnum(s[p])) return 0;
+    buf[k++] = (char)(lm_pii_is_lower(s[p]) ? s[p] - 32 : s[p]);
+    p++;
   }
   if (p < n && is_word(s[p])) return 0;
+  if (sep == '-' && p + 1 < n && s[p] == '-' && lm_pii_is_alnum(s[p + 1])) return 0; /* a longer dashed id */
   if (!lm_pii_iban_mod97_valid(buf, (size_t)L)) return 0;
   return p;
 }
@@ -485,14 +562,44 @@ static inline int local_char(uint8_t c) {
   return lm_pii_is_alnum(c) || c == '_' || c == '%' || c == '+' || c == '-';
 }
 
+/* The other RFC 5322 atext characters, taken inside a local part only (between
+ * two local characters): "O'Brien@", "a/b@", "x~y@".  Not '=', '?', '&' (query
+ * strings: "?email=bob@x.org" keeps "email="). */
+static inline int local_inner(uint8_t c) {
+  return c == '\'' || c == '/' || c == '!' || c == '#' || c == '$' || c == '*' || c == '^' || c == '`' ||
+         c == '{' || c == '|' || c == '}' || c == '~';
+}
+
+/* File names and image variants that look like addresses: "logo@2x.png",
+ * "icon@3x.webp", "config@prod.json" (extensions that are no top-level domain). */
+static int file_name_domain(const uint8_t *s, size_t d0, size_t first_end, size_t tld0, size_t tld1) {
+  static const char *const ext[] = {"png",  "jpg",  "jpeg", "gif", "svg",  "webp", "bmp",  "ico",   "tif",
+                                    "tiff", "avif", "heic", "pdf", "txt",  "json", "yaml", "yml",   "html",
+                                    "htm",  "css",  "js",   "xml", "cfg",  "ini",  "conf", "patch", "diff",
+                                    "lock", "log",  "exe",  "dll", "md5",  "sha1", "gz",   "bz2",   "xz"};
+  size_t q = d0;
+  while (q < first_end && lm_pii_is_digit(s[q])) q++;
+  if (q > d0 && q + 1 == first_end && (s[q] | 0x20) == 'x') return 1; /* "@2x." */
+  if (tld1 - tld0 > 5) return 0;
+  char w[8];
+  for (size_t k = tld0; k < tld1; k++) w[k - tld0] = (char)(s[k] | 0x20);
+  w[tld1 - tld0] = 0;
+  for (size_t k = 0; k < sizeof ext / sizeof ext[0]; k++)
+    if (strcmp(w, ext[k]) == 0) return 1;
+  return 0;
+}
+
 static int email_at(const uint8_t *s, size_t n, size_t a, size_t lo, size_t *st, size_t *en) {
   size_t j = a;
   while (j > lo) {
     uint8_t c = s[j - 1];
     if (local_char(c)) {
       j--;
-    } else if (c == '.' && j < a && s[j] != '.' && j - 1 > lo && local_char(s[j - 2])) {
+    } else if ((c == '.' || local_inner(c)) && j < a && s[j] != '.' && j - 1 > lo && local_char(s[j - 2])) {
       j--;
+    } else if (c == 0x99 && j < a && lm_pii_is_alnum(s[j]) && j >= lo + 4 && s[j - 2] == 0x80 &&
+               s[j - 3] == 0xE2 && lm_pii_is_alnum(s[j - 4])) {
+      j -= 3; /* U+2019 RIGHT SINGLE QUOTATION MARK as an apostrophe: "O’Brien@" */
     } else {
       break;
     }
@@ -523,6 +630,9 @@ static int email_at(const uint8_t *s, size_t n, size_t a, size_t lo, size_t *st,
   int k = nl;
   while (k >= 2 && !tld[k - 1]) k--;
   if (k < 2 || lend[k - 1] - a - 1 > 253) return 0;
+  size_t tld0 = lend[k - 1];
+  while (tld0 > a + 1 && s[tld0 - 1] != '.') tld0--;
+  if (file_name_domain(s, a + 1, lend[0], tld0, lend[k - 1])) return 0;
   *st = j;
   *en = lend[k - 1];
   return 1;
@@ -553,6 +663,7 @@ int lm_pii_scan_strict(const lm_pii_masker *m, const uint8_t *s, size_t n, lm_pi
       } else {
         int left = num_left_ok(s, i);
         if (!left && i > 0 && s[i - 1] == '-' && i - 1 == last_ip4_end) left = 2; /* "a.b.c.d-e.f.g.h" */
+        if (!left && i >= 2 && s[i - 1] == '@' && local_char(s[i - 2])) left = 2; /* "ssh root@8.8.4.4" */
         if (left == 1 && (T & (1u << LM_PII_CREDIT_CARD)) && (en = parse_card(s, n, i)) != 0) {
           type = LM_PII_CREDIT_CARD;
         } else if (left && (T & (1u << LM_PII_IPV4))) {

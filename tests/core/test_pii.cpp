@@ -258,7 +258,7 @@ TEST(PiiIban, Positive) {
 TEST(PiiIban, Negative) {
   Masker m;
   for (const char *s : {"GB82 WEST 1234 5698 7654 33", "DE89370400440532013001", "DE8937040044053201300",
-                        "XX89370400440532013000", "de89370400440532013000", "GB82 WEST 12345698 765432",
+                        "XX89370400440532013000", "de89370400440532013001", "GB82 WEST 12345698 765432",
                         "ADE89370400440532013000", "DE89370400440532013000X"})
     EXPECT_EQ(m.mask(s), s) << s;
 }
@@ -271,6 +271,60 @@ TEST(PiiStrict, HashesDatesIsbnsStayUntouched) {
         "on 2024-02-29 at 23:59:59", "dated 29.02.2024", "ISBN 0-306-40615-2", "ISBN-13: 978-3-16-148410-0",
         "uuid 123e4567-e89b-12d3-a456-426614174000", "pi = 3.14159265358979", "1,234,567.89 USD"})
     EXPECT_EQ(m.mask(s), s) << s;
+}
+
+// Issue 19 (PII strict mode): each line is a labelled case, the input and what
+// strict mode must give.  Versions are not IPs, file names are not e-mail, an IP
+// after "user@" is an IP, whole local parts, IBANs in lower case or with dashes.
+TEST(PiiStrict, LabelledIssue19Cases) {
+  Masker m;
+  const std::string ip(IP), e(E), ib(IB);
+  const std::pair<std::string, std::string> cases[] = {
+      // version strings are not IPv4
+      {"pip install requests==2.31.0.1", "pip install requests==2.31.0.1"},
+      {"requires foo>=1.2.3.4, bar~=2.0.0.1, baz!=3.1.0.1, qux<=4.0.0.1", "requires foo>=1.2.3.4, bar~=2.0.0.1, baz!=3.1.0.1, qux<=4.0.0.1"},
+      {"Firefox 115.0.2.1 crashes", "Firefox 115.0.2.1 crashes"},
+      {"LibreOffice 7.5.4.2 was released", "LibreOffice 7.5.4.2 was released"},
+      {"{\"version\": \"1.2.3.4\"}", "{\"version\": \"1.2.3.4\"}"},
+      {"version = '1.2.3.4'", "version = '1.2.3.4'"},
+      {"<version>1.2.3.4</version>", "<version>1.2.3.4</version>"},
+      {"vers. 1.2.3.4", "vers. 1.2.3.4"},
+      // ... but IPs next to those shapes still are
+      {"ip.addr == 8.8.8.8", "ip.addr == " + ip},
+      {"host==8.8.8.8", "host==" + ip},
+      {"Server 8.8.8.8 is down", "Server " + ip + " is down"},
+      {"From 8.8.8.8 to 1.1.1.1", "From " + ip + " to " + ip},
+      {"{\"ip\": \"8.8.8.8\"}", "{\"ip\": \"" + ip + "\"}"},
+      {"connexion vers 8.8.8.8 refusée", "connexion vers " + ip + " refusée"},
+      {"Vers 8.8.8.8", "Vers " + ip},
+      // retina image names and other file names are not e-mail
+      {"img src=logo@2x.png", "img src=logo@2x.png"},
+      {"icon@3x.webp and banner@1.5x.jpg", "icon@3x.webp and banner@1.5x.jpg"},
+      {"see photo@home.jpg", "see photo@home.jpg"},
+      {"config@prod.json", "config@prod.json"},
+      {"mail logo@example.com", "mail " + e},
+      // user@IPv4: the address is masked
+      {"ssh root@8.8.4.4", "ssh root@" + ip},
+      {"scp f admin@10.0.0.2:/tmp", "scp f admin@" + ip + ":/tmp"},
+      // whole local parts
+      {"mail O'Brien@example.com", "mail " + e},
+      {"mail O\xe2\x80\x99" "Brien@example.com", "mail " + e},
+      {"mail a/b@example.com", "mail " + e},
+      {"mail x!y#z$w*v^u`t{s|r}q~p@example.com", "mail " + e},
+      {"'john@example.com'", "'" + e + "'"},
+      {"https://user@example.com/", "https://" + e + "/"},
+      {"it's bob@example.com", "it's " + e},
+      {"?email=bob@example.com&x=1", "?email=" + e + "&x=1"},
+      // IBANs in lower case, mixed case, with dashes
+      {"iban de89370400440532013000.", "iban " + ib + "."},
+      {"iban gb82 west 1234 5698 7654 32.", "iban " + ib + "."},
+      {"iban Gb82West12345698765432.", "iban " + ib + "."},
+      {"iban DE89-3704-0044-0532-0130-00.", "iban " + ib + "."},
+      {"iban de89-3704-0044-0532-0130-00.", "iban " + ib + "."},
+      {"iban DE89-3704-0044-0532-0130-01.", "iban DE89-3704-0044-0532-0130-01."},
+      {"iban DE89 3704-0044-0532-0130-00.", "iban DE89 3704-0044-0532-0130-00."},
+  };
+  for (const auto &c : cases) EXPECT_EQ(m.mask(c.first), c.second) << c.first;
 }
 
 TEST(PiiStrict, FindReportsSpansAndTypes) {

@@ -181,6 +181,27 @@ def test_pii_modes_types_replacements():
         PIIMasker(replacements=["x"])
 
 
+# Issue 19, PII strict mode: labelled cases (input, what strict mode gives).
+PII_STRICT_LABELLED = [
+    ("pip install requests==2.31.0.1", "pip install requests==2.31.0.1"),
+    ("Firefox 115.0.2.1 is out", "Firefox 115.0.2.1 is out"),
+    ('{"version": "1.2.3.4"}', '{"version": "1.2.3.4"}'),
+    ("ip.addr == 8.8.8.8", "ip.addr == <IP_ADDRESS>"),
+    ("Server 8.8.8.8 is down", "Server <IP_ADDRESS> is down"),
+    ("<img src=logo@2x.png>", "<img src=logo@2x.png>"),
+    ("ssh root@8.8.4.4", "ssh root@<IP_ADDRESS>"),
+    ("mail O'Brien@example.com or a/b@example.com", "mail <EMAIL> or <EMAIL>"),
+    ("iban gb82 west 1234 5698 7654 32", "iban <IBAN>"),
+    ("iban DE89-3704-0044-0532-0130-00", "iban <IBAN>"),
+    ("connexion vers 8.8.8.8 refusée", "connexion vers <IP_ADDRESS> refusée"),
+]
+
+
+def test_pii_strict_labelled_cases():
+    texts = [t for t, _ in PII_STRICT_LABELLED]
+    assert PIIMasker()(texts).texts.tolist() == [want for _, want in PII_STRICT_LABELLED]
+
+
 def test_stage_results_do_not_depend_on_thread_count():
     docs = [good_doc(i % 50) + ("mail x%d@example.org\n" % i) for i in range(600)] + ["", " ", "x"] * 50
     ref = FusedPipeline(num_threads=1)(docs)
