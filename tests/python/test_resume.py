@@ -592,3 +592,30 @@ def test_distributed_datatrove_pii_cycle_survives_resume(tmp_path):
     with DistributedPipeline(JsonlSource(str(corpus)), state_dir=sd, **kw) as p:
         rest = _dist_batches(p)
     assert first + rest == want
+
+
+def test_commit_from_signal_handler_without_prefetch_thread(tmp_path):
+    """Issue 19 item 1 with prefetch_batches=0: a SIGTERM-style handler commits while the
+    consumer's own thread is building the first batch."""
+    texts = _texts(230)
+    sd = str(tmp_path / "s")
+    box = {}
+
+    def gen():
+        for i, t in enumerate(texts):
+            if i == 47 and "p" in box:
+                os.kill(os.getpid(), signal.SIGUSR1)
+            yield t
+
+    old = signal.signal(signal.SIGUSR1, lambda *a: box.setdefault("id", box["p"].commit()))
+    try:
+        with ResumablePipeline(IterableSource(gen), batch_size=100, state_dir=sd, prefetch_batches=0,
+                               stages={"quality": False}) as p:
+            box["p"] = p
+            next(iter(p))
+            assert box["id"] == 1
+    finally:
+        signal.signal(signal.SIGUSR1, old)
+    box.clear()
+    with ResumablePipeline(IterableSource(gen), batch_size=100, state_dir=sd, stages={"quality": False}) as p:
+        assert sum(b.n_in for b in p) == 230

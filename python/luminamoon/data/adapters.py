@@ -111,7 +111,10 @@ class _Resources:
 
     def __init__(self) -> None:
         self.stop = threading.Event()
-        self.lock = threading.Lock()  # serialises use of the pipeline/dedup between threads
+        # serialises use of the pipeline/dedup between threads; re-entrant, so that a commit()
+        # from a signal handler that interrupts the consumer's own batch (prefetch_batches=0)
+        # does not deadlock (the native call has returned: handlers run between bytecodes)
+        self.lock = threading.RLock()
         self.prefetch: Optional[Prefetcher] = None
         self.dedup = None
         self.state = None
@@ -330,6 +333,7 @@ class ResumablePipeline:
         self._started = False
         self._last: Optional[Dict[str, Any]] = None   # coordinate of the last batch received
         self._commit_id = 0
+        self._committing = False
         self.resume_extra: Optional[Dict[str, Any]] = None
         self.commits = 0
         self._start = {"batch_index": 0, "sample_index": 0, "epoch": 0}
@@ -561,21 +565,33 @@ class ResumablePipeline:
         side["extra"] = extra
         side["run"] = self._run
         with self._lock:
-            if self.dedup is not None:
-                durable = self.dedup.sync()  # 1. the WAL up to (at least) the batch's LSN
-                if durable < int(side["wal_lsn"]):
-                    raise OSError(f"dedup WAL durable at {durable} < committed LSN {side['wal_lsn']}")
-            raw = json.dumps(side, sort_keys=True).encode()
-            commit_id = self._commit_id + 1
-            atomic_write(self._sidecar_path(commit_id), raw)  # 2. the sidecar, atomically
-            self.state.commit(epoch=int(side["epoch"]), batch_index=int(side["batch_index"]),  # 3. the slot
-                              sample_index=int(side["sample_index"]), source_pos=commit_id,
-                              source_pos2=zlib.crc32(raw), shard=0, wal_lsn=int(side["wal_lsn"]))
-            old = self._sidecar_path(self._commit_id - 1)
-            self._commit_id = commit_id
+            if self._committing:
+                raise RuntimeError("commit() called while this thread is inside commit() (from a signal "
+                                   "handler?): nothing committed by the inner call")
+            self._committing = True
+            try:
+                commit_id = self._commit_locked(side)
+            finally:
+                self._committing = False
+        self.commits += 1
+        return commit_id
+
+    def _commit_locked(self, side: Dict[str, Any]) -> int:
+        """The commit protocol (design.md §5), under the lock."""
+        if self.dedup is not None:
+            durable = self.dedup.sync()  # 1. the WAL up to (at least) the batch's LSN
+            if durable < int(side["wal_lsn"]):
+                raise OSError(f"dedup WAL durable at {durable} < committed LSN {side['wal_lsn']}")
+        raw = json.dumps(side, sort_keys=True).encode()
+        commit_id = self._commit_id + 1
+        atomic_write(self._sidecar_path(commit_id), raw)  # 2. the sidecar, atomically
+        self.state.commit(epoch=int(side["epoch"]), batch_index=int(side["batch_index"]),  # 3. the slot
+                          sample_index=int(side["sample_index"]), source_pos=commit_id,
+                          source_pos2=zlib.crc32(raw), shard=0, wal_lsn=int(side["wal_lsn"]))
+        old = self._sidecar_path(self._commit_id - 1)
+        self._commit_id = commit_id
         if os.path.exists(old):  # keep the sidecars of both slots
             os.remove(old)
-        self.commits += 1
         return commit_id
 
     # ------------------------------------------------------ Stateful protocol
