@@ -61,9 +61,10 @@ at::Tensor check_strings(const char *op, const at::Tensor &offsets, const at::Te
 // tensors.  check_views_bounds also checks every long view lies inside its
 // buffer (for ops that read every payload); the comparison ops check each view
 // right before they read its payload instead (raise_view_bounds maps the status).
-// check_views returns the views themselves: the comparison kernels check the inline
-// padding in their first pass (LM_ECORRUPT, mapped by raise_view_bounds) and copy each
-// view they dereference once and re-check it.  check_views_bounds returns a private snapshot (a copy) of the views,
+// check_views returns the views themselves: the equality / hash kernels check the
+// inline padding in their first pass (LM_ECORRUPT, mapped by raise_view_bounds; the
+// prefix match never reads padding), and every views kernel reads each view it
+// dereferences once and re-checks it.  check_views_bounds returns a private snapshot (a copy) of the views,
 // checked here (inline padding zero: ValueError; bounds), for the kernel to read: a
 // racing writer cannot move a view after its check.
 at::Tensor check_views(const char *op, const at::Tensor &views, const at::TensorList buffers,

@@ -71,8 +71,9 @@ at::Tensor check_views(const char *op, const at::Tensor &views, const at::Tensor
                       "] must be a contiguous 1-D CPU tensor");
   }
   TORCH_CHECK_VALUE(buffers.size() <= UINT32_MAX, "luminamoon.", op, ": too many buffers");
-  // The comparison kernels check the inline padding in their first pass over the views
-  // (LM_ECORRUPT: raise_view_bounds names the view), and copy each view they dereference
+  // The equality / hash kernels check the inline padding in their first pass over the
+  // views (LM_ECORRUPT: raise_view_bounds names the view; the prefix match never reads
+  // padding, so its answer cannot depend on it), and read each view they dereference
   // once and re-check it, so a racing writer cannot make them read out of bounds: no copy
   // of the whole views tensor is needed.
   return views;

@@ -165,10 +165,11 @@ typedef struct lm_payloads {
   uint32_t n;
 } lm_payloads;
 
-/* Inline views must be zero-padded (LM_ECORRUPT otherwise, as
- * lm_views_check_padding).  Each view an op dereferences is copied once and
- * re-checked, so a concurrent writer to `views` changes results but never the
- * bounds of what is read. */
+/* equal_scalar, equal and hash64 return LM_ECORRUPT for an inline view that is
+ * not zero-padded (as lm_views_check_padding); prefix_match never reads a
+ * padding byte, so its answer does not depend on it.  Each view an op
+ * dereferences has its fields read once and re-checked, so a concurrent writer
+ * to `views` changes results but never the bounds of what is read. */
 /* out[i] = 1 when string i starts with prefix[0..plen). */
 lm_status lm_views_prefix_match(const lm_string_view *views, size_t n, const lm_payloads *p,
                                 const uint8_t *prefix, size_t plen, uint8_t *out, const lm_exec *exec);

@@ -76,9 +76,13 @@ static inline uint64_t lm_sv_padding_bits(const lm_string_view *v) {
   memcpy(&len, p, 4);
   memcpy(&lo, p + 4, 8);
   memcpy(&hi, p + 8, 8);
-  const uint64_t mlo = len < 8 ? ~0ull << (8 * (len & 7)) : 0;
-  const uint64_t mhi = len <= 4 ? ~0ull : len < 12 ? ~0ull << (8 * ((len - 4) & 7)) : 0;
-  return (lo & mlo) | (hi & mhi);
+  /* masks[min(len, 12)]: the bytes of lo / hi at or past len (none for len >= 12) */
+  static const uint64_t mlo[13] = {~0ull, ~0ull << 8, ~0ull << 16, ~0ull << 24, ~0ull << 32, ~0ull << 40,
+                                   ~0ull << 48, ~0ull << 56, 0, 0, 0, 0, 0};
+  static const uint64_t mhi[13] = {~0ull, ~0ull, ~0ull, ~0ull, ~0ull, ~0ull << 8, ~0ull << 16, ~0ull << 24,
+                                   ~0ull << 32, ~0ull << 40, ~0ull << 48, ~0ull << 56, 0};
+  const uint32_t k = len < 12 ? len : 12;
+  return (lo & mlo[k]) | (hi & mhi[k]);
 }
 
 /* Make a view for `len` bytes at `s`.  Strings of at most 12 bytes are copied
