@@ -619,3 +619,25 @@ def test_commit_from_signal_handler_without_prefetch_thread(tmp_path):
     box.clear()
     with ResumablePipeline(IterableSource(gen), batch_size=100, state_dir=sd, stages={"quality": False}) as p:
         assert sum(b.n_in for b in p) == 230
+
+
+def test_dropped_distributed_pipeline_releases_thread_and_lock(tmp_path):
+    """Issue 19 item 7 for DistributedPipeline: its prefetch thread held the pipeline (and now its lock)."""
+    import gc
+    import threading
+
+    from luminamoon.data import DistributedPipeline
+
+    sd = str(tmp_path / "s")
+    p = DistributedPipeline(IterableSource(_texts(20000)), batch_size=10, prefetch_batches=2, state_dir=sd,
+                            dedup=None)
+    it = iter(p)
+    next(it)
+    assert any(t.name == "luminamoon-dist-prefetch" for t in threading.enumerate())
+    del p, it
+    gc.collect()
+    deadline = time.time() + 10
+    while any(t.name == "luminamoon-dist-prefetch" for t in threading.enumerate()) and time.time() < deadline:
+        time.sleep(0.01)  # the producer may be finishing the step it was preparing
+    assert not any(t.name == "luminamoon-dist-prefetch" for t in threading.enumerate())
+    DistributedPipeline(IterableSource(_texts(10)), state_dir=sd, dedup=None).close()  # the lock was released

@@ -150,7 +150,8 @@ class Prefetcher:
             self._items.clear()
             self._bytes = 0
             self._cv.notify_all()
-        self._thread.join()
+        if threading.current_thread() is not self._thread:  # a finalizer run by the producer itself
+            self._thread.join()
 
 
 def lock_state_dir(state_dir: str) -> int:

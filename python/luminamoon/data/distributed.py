@@ -145,6 +145,29 @@ def _fault(point: str, rank: int, commit_no: int) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+def _weak_producer(ref: "weakref.ref[DistributedPipeline]"):
+    """The prefetch thread's work.  It holds the pipeline only while preparing a step, never
+    in between, so a pipeline dropped without close() is collected (``__del__`` closes it,
+    which stops this thread and releases the folder lock)."""
+    def produce() -> Iterator[_Prepared]:
+        p = ref()
+        if p is None:
+            return
+        step, start = p._start["step"], p._start["sample_index"]
+        del p
+        while True:
+            p = ref()
+            if p is None or p._stop.is_set():
+                return
+            item = p._prepare(step, start)
+            del p
+            if item is None:
+                return
+            step, start = step + 1, start + item.n_global
+            yield item
+    return produce
+
+
 class DistributedPipeline:
     """Iterate this rank's processed batches of a global stream; collective, crash-safe commits.
 
@@ -519,7 +542,8 @@ class DistributedPipeline:
                 self._last = b.coord
                 yield b
             return
-        self._prefetch = Prefetcher(self._prepared, self.prefetch_batches, name="luminamoon-dist-prefetch",
+        self._prefetch = Prefetcher(_weak_producer(weakref.ref(self)), self.prefetch_batches,
+                                        name="luminamoon-dist-prefetch",
                                     max_bytes=self.max_prefetch_bytes, sizeof=_prepared_memory)
         while True:
             item = self._prefetch.get()
