@@ -1152,6 +1152,10 @@ bad("collate-tokenizer-returns-non-int", RCC, lambda t: create_resumable_collate
     tokenizer=lambda x: [["a"] for _ in x], pipeline=None)(["a"]), TypeError, "tokenizer output 0")
 bad("collate-process-None", "ResumableCollate.process", lambda t: create_resumable_collate().process(None), TypeError,
     "samples")
+bad("collate-stateful-int", "ResumableCollate.stateful", lambda t: create_resumable_collate().stateful(5), TypeError,
+    "map-style")
+bad("collate-stateful-iterable", "ResumableCollate.stateful", lambda t: create_resumable_collate().stateful(
+    torch.utils.data.ChainDataset([])), TypeError, "map-style")
 
 # =========================================================================== Batch / DistBatch
 

@@ -125,3 +125,180 @@ def test_collate_bad_input():
         create_resumable_collate(max_length=0)
     with pytest.raises(TypeError, match=r"sample 1: expected str or a dict"):
         create_resumable_collate(pipeline=None)([{"text": "ok"}, {"body": "x"}])
+
+
+# ------------------------------------------------------------------ epochs, StatefulDataLoader, crashes
+
+def dataset_with_copies(n):
+    """n documents that pass the filters, then a copy of every second one (the copies come later)."""
+    return [{"id": i, "text": doc(i)} for i in range(n)] + [{"id": n + i, "text": doc(i)} for i in range(0, n, 2)]
+
+
+def texts_of(loader):
+    return [t for st in loader for t in st.tolist()]
+
+
+def cleaned(n):
+    """What the pipeline makes of the n distinct documents (PII masked), each once."""
+    out = create_resumable_collate(return_string_tensor=True)([doc(i) for i in range(n)]).tolist()
+    assert len(out) == n
+    return sorted(out)
+
+
+@pytest.mark.parametrize("workers", [dict(num_workers=0), dict(num_workers=2, persistent_workers=True),
+                                     dict(num_workers=1)])
+def test_each_epoch_sees_the_dataset_anew(workers):
+    # was: epoch 2 yielded only empty batches (every document a "duplicate" of epoch 1) with num_workers=0 or
+    # persistent workers
+    collate = create_resumable_collate(return_string_tensor=True)
+    loader = DataLoader(dataset_with_copies(64), batch_size=8, collate_fn=collate, **workers)
+    epochs = [texts_of(loader) for _ in range(3)]
+    assert len(epochs[0]) >= 64 and epochs[1] == epochs[0] and epochs[2] == epochs[0]
+    if workers["num_workers"] <= 1:
+        assert sorted(epochs[0]) == cleaned(64)  # exact within the epoch
+    # an epoch abandoned half-way, then a full one: the full one is whole
+    it = iter(loader)
+    next(it)
+    del it
+    assert texts_of(loader) == epochs[0]
+
+
+def test_global_dedup_spans_epochs_and_says_so():
+    server = start_global_dedup()
+    try:
+        collate = create_resumable_collate(dedup=server, return_string_tensor=True)
+        loader = DataLoader(dataset_with_copies(32), batch_size=8, collate_fn=collate)
+        assert sorted(texts_of(loader)) == cleaned(32)
+        with pytest.warns(RuntimeWarning, match="already held 32 documents.*spans epochs"):
+            assert texts_of(loader) == []
+    finally:
+        server.close()
+
+
+def _resume_once(make, docs, k, reload_collate):
+    """Deliver k batches, take state_dict (pickled, as a checkpoint would be), resume in a new loader."""
+    full = texts_of(make(docs))
+    loader = make(docs)
+    it = iter(loader)
+    head = [t for _ in range(k) for t in next(it).tolist()]
+    state = pickle.loads(pickle.dumps(loader.state_dict()))
+    del it, loader
+    resumed = make(docs, reload_collate)
+    resumed.load_state_dict(state)
+    return full, head + texts_of(resumed)
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_stateful_dataloader_resume_keeps_the_dedup_state(num_workers):
+    # was: 600 rows delivered where the uninterrupted run delivered 300 (the dedup state was not in state_dict)
+    sdl = pytest.importorskip("torchdata.stateful_dataloader")
+    collates = [create_resumable_collate(return_string_tensor=True)]
+
+    def make(docs, new_collate=False):
+        if new_collate:  # a fresh process: the collate comes from its pickled form, its tables empty
+            collates.append(pickle.loads(pickle.dumps(collates[0])))
+        c = collates[-1]
+        return sdl.StatefulDataLoader(c.stateful(docs), batch_size=8, collate_fn=c, num_workers=num_workers)
+
+    docs = dataset_with_copies(96)
+    full, got = _resume_once(make, docs, 7, True)
+    assert got == full
+    if num_workers == 0:
+        assert sorted(full) == cleaned(96)
+
+
+class _Stream(torch.utils.data.IterableDataset):
+    def __iter__(self):
+        return iter(DOCS)
+
+
+def test_stateful_dataloader_without_the_wrapper_is_refused():
+    sdl = pytest.importorskip("torchdata.stateful_dataloader")
+    collate = create_resumable_collate(return_string_tensor=True)
+    with pytest.raises(ValueError, match=r"collate\.stateful\(dataset\)"):
+        next(iter(sdl.StatefulDataLoader(DOCS, batch_size=8, collate_fn=collate)))
+    with pytest.raises(TypeError, match="map-style"):
+        collate.stateful(_Stream())
+    with pytest.raises(ValueError, match="dedup 'worker'.*has None"):
+        create_resumable_collate(dedup=None).stateful(DOCS).load_state_dict(collate.stateful(DOCS).state_dict())
+
+
+def test_global_dedup_worker_sigkill_crash_loop_rolls_back_in_flight_batches():
+    # was: the hashes of the batches in flight when a worker was SIGKILLed stayed admitted, so the resumed
+    # loader dropped those documents as duplicates
+    import os
+    import signal
+    import time
+
+    sdl = pytest.importorskip("torchdata.stateful_dataloader")
+    docs = dataset_with_copies(160)
+    rng = random.Random(7)
+    server = start_global_dedup()
+    try:
+        collate = create_resumable_collate(dedup=server, return_string_tensor=True)
+        ckpt, kills, runs = ([], None), 0, 0
+        while True:
+            runs += 1
+            loader = sdl.StatefulDataLoader(collate.stateful(docs), batch_size=8, collate_fn=collate,
+                                            num_workers=2)
+            if ckpt[1] is not None:
+                loader.load_state_dict(ckpt[1])
+            try:
+                it = iter(loader)
+                for st in it:
+                    ckpt = (ckpt[0] + st.tolist(), loader.state_dict())  # one assignment: rows and state agree
+                    if kills < 6 and rng.random() < 0.3:
+                        time.sleep(0.05)  # the next batches are collated (admitted) meanwhile
+                        os.kill(it._workers[rng.randrange(2)].pid, signal.SIGKILL)
+                        kills += 1
+                        for st in it:  # the loader notices the dead worker
+                            ckpt = (ckpt[0] + st.tolist(), loader.state_dict())
+            except (RuntimeError, OSError) as e:  # the dead worker, or the result pipe it died writing to
+                assert runs < 50, e
+                del it, loader
+                continue
+            break
+        assert kills == 6
+        assert sorted(ckpt[0]) == cleaned(160)  # every document once: nothing lost
+    finally:
+        server.close()
+
+
+def test_sigkill_crash_loop_with_stateful_dataloader(tmp_path, capsys):
+    # kill -9 of the whole training process (its workers follow), resumed from the last checkpoint
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    pytest.importorskip("torchdata.stateful_dataloader")
+    import collate_child
+
+    collate_child.run(str(tmp_path / "ref.pkl"), 120, 2)  # the uninterrupted run, in process
+    with open(tmp_path / "ref.pkl", "rb") as f:
+        want = pickle.load(f)["rows"]
+    rng = random.Random(11)
+    kills, runs = 0, 0
+    while True:
+        runs += 1
+        p = subprocess.Popen([sys.executable, collate_child.__file__, str(tmp_path / "ckpt.pkl"), "120", "2"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        line = p.stdout.readline()
+        if "READY" in line and kills < 5:
+            time.sleep(rng.uniform(0.0, 0.05))
+            if p.poll() is None:
+                p.send_signal(signal.SIGKILL)  # the workers see their parent gone and exit
+                p.wait(timeout=60)
+                kills += 1
+                continue
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+        if "DONE" in line + out:
+            break
+        assert runs < 30
+    with open(tmp_path / "ckpt.pkl", "rb") as f:
+        got = pickle.load(f)["rows"]
+    assert kills == 5
+    assert got == want  # both epochs: the same documents in the same order as the uninterrupted run
+    assert sorted(t for e, t in want if e == 1) == sorted(t for e, t in want if e == 0)

@@ -5,24 +5,58 @@ batch in C (clean → quality → dedup → PII; fused or the modular chain) and
 returns byte-level tokens (through the ``pad_bytes`` operator), tokens from any
 callable tokenizer, or the StringTensor itself.
 
-Deduplication and DataLoader workers
-------------------------------------
+Deduplication: per epoch, per worker, or shared
+-----------------------------------------------
 ``DataLoader`` runs ``collate_fn`` in each worker process on the batches that
 worker was handed.  What "duplicate" means therefore depends on ``dedup``:
 
-* ``dedup="worker"`` (default): each worker process has its own
-  deduplicator.  A document repeated inside one batch, or in two batches of
-  the same worker, is delivered once; a copy that lands in another worker's
-  batch is delivered again.  With ``num_workers=0`` this is exact dedup over
-  everything the loader yields.
-* ``dedup=start_global_dedup()``: one deduplicator shared by all workers of
-  the loader, living in a small server process.  Workers send
-  each batch's 128-bit hashes (16 bytes per document) in one round trip and
-  get keep/drop back, so a document is delivered once across all workers.
-  Which copy survives follows the order in which batches reach the server,
-  which with several workers depends on timing: the *set* of delivered
-  documents is deterministic, the batch a given copy lands in is not.
+* ``dedup="worker"`` (default): **per epoch**, in each worker process.  Each
+  pass over the loader (each ``for batch in loader``, i.e. each epoch) starts
+  with an empty table, so every epoch delivers the dataset anew: epoch 2
+  delivers the same documents as epoch 1.  Within a pass, a document repeated
+  inside one batch, or in two batches of the same worker, is delivered once; a
+  copy that lands in another worker's batch is delivered again.  With
+  ``num_workers=0`` this is exact dedup over each epoch.  The collate sees a
+  pass begin because ``DataLoader`` and ``StatefulDataLoader`` create a new
+  dataset fetcher (the object that calls ``collate_fn``) for every
+  ``iter(loader)``, in the main process and in persistent workers alike (a
+  non-persistent worker is a new process per epoch).  Called directly, outside
+  a loader, the collate keeps one table across all calls.
+* ``dedup=start_global_dedup()``: **across epochs and workers**: one table
+  for the whole run, shared by all workers of the loader, living in a small
+  server process.  Workers send each batch's 128-bit hashes (16 bytes per
+  document) in one round trip and get keep/drop back, so a document is
+  delivered once across all workers and all epochs: a second epoch over the
+  same data delivers only documents not seen before, and the collate warns
+  (``RuntimeWarning``) when a pass begins while the table already holds
+  documents.  For per-epoch dedup across workers, start a new server per
+  epoch.  Which copy survives follows the order in which batches reach the
+  server, which with several workers depends on timing: the *set* of
+  delivered documents is deterministic, the batch a given copy lands in is not.
 * ``dedup=None``: no deduplication.
+
+Resuming (``StatefulDataLoader``)
+---------------------------------
+The dedup state is part of the loader's ``state_dict`` when the dataset is
+wrapped by the collate: ``StatefulDataLoader(collate.stateful(dataset),
+collate_fn=collate, ...)`` (map-style datasets).  Each worker's state is taken
+right after the batch it belongs to, so a loader resumed from
+``state_dict()`` delivers exactly what the uninterrupted run delivers:
+
+* ``dedup="worker"``: the state holds the hashes admitted in the current
+  epoch (16 bytes per delivered document, in chunks of 4096 so that the
+  loader's incremental snapshots send only what changed).
+* ``dedup=start_global_dedup()``: the state holds each worker's admission
+  count; the server logs admissions per worker (16 bytes per document for
+  its life), and ``load_state_dict`` rolls each worker back to its count.
+  Admissions of batches that were in flight when the state was taken, or
+  when a worker was SIGKILLed, are uncommitted and forgotten, so restarting
+  from the first undelivered row loses nothing.  The rollback needs the same
+  server process: a state loaded into another (or a restarted) server is
+  refused with ValueError.
+
+Under ``StatefulDataLoader`` a collate with dedup on refuses a dataset that is
+not wrapped (ValueError): its resume would silently deliver other documents.
 
 Example:
     >>> from torch.utils.data import DataLoader
@@ -36,6 +70,11 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import sys
+import threading
+import uuid
+import warnings
+import weakref
 from multiprocessing.managers import BaseManager
 from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
@@ -47,14 +86,28 @@ __all__ = ["ResumableCollate", "create_resumable_collate", "GlobalDedup", "start
 # ------------------------------------------------------------ global dedup
 
 class _DedupService:
-    """Runs in the server process: one StreamDeduplicator over 16-byte hash keys."""
+    """Runs in the server process: one StreamDeduplicator over 16-byte hash keys.
+
+    The manager serves each client connection in its own thread: one lock
+    orders every call.  Besides the table it keeps the admission log of this
+    server's life, per client (a DataLoader worker id, -1 for the main
+    process): ``restore(client, count)`` rolls a client back to its first
+    ``count`` admissions (those of the batches the consumer had received when
+    the loader's ``state_dict`` was taken), so the admissions of batches in
+    flight when a worker died are forgotten."""
 
     def __init__(self, wal_path: Optional[str], max_entries: int = 0):
         from .. import stages
         from ..string_tensor import StringTensor
 
         self._st = StringTensor
+        self._stages = stages
+        self._wal_path, self._max_entries = wal_path, max_entries
         self._dedup = None
+        self._lock = threading.Lock()
+        self._log: List[List[Any]] = []  # [client, lsn_before, admitted hashes (bytes), client count after]
+        self._counts: Dict[int, int] = {}  # client -> admissions logged
+        self._passes: set = set()  # the pass keys seen (see _admit)
         self._error: Optional[BaseException] = None
         try:
             self._dedup = stages.StreamDeduplicator(wal_path=wal_path, max_entries=max_entries)
@@ -64,13 +117,67 @@ class _DedupService:
     def init_error(self) -> Optional[BaseException]:
         return self._error
 
-    def check_insert(self, hashes: bytes) -> bytes:
-        """hashes: N x 16 bytes; returns N bytes, 1 where the hash was new (kept)."""
+    def _keep(self, hashes: bytes) -> bytes:
         n = len(hashes) // 16
         data = torch.frombuffer(bytearray(hashes), dtype=torch.uint8) if n else torch.empty(0, dtype=torch.uint8)
         offsets = torch.arange(0, 16 * n + 1, 16, dtype=torch.int64)
         r = self._dedup(self._st.from_buffers(offsets, data, validate=False))
         return (r.reasons == 0).to(torch.uint8).numpy().tobytes()
+
+    def check_insert(self, hashes: bytes) -> bytes:
+        """hashes: N x 16 bytes; returns N bytes, 1 where the hash was new (kept)."""
+        with self._lock:
+            return self._keep(hashes)
+
+    def admit(self, client: int, pass_key, hashes: bytes):
+        """check_insert, logged for ``client``; returns (keep, client's count after, table entries from before
+        this pass when ``pass_key`` is new and the table already held documents, else 0)."""
+        with self._lock:
+            earlier = 0
+            if pass_key not in self._passes:
+                self._passes.add(pass_key)
+                earlier = len(self._dedup)
+            lsn = self._dedup.lsn
+            keep = self._keep(hashes)
+            admitted = b"".join(hashes[16 * i:16 * i + 16] for i, k in enumerate(keep) if k)
+            if admitted:
+                self._counts[client] = self._counts.get(client, 0) + len(admitted) // 16
+                self._log.append([client, lsn, admitted, self._counts[client]])
+            return keep, self._counts.get(client, 0), earlier
+
+    def count(self, client: int) -> int:
+        with self._lock:
+            return self._counts.get(client, 0)
+
+    def restore(self, client: int, count: int) -> None:
+        """Forget ``client``'s admissions after its first ``count``."""
+        with self._lock:
+            have = self._counts.get(client, 0)
+            if have < count:
+                raise ValueError(f"GlobalDedup: the loader state says worker {client} had {count} documents "
+                                 f"admitted, but this server holds {have} of its admissions: it is not the "
+                                 "server of that run (or it was restarted); resume with the server the state was "
+                                 "taken with")
+            drop = [i for i, e in enumerate(self._log) if e[0] == client and e[3] > count]
+            if not drop:
+                return
+            first = drop[0]
+            if (self._log[first][3] - len(self._log[first][2]) // 16) != count:
+                raise ValueError(f"GlobalDedup: count {count} for worker {client} is not at a batch boundary")
+            tail = [e for e in self._log[first:] if not (e[0] == client and e[3] > count)]
+            if self._wal_path is not None:
+                self._dedup.truncate(self._log[first][1])
+                del self._log[first:]
+            else:  # an in-memory table cannot be cut back: rebuild it from the log
+                self._dedup.close()
+                self._dedup = self._stages.StreamDeduplicator(max_entries=self._max_entries)
+                tail = self._log[:first] + tail
+                self._log = []
+            for e in tail:  # the kept admissions again, in their order: each is still new
+                e[1] = self._dedup.lsn
+                self._keep(e[2])
+                self._log.append(e)
+            self._counts[client] = count
 
     def lsn(self) -> int:
         return self._dedup.lsn
@@ -79,10 +186,16 @@ class _DedupService:
         return self._dedup.stats
 
     def sync(self) -> int:
-        return self._dedup.sync()
+        with self._lock:
+            return self._dedup.sync()
 
     def truncate(self, lsn: int) -> None:
-        self._dedup.truncate(lsn)
+        with self._lock:
+            self._dedup.truncate(lsn)
+            self._log = [e for e in self._log if e[1] + len(e[2]) // 16 <= lsn]
+            self._counts = {}
+            for e in self._log:
+                self._counts[e[0]] = e[3]
 
 
 class _DedupManager(BaseManager):
@@ -133,6 +246,19 @@ class GlobalDedup:
             raise ValueError(f"hashes must hold N x 16 bytes, got {len(hashes)} bytes")
         return self.service.check_insert(bytes(hashes))
 
+    # The collate's protocol (see ResumableCollate): admissions logged per client, rolled back on restore.
+    def _admit(self, client: int, pass_key, hashes: bytes):
+        self._check_open("check_insert")
+        return self.service.admit(client, pass_key, bytes(hashes))
+
+    def _count(self, client: int) -> int:
+        self._check_open("state_dict")
+        return self.service.count(client)
+
+    def _restore(self, client: int, count: int) -> None:
+        self._check_open("load_state_dict")
+        self.service.restore(client, count)
+
     @property
     def lsn(self) -> int:
         self._check_open("lsn")
@@ -171,6 +297,73 @@ class GlobalDedup:
 def start_global_dedup(wal_path: Optional[str] = None, max_entries: int = 0) -> GlobalDedup:
     """Start the shared deduplicator server (see the module docstring)."""
     return GlobalDedup(wal_path, max_entries)
+
+
+# ------------------------------------------------------------------ passes
+
+_CHUNK = 4096  # hashes per sealed chunk of the state: a snapshot sends only the chunks that changed
+
+
+def _find_pass():
+    """(fetcher, under_stateful) of the DataLoader pass that is calling the collate, or (None, False).
+
+    A pass is one iteration over a loader: ``DataLoader`` and ``StatefulDataLoader`` create a new
+    dataset fetcher for every ``iter(loader)`` (in the main process with ``num_workers=0``, and in
+    each worker at its start and at each new epoch with ``persistent_workers=True``; a
+    non-persistent worker is a new process per epoch), and the fetcher calls ``collate_fn``."""
+    from torch.utils.data._utils.fetch import _BaseDatasetFetcher
+    from torch.utils.data.dataloader import _BaseDataLoaderIter
+
+    fetcher, stateful = None, False
+    f = sys._getframe(1)
+    for _ in range(16):
+        if f is None:
+            break
+        if fetcher is None:
+            loc = f.f_locals
+            for name in ("self", "fetcher"):
+                o = loc.get(name)
+                if isinstance(o, _BaseDataLoaderIter):
+                    o = o.__dict__.get("_dataset_fetcher")
+                if isinstance(o, _BaseDatasetFetcher):
+                    fetcher = o
+                    break
+        if "stateful_dataloader" in f.f_code.co_filename:
+            stateful = True
+        f = f.f_back
+    return fetcher, stateful
+
+
+class _Proc:
+    """What one process holds for a collate: its native stages and the dedup state of the current pass."""
+
+    def __init__(self):
+        self.pid = os.getpid()
+        self.parts: Optional[Dict[str, Any]] = None
+        self.pass_ref = None  # weakref to the current pass's fetcher
+        self.passes = 0
+        self.adopt = False  # a restored state waits for its pass
+        self.restored_pass = False
+        self.warned: set = set()
+        self.count: Optional[int] = None  # GlobalDedup: this client's admissions at the last batch
+        self.reset_table()
+
+    def reset_table(self) -> None:
+        """dedup='worker': an empty table and log (a new pass)."""
+        self.dedup = None
+        self.chunks: List[bytes] = []
+        self.tail = bytearray()
+
+    def log(self, admitted: bytes) -> None:
+        self.tail += admitted
+        while len(self.tail) >= 16 * _CHUNK:
+            self.chunks.append(bytes(self.tail[:16 * _CHUNK]))
+            del self.tail[:16 * _CHUNK]
+
+    def chunk_dict(self) -> Dict[str, bytes]:
+        d = {str(i): c for i, c in enumerate(self.chunks)}
+        d[str(len(self.chunks))] = bytes(self.tail)
+        return d
 
 
 # ------------------------------------------------------------------ collate
@@ -227,38 +420,168 @@ class ResumableCollate:
         self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
         self.return_string_tensor = return_string_tensor
         self.num_threads = num_threads
-        self._built = None  # per process: (pid, pipeline parts)
+        self._token = uuid.uuid4().hex  # names this collate (and its copies in the workers) to its dataset wrapper
+        self._built: Optional[_Proc] = None  # per process: the native stages, the dedup table of the pass, its log
 
     def __getstate__(self):
         d = dict(self.__dict__)
         d["_built"] = None
         return d
 
+    def _proc(self) -> "_Proc":
+        """This process's state, created on first use (a forked worker starts afresh)."""
+        if self._built is None or self._built.pid != os.getpid():
+            self._built = _Proc()
+        return self._built
+
     # The native objects, built once per process.
     def _parts(self):
-        if self._built is not None and self._built[0] == os.getpid():
-            return self._built[1]
+        P = self._proc()
+        if P.parts is not None:
+            return P.parts
         from .. import stages as S
 
         kw = dict(self.stages)
         if self.num_threads is not None:
             kw["num_threads"] = self.num_threads
         parts: Dict[str, Any] = {}
+        cls = S.FusedPipeline if self.pipeline == "fused" else S.ChainPipeline
         if self.pipeline is None:
             parts["main"] = None
-        elif isinstance(self.dedup, GlobalDedup):
-            # clean + quality here, dedup on the server, PII after it: the fused order.
-            parts["pre"] = S.ChainPipeline(cleaner=kw.get("cleaner", True), quality=kw.get("quality", True),
-                                           dedup=False, pii=False, num_threads=kw.get("num_threads"))
+        elif self.dedup is None:
+            kw["dedup"] = False
+            parts["main"] = cls(**kw)
+        else:
+            # clean + quality, then dedup here (the pass's table, or the server), then PII: the fused order.
+            parts["pre"] = cls(cleaner=kw.get("cleaner", True), quality=kw.get("quality", True),
+                               dedup=False, pii=False, num_threads=kw.get("num_threads"))
             pii = kw.get("pii", True)
             parts["post"] = S.ChainPipeline(cleaner=False, quality=False, dedup=False, pii=pii,
                                             num_threads=kw.get("num_threads")) if pii else None
-        else:
-            cls = S.FusedPipeline if self.pipeline == "fused" else S.ChainPipeline
-            kw["dedup"] = {"max_entries": self.dedup_max_entries} if self.dedup == "worker" else False
-            parts["main"] = cls(**kw)
-        self._built = (os.getpid(), parts)
+        P.parts = parts
         return parts
+
+    # Passes: one iteration over the loader (see the module docstring).
+    def _enter_pass(self, fetcher) -> "_Proc":
+        P = self._proc()
+        if fetcher is None or (P.pass_ref is not None and P.pass_ref() is fetcher):
+            return P
+        P.pass_ref = weakref.ref(fetcher)
+        P.passes += 1
+        P.restored_pass = P.adopt
+        if P.adopt:  # a restored state belongs to the pass being resumed
+            P.adopt = False
+        elif self.dedup == "worker":  # a new pass sees the dataset anew
+            P.reset_table()
+        return P
+
+    def _check_stateful(self, fetcher, stateful: bool) -> None:
+        if not stateful or self.dedup is None or self.pipeline is None or fetcher is None:
+            return
+        ds = getattr(fetcher, "dataset", None)
+        if not (isinstance(ds, _CollateStateDataset) and ds.collate._token == self._token):
+            raise ValueError("create_resumable_collate: under StatefulDataLoader the dedup state must be part of "
+                             "the loader's state_dict: pass the dataset wrapped by this collate, "
+                             "StatefulDataLoader(collate.stateful(dataset), collate_fn=collate, ...) "
+                             "(or use dedup=None)")
+
+    def _client(self) -> int:
+        info = torch.utils.data.get_worker_info()
+        return -1 if info is None else int(info.id)
+
+    def _pass_key(self, P: "_Proc"):
+        info = torch.utils.data.get_worker_info()
+        if info is None:
+            return ("main", P.pid, P.passes)
+        return ("workers", int(info.seed) - int(info.id), P.passes)  # the loader's base seed: one per iterator
+
+    def _dedup_local(self, P: "_Proc", hashes: torch.Tensor) -> torch.Tensor:
+        if P.dedup is None:
+            from .. import stages as S
+
+            P.dedup = S.StreamDeduplicator(max_entries=self.dedup_max_entries)
+        keep = P.dedup.check_insert_hashes(hashes)
+        P.log(hashes[keep].contiguous().numpy().tobytes())
+        return keep
+
+    def _dedup_global(self, P: "_Proc", hashes: torch.Tensor) -> torch.Tensor:
+        key = self._pass_key(P)
+        keep, P.count, earlier = self.dedup._admit(self._client(), key, hashes.contiguous().numpy().tobytes())
+        if earlier and not P.restored_pass and key not in P.warned:
+            P.warned.add(key)
+            warnings.warn(f"create_resumable_collate: the shared GlobalDedup table already held {earlier} "
+                          "documents when this pass over the loader began; it spans epochs, so documents "
+                          "delivered in an earlier epoch are dropped as duplicates now. For each epoch to see "
+                          "the dataset anew use dedup='worker', or a new start_global_dedup() per epoch",
+                          RuntimeWarning, stacklevel=3)
+        return torch.frombuffer(bytearray(keep), dtype=torch.uint8).bool()
+
+    # The dedup state, carried in the loader's state_dict by the dataset wrapper (see stateful()).
+    def _state_dict(self) -> Dict[str, Any]:
+        fetcher, _ = _find_pass()
+        P = self._enter_pass(fetcher)
+        if self.pipeline is None or self.dedup is None:
+            return {"format": 1, "dedup": None}
+        if self.dedup == "worker":
+            return {"format": 1, "dedup": "worker", "hashes": P.chunk_dict()}
+        client = self._client()
+        if P.count is None:
+            P.count = self.dedup._count(client)
+        return {"format": 1, "dedup": "global", "client": client, "count": P.count}
+
+    def _load_state_dict(self, state: Dict[str, Any]) -> None:
+        kind = None if self.pipeline is None or self.dedup is None else \
+            ("worker" if self.dedup == "worker" else "global")
+        if not isinstance(state, dict) or state.get("format") != 1 or "dedup" not in state:
+            raise ValueError(f"load_state_dict: not a collate dedup state: {type(state).__name__} "
+                             f"{sorted(state) if isinstance(state, dict) else ''}")
+        if state["dedup"] != kind:
+            raise ValueError(f"load_state_dict: the state was taken with dedup {state['dedup']!r}, this collate "
+                             f"has {kind!r}: resuming would change which documents are delivered")
+        P = self._proc()
+        if kind == "worker":
+            chunks = state.get("hashes")
+            if not isinstance(chunks, dict):
+                raise ValueError("load_state_dict: the dedup state has no 'hashes'")
+            P.reset_table()
+            blob = b"".join(chunks[k] for k in sorted(chunks, key=int))
+            if len(blob) % 16:
+                raise ValueError(f"load_state_dict: dedup hashes must be N x 16 bytes, got {len(blob)}")
+            if blob:
+                hashes = torch.frombuffer(bytearray(blob), dtype=torch.int64).reshape(-1, 2)
+                self._dedup_local(P, hashes)
+        elif kind == "global":
+            client, count = state.get("client"), state.get("count")
+            if client != self._client():
+                raise ValueError(f"load_state_dict: the dedup state is worker {client}'s, loaded into "
+                                 f"worker {self._client()}")
+            if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+                raise ValueError(f"load_state_dict: the dedup state's count must be an int >= 0, got {count!r}")
+            self.dedup._restore(client, count)
+            P.count = count
+        P.adopt, P.pass_ref = True, None
+
+    def stateful(self, dataset):
+        """Wrap a map-style dataset so that the dedup state rides in ``StatefulDataLoader.state_dict()``.
+
+        ``StatefulDataLoader(collate.stateful(dataset), collate_fn=collate, ...)``: the loader
+        saves and restores each worker's dedup state with the dataset's (torchdata's ``Stateful``
+        protocol), so a loader resumed mid-epoch delivers what the uninterrupted run delivers.
+        With ``dedup=start_global_dedup()`` the state holds each worker's admission count and
+        restoring rolls the shared table back to it: batches that were in flight when the state
+        was taken (or when a worker died) are admitted again when they are read again.
+
+        >>> from torchdata.stateful_dataloader import StatefulDataLoader
+        >>> collate = create_resumable_collate(return_string_tensor=True)
+        >>> loader = StatefulDataLoader(collate.stateful(["some text"] * 4), batch_size=2, collate_fn=collate)
+        """
+        if isinstance(dataset, torch.utils.data.IterableDataset):
+            raise TypeError("ResumableCollate.stateful: dataset must be map-style (__getitem__ and __len__); an "
+                            "IterableDataset's position is its iterator's, which this wrapper cannot restore")
+        if not (hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__")):
+            raise TypeError(f"ResumableCollate.stateful: dataset must be map-style (__getitem__ and __len__), "
+                            f"got {type(dataset).__name__}")
+        return _CollateStateDataset(dataset, self)
 
     def _texts(self, samples: Sequence[Any]) -> List[str]:
         if isinstance(samples, (str, bytes, dict)) or not hasattr(samples, "__iter__"):
@@ -278,17 +601,19 @@ class ResumableCollate:
         from .. import _C
         from ..string_tensor import StringTensor
 
+        fetcher, stateful = _find_pass()
+        self._check_stateful(fetcher, stateful)
         st = StringTensor.from_list(self._texts(samples))
         parts = self._parts()
+        P = self._enter_pass(fetcher)
         if self.pipeline is None:
             return st
         if "main" in parts:
             return parts["main"](st).texts
         pre = parts["pre"](st).texts
-        hashes = _C.hash128(pre.offsets, pre.data, 0)
-        keep = torch.frombuffer(bytearray(self.dedup.check_insert(hashes.numpy().tobytes())), dtype=torch.uint8) \
-            if len(pre) else torch.empty(0, dtype=torch.uint8)
-        kept = pre.mask(keep.bool())
+        hashes = _C.hash128(pre.offsets, pre.data, 0).reshape(-1, 2)
+        keep = self._dedup_local(P, hashes) if self.dedup == "worker" else self._dedup_global(P, hashes)
+        kept = pre.mask(keep)
         return parts["post"](kept).texts if parts["post"] is not None else kept
 
     def __call__(self, samples: Sequence[Any]):
@@ -343,6 +668,30 @@ class ResumableCollate:
                     raise TypeError(f"tokenizer output {i} must hold int token ids: {e}") from None
             lengths[i] = len(s)
         return ids, lengths
+
+
+class _CollateStateDataset(torch.utils.data.Dataset):
+    """A map-style dataset whose ``state_dict`` is its collate's dedup state (see ResumableCollate.stateful)."""
+
+    def __init__(self, dataset, collate: ResumableCollate):
+        self.dataset, self.collate = dataset, collate
+
+    def __getitem__(self, index):
+        return self.dataset[index]
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def state_dict(self) -> Dict[str, Any]:
+        inner = self.dataset.state_dict() if hasattr(self.dataset, "state_dict") else None
+        return {"collate": self.collate._state_dict(), "dataset": inner}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        if not isinstance(state, dict) or "collate" not in state:
+            raise ValueError("load_state_dict: not the state of a collate.stateful() dataset")
+        self.collate._load_state_dict(state["collate"])
+        if state.get("dataset") is not None and hasattr(self.dataset, "load_state_dict"):
+            self.dataset.load_state_dict(state["dataset"])
 
 
 def create_resumable_collate(text_key: str = "text", pipeline: Union[str, None] = "fused", *,
