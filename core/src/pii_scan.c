@@ -119,7 +119,9 @@ static int ip_context_word(const char *w) {
       "from",     "to",       "via",     "at",       "on",      "in",       "by",       "is",
       "was",      "for",      "with",    "and",      "or",      "of",       "the",      "see",
       "use",      "vers",     "de",      "von",      "nach",    "an",       "bei",      "desde",
-      "hacia",    "para",     "por",     "depuis",   "sur",     "par",      "da",       "di"};
+      "hacia",    "para",     "por",     "depuis",   "sur",     "par",      "da",       "di",
+      "contact",  "login",    "logged",  "visitor",  "allow",   "allowed",  "deny",     "denied",
+      "refused",  "reject",   "rejected", "drop",    "dropped", "accept",   "accepted", "unknown"};
   return word_in(w, words, sizeof words / sizeof words[0]);
 }
 
@@ -571,16 +573,18 @@ static inline int local_inner(uint8_t c) {
 }
 
 /* File names and image variants that look like addresses: "logo@2x.png",
- * "icon@3x.webp", "config@prod.json" (extensions that are no top-level domain). */
+ * "icon@3x.webp", "config@prod.json", "po/en@quot.header" (extensions that are
+ * no top-level domain). */
 static int file_name_domain(const uint8_t *s, size_t d0, size_t first_end, size_t tld0, size_t tld1) {
   static const char *const ext[] = {"png",  "jpg",  "jpeg", "gif", "svg",  "webp", "bmp",  "ico",   "tif",
                                     "tiff", "avif", "heic", "pdf", "txt",  "json", "yaml", "yml",   "html",
                                     "htm",  "css",  "js",   "xml", "cfg",  "ini",  "conf", "patch", "diff",
-                                    "lock", "log",  "exe",  "dll", "md5",  "sha1", "gz",   "bz2",   "xz"};
+                                    "lock", "log",  "exe",  "dll", "md5",  "sha1", "gz",   "xz",    "po",
+                                    "pot",  "gmo",  "header"}; /* gettext: "po/ca@valencia.po" */
   size_t q = d0;
   while (q < first_end && lm_pii_is_digit(s[q])) q++;
   if (q > d0 && q + 1 == first_end && (s[q] | 0x20) == 'x') return 1; /* "@2x." */
-  if (tld1 - tld0 > 5) return 0;
+  if (tld1 - tld0 > 6) return 0;
   char w[8];
   for (size_t k = tld0; k < tld1; k++) w[k - tld0] = (char)(s[k] | 0x20);
   w[tld1 - tld0] = 0;

@@ -294,6 +294,7 @@ TEST(PiiStrict, LabelledIssue19Cases) {
       {"host==8.8.8.8", "host==" + ip},
       {"Server 8.8.8.8 is down", "Server " + ip + " is down"},
       {"From 8.8.8.8 to 1.1.1.1", "From " + ip + " to " + ip},
+      {"Contact 8.8.8.8 or Denied 1.1.1.1", "Contact " + ip + " or Denied " + ip},
       {"{\"ip\": \"8.8.8.8\"}", "{\"ip\": \"" + ip + "\"}"},
       {"connexion vers 8.8.8.8 refusée", "connexion vers " + ip + " refusée"},
       {"Vers 8.8.8.8", "Vers " + ip},
@@ -302,6 +303,7 @@ TEST(PiiStrict, LabelledIssue19Cases) {
       {"icon@3x.webp and banner@1.5x.jpg", "icon@3x.webp and banner@1.5x.jpg"},
       {"see photo@home.jpg", "see photo@home.jpg"},
       {"config@prod.json", "config@prod.json"},
+      {"po/ca@valencia.po po/en@boldquot.header", "po/ca@valencia.po po/en@boldquot.header"},
       {"mail logo@example.com", "mail " + e},
       // user@IPv4: the address is masked
       {"ssh root@8.8.4.4", "ssh root@" + ip},
