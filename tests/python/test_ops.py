@@ -157,7 +157,8 @@ _RACE_CHILD = r"""
 import sys, threading
 import torch
 import luminamoon
-from luminamoon import StringTensor, TextCleaner, QualityFilter, PIIMasker, StreamDeduplicator, hash128, _C
+from luminamoon import (StringTensor, TextCleaner, QualityFilter, PIIMasker, StreamDeduplicator, FusedPipeline,
+                        hash128, _C)
 
 OPS = torch.ops.luminamoon
 torch.set_num_threads(2)
@@ -220,6 +221,7 @@ for dt in (torch.int32, torch.int64):
         ("QualityFilter", lambda off=off, data=data: QualityFilter()(StringTensor(off, data))),
         ("PIIMasker", lambda off=off, data=data: PIIMasker()(StringTensor(off, data))),
         ("StreamDeduplicator", lambda off=off, data=data: StreamDeduplicator()(StringTensor(off, data))),
+        ("FusedPipeline", lambda off=off, data=data: FusedPipeline()(StringTensor(off, data))),
     ]
 views, bufs = views_of()
 calls += [
@@ -234,12 +236,13 @@ threads = [threading.Thread(target=writer, daemon=True) for _ in range(2)]
 for t in threads:
     t.start()
 outcomes = {}
+HEAVY = {"TextCleaner", "QualityFilter", "PIIMasker", "StreamDeduplicator", "FusedPipeline"}  # whole stages
 only = set(sys.argv[2].split(",")) if len(sys.argv) > 2 else None   # for a diagnosis by hand
 for name, fn in calls:
     if only and name not in only:
         continue
     print("running", name, file=sys.stderr, flush=True)
-    for _ in range(ROUNDS):
+    for _ in range(ROUNDS if name not in HEAVY else max(2, ROUNDS // 2)):
         try:
             fn()
             outcomes.setdefault(name, set()).add("ok")
