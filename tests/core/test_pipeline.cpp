@@ -512,3 +512,53 @@ TEST(FusedPipeline, ResetCountersRestartsPiiCycle) {
   lm_fused_destroy(f);
   lm_pii_destroy(p);
 }
+
+TEST(FusedPipeline, PiiCycleGetSetContinuesAfterRestore) {
+  // a resume restores the cycle: a fresh pipeline (or masker) given the saved positions
+  // continues exactly where the first one was
+  lm_pii_masker *p = nullptr;
+  lm_pii_params pp;
+  lm_pii_params_default(&pp, LM_PII_MODE_DATATROVE);
+  ASSERT_EQ(lm_pii_create(&pp, &p), LM_OK);
+  lm_fused_stages fs{nullptr, nullptr, nullptr, p};
+  lm_fused *f = nullptr, *g = nullptr;
+  ASSERT_EQ(lm_fused_create(&fs, &f), LM_OK);
+  ASSERT_EQ(lm_fused_create(&fs, &g), LM_OK);
+  Batch B;
+  B.add("write to joe@example.com");
+  lm_docs d = B.docs();
+  Out a = fused_run(f, d, nullptr);
+  uint64_t cyc[LM_PII_TYPE_COUNT];
+  ASSERT_EQ(lm_fused_get_pii_cycle(f, cyc), LM_OK);
+  EXPECT_EQ(cyc[LM_PII_EMAIL], 1u);
+  ASSERT_EQ(lm_fused_set_pii_cycle(g, cyc), LM_OK);
+  Out gb = fused_run(g, d, nullptr), fb = fused_run(f, d, nullptr);
+  EXPECT_EQ(gb.texts, fb.texts);
+  EXPECT_EQ(gb.texts[0], "write to firstname.lastname@example.org");  // not restarted at the first string
+  EXPECT_NE(gb.texts[0], a.texts[0]);
+  EXPECT_EQ(lm_fused_get_pii_cycle(nullptr, cyc), LM_EINVAL);
+  EXPECT_EQ(lm_fused_set_pii_cycle(f, nullptr), LM_EINVAL);
+
+  // the masker's own cycle (lm_pii_run)
+  lm_pii_masker *q = nullptr;
+  ASSERT_EQ(lm_pii_create(&pp, &q), LM_OK);
+  lm_batch_result r1{}, r2{};
+  ASSERT_EQ(lm_pii_run(p, &d, &r1, nullptr), LM_OK);
+  uint64_t pc[LM_PII_TYPE_COUNT];
+  ASSERT_EQ(lm_pii_get_cycle(p, pc), LM_OK);
+  EXPECT_EQ(pc[LM_PII_EMAIL], 1u);
+  ASSERT_EQ(lm_pii_set_cycle(q, pc), LM_OK);
+  lm_batch_result_free(&r1);
+  ASSERT_EQ(lm_pii_run(p, &d, &r1, nullptr), LM_OK);
+  ASSERT_EQ(lm_pii_run(q, &d, &r2, nullptr), LM_OK);
+  EXPECT_EQ(collect(r1).texts, collect(r2).texts);
+  EXPECT_EQ(collect(r2).texts[0], "write to firstname.lastname@example.org");
+  EXPECT_EQ(lm_pii_get_cycle(p, nullptr), LM_EINVAL);
+  EXPECT_EQ(lm_pii_set_cycle(nullptr, pc), LM_EINVAL);
+  lm_batch_result_free(&r1);
+  lm_batch_result_free(&r2);
+  lm_pii_destroy(q);
+  lm_fused_destroy(f);
+  lm_fused_destroy(g);
+  lm_pii_destroy(p);
+}

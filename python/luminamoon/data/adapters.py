@@ -67,6 +67,11 @@ def describe_setting(v: Any) -> Any:
     cfg = getattr(v, "_config", None)
     if isinstance(cfg, dict):
         return {"type": type(v).__name__, **{str(k): describe_setting(x) for k, x in sorted(cfg.items())}}
+    from ..stages import _Pipeline
+
+    if isinstance(v, _Pipeline):  # a FusedPipeline / ChainPipeline passed as the pipeline callable
+        stages = {k: describe_setting(getattr(v, k) or False) for k in ("cleaner", "quality", "pii")}
+        return {"type": "pipeline", **stages, "dedup": v.dedup is not None}
     return {"type": f"{type(v).__module__}.{type(v).__qualname__}"}
 
 
