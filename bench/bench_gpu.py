@@ -1,14 +1,21 @@
-"""GPU benchmark of the luminamoon CUDA ops: GB/s of string bytes and fraction of copy bandwidth.
+"""GPU benchmark of the luminamoon CUDA ops: GB/s of bytes actually touched, and fraction of copy bandwidth.
 
 On a payload of corpus-like strings (default 1 GB; byte lengths log-normal with median ~330 and a
 long tail, printable text), measured in the same run:
   * copy        torch's own device-to-device copy of the payload tensor (the reference bandwidth)
-  * each op     prefix_match, equal_scalar, equal, hash64, pad_bytes, gather, compact:
-                GB/s = payload bytes / time, and that as a fraction of the copy's GB/s
-                (pad_bytes also reports the GB/s of the int64 tokens it writes)
+  * each op     prefix_match, equal_scalar, equal, hash64, pad_bytes, gather, compact, with the
+                offsets as built (int32 under 2 GiB) and again with int64 offsets for the main ops;
+                hash64/equal also on strings of 64 KB - 4 MB (hash64's grid-wide block path, equal's
+                grid-wide segments).
+Convention: GB/s = bytes the op reads + bytes it writes (offsets, payload bytes actually compared
+or copied, index/mask, outputs), divided by the time; so the d2d copy of N bytes counts 2N (read +
+write), and an op's "x copy" compares like with like.  prefix_match and equal_scalar get their
+pattern planted at the start of half the candidate strings, so the payload is really read; their
+byte counts are upper bounds (every candidate counted as read over the whole pattern).
   * H2D         host -> device transfer of offsets + payload from pinned memory (the StringTensor's
                 .to("cuda", non_blocking=True) when luminamoon.StringTensor offers it, else the two
-                tensors), against torch's own pinned copy of a tensor of the same bytes.
+                tensors), against torch's own pinned copy of a tensor of the same bytes (bytes moved
+                once: here a copy counts its size, as PCIe/NVLink figures do).
 Times are CUDA-event times, after warmup, median of --repeats runs.  Each op call includes its
 offsets validation (one small check kernel and a 4-byte copy back: a synchronisation).
 
@@ -57,6 +64,16 @@ def corpus_like(total_bytes, seed=0, device="cuda"):
     return offsets, data
 
 
+def plant(offsets, data, which, pattern):
+    """Write `pattern` at the start of half the strings where `which` holds (so ops read them)."""
+    idx = torch.nonzero(which).flatten()
+    idx = idx[torch.randperm(idx.numel(), device=idx.device)[: idx.numel() // 2]]
+    starts = offsets[idx].long()
+    for k, byte in enumerate(pattern):
+        data[starts + k] = byte
+    return data
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--gb", type=float, default=1.0, help="payload size in GB (1e9 bytes)")
@@ -80,46 +97,78 @@ def main(argv=None):
           f"{lens.median().item():.0f}, mean {lens.mean().item():.0f}, max {lens.max().item():.0f}")
     del lens
 
-    results = {"device": torch.cuda.get_device_name(), "payload_bytes": nbytes, "strings": n, "ops": {}}
+    results = {"device": torch.cuda.get_device_name(), "payload_bytes": nbytes, "strings": n,
+               "convention": "GB/s = (bytes read + bytes written) / time; the d2d copy of N bytes counts 2N",
+               "ops": {}}
     dst = torch.empty_like(data)
     t_copy = timed(lambda: dst.copy_(data), args.warmup, args.repeats)
-    copy_gbs = nbytes / t_copy / 1e9
+    copy_gbs = 2 * nbytes / t_copy / 1e9
     del dst
     results["copy_gbps"] = copy_gbs
-    print(f"\n{'op':<16}{'time ms':>10}{'GB/s':>10}{'x copy':>9}  note")
-    print(f"{'copy (torch)':<16}{t_copy * 1e3:>10.3f}{copy_gbs:>10.1f}{1.0:>9.2f}  d2d copy of the payload")
+    print(f"\n{'op':<22}{'time ms':>10}{'GB':>8}{'GB/s':>10}{'x copy':>9}  note")
+    print(f"{'copy (torch)':<22}{t_copy * 1e3:>10.3f}{2 * nbytes / 1e9:>8.2f}{copy_gbs:>10.1f}{1.0:>9.2f}  "
+          "d2d copy of the payload (read + write)")
 
+    lens = offsets[1:].long() - offsets[:-1].long()
+    prefix = "The q"
+    scalar = "x" * 330
+    data = plant(offsets, data, lens >= len(prefix), prefix.encode())
+    data = plant(offsets, data, lens == len(scalar), scalar.encode())
     # equal's second operand: the same strings in another buffer, a few changed bytes
     data_b = data.clone()
     data_b[:: max(1, nbytes // 1000)] ^= 1
     gidx = torch.randperm(n, device=dev)
     mask = torch.rand(n, device=dev) < 0.5
-    scalar = "x" * 330
+    kept = int(lens[mask].sum())
+    # bytes touched by each op (offsets of width w: (n + 1) * w per offsets array)
+    def off_b(o):
+        return o.numel() * o.element_size()
+    cand_p = int(lens.clamp(max=len(prefix))[lens >= len(prefix)].sum())
+    cand_s = int((lens == len(scalar)).sum()) * len(scalar)
+    off64 = offsets.long()
     cases = [
-        ("prefix_match", lambda: ops.prefix_match(offsets, data, "The q"), "target >= 0.5"),
-        ("equal_scalar", lambda: ops.equal_scalar(offsets, data, scalar), "target >= 0.5"),
-        ("equal", lambda: ops.equal(offsets, data, offsets, data_b), ""),
-        ("hash64", lambda: ops.hash64(offsets, data, 0), "target >= 0.5"),
-        ("hash64 seed", lambda: ops.hash64(offsets, data, 12345), "derived secret"),
-        ("gather", lambda: ops.gather(offsets, data, gidx), "random permutation; 1 sync"),
-        ("compact", lambda: ops.compact(offsets, data, mask), "half kept; 1 sync"),
+        ("prefix_match", lambda: ops.prefix_match(offsets, data, prefix), off_b(offsets) + cand_p + n, "target >= 0.5"),
+        ("equal_scalar", lambda: ops.equal_scalar(offsets, data, scalar), off_b(offsets) + cand_s + n, "target >= 0.5"),
+        ("equal", lambda: ops.equal(offsets, data, offsets, data_b), 2 * off_b(offsets) + 2 * nbytes + n, ""),
+        ("hash64", lambda: ops.hash64(offsets, data, 0), off_b(offsets) + nbytes + 8 * n, "target >= 0.5"),
+        ("hash64 seed", lambda: ops.hash64(offsets, data, 12345), off_b(offsets) + nbytes + 8 * n, "derived secret"),
+        ("gather", lambda: ops.gather(offsets, data, gidx), 2 * off_b(offsets) + 8 * n + 2 * nbytes,
+         "random permutation; 1 sync"),
+        ("compact", lambda: ops.compact(offsets, data, mask), 2 * off_b(offsets) + n + 2 * kept, "half kept; 1 sync"),
     ]
+    if offsets.dtype != torch.int64:
+        cases += [
+            ("prefix_match i64", lambda: ops.prefix_match(off64, data, prefix), off_b(off64) + cand_p + n, "int64 offsets"),
+            ("hash64 i64", lambda: ops.hash64(off64, data, 0), off_b(off64) + nbytes + 8 * n, "int64 offsets"),
+            ("gather i64", lambda: ops.gather(off64, data, gidx), 2 * off_b(off64) + 8 * n + 2 * nbytes, "int64 offsets"),
+        ]
     for ml in [int(x) for x in str(args.max_len).split(",") if x]:
-        cases.insert(-2, (f"pad_bytes@{ml}", lambda ml=ml: ops.pad_bytes(offsets, data, ml, 0, 256, 257),
-                          "target >= 0.5"))
-    for name, fn, note in cases:
+        read = int(lens.clamp(max=max(ml - 2, 0)).sum())
+        cases.insert(5, (f"pad_bytes@{ml}", lambda ml=ml: ops.pad_bytes(offsets, data, ml, 0, 256, 257),
+                         off_b(offsets) + read + 8 * n * ml + 8 * n, "target >= 0.5; mostly the int64 tokens written"))
+    # hash64's grid-wide path and equal's grid-wide segments: strings of 64 KB - 4 MB
+    g = torch.Generator(device=dev).manual_seed(1)
+    hl = torch.randint(64 << 10, 4 << 20, (max(1, min(nbytes, 1 << 30) // (2 << 20)),), device=dev, generator=g)
+    hoff = torch.zeros(hl.numel() + 1, dtype=torch.int64, device=dev)
+    torch.cumsum(hl, 0, out=hoff[1:])
+    keep = int(torch.searchsorted(hoff, torch.tensor(nbytes, device=dev), right=True).item())
+    hoff = hoff[:max(keep, 1)].contiguous()
+    hn, hbytes = hoff.numel() - 1, int(hoff[-1].item())
+    if hn:
+        cases += [
+            ("hash64 >=64KB", lambda: ops.hash64(hoff, data, 0), off_b(hoff) + hbytes + 8 * hn,
+             f"{hn} strings of 64 KB-4 MB (grid-wide path), int64 offsets"),
+            ("equal >=64KB", lambda: ops.equal(hoff, data, hoff, data_b), 2 * off_b(hoff) + 2 * hbytes + hn,
+             "grid-wide segments"),
+        ]
+    del lens
+    for name, fn, touched, note in cases:
         t = timed(fn, args.warmup, args.repeats)
-        gbs = nbytes / t / 1e9
-        extra = {}
-        if name.startswith("pad_bytes@"):
-            ml = int(name.split("@")[1])
-            out_gbs = n * ml * 8 / t / 1e9
-            note += f"; writes {n * ml * 8 / 1e9:.1f} GB of int64 tokens at {out_gbs:.0f} GB/s"
-            extra["tokens_written_gbps"] = out_gbs
-        results["ops"][name] = {"seconds": t, "gbps": gbs, "fraction_of_copy": gbs / copy_gbs, **extra}
-        print(f"{name:<16}{t * 1e3:>10.3f}{gbs:>10.1f}{gbs / copy_gbs:>9.2f}  {note}")
+        gbs = touched / t / 1e9
+        results["ops"][name] = {"seconds": t, "bytes_touched": touched, "gbps": gbs, "fraction_of_copy": gbs / copy_gbs}
+        print(f"{name:<22}{t * 1e3:>10.3f}{touched / 1e9:>8.2f}{gbs:>10.1f}{gbs / copy_gbs:>9.2f}  {note}")
         torch.cuda.empty_cache()
-    del data_b, gidx, mask
+    del data_b, gidx, mask, off64, hoff
 
     # Host -> device: offsets + payload from pinned memory.
     h_off = torch.empty(offsets.shape, dtype=offsets.dtype, pin_memory=True)

@@ -59,14 +59,23 @@ inline unsigned blocks_for(size_t work, unsigned threads, size_t cap = (size_t)1
   return static_cast<unsigned>(b);
 }
 
-// Blocks that fill the current device once (for persistent, grid-stride kernels).
-inline unsigned persistent_blocks(unsigned threads_per_block) {
-  int dev = 0, sms = 0;
+// Blocks that fill the current device once (for persistent, grid-stride kernels): SMs times the
+// blocks of `kernel` that one SM holds at once (registers and shared memory included), as the
+// occupancy calculator reports it.
+template <typename Kernel>
+inline unsigned persistent_blocks(Kernel kernel, unsigned threads_per_block) {
+  int dev = 0, sms = 0, per_sm = 0;
   if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess ||
-      sms <= 0)
+      sms <= 0) {
+    (void)cudaGetLastError();  // not sticky: clear it so that the launch's own check is what counts
     sms = 132;
-  unsigned per_sm = 2048u / threads_per_block;
-  return static_cast<unsigned>(sms) * (per_sm ? per_sm : 1u);
+  }
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, (int)threads_per_block, 0) != cudaSuccess ||
+      per_sm <= 0) {
+    (void)cudaGetLastError();
+    per_sm = 1;
+  }
+  return static_cast<unsigned>(sms) * static_cast<unsigned>(per_sm);
 }
 
 // Carving a caller-provided workspace into 256-byte aligned pieces.

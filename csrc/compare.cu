@@ -81,33 +81,65 @@ __global__ void match_kernel(Strs<OffT> s, InlinePattern ip, const uint8_t *pat_
 
 // ------------------------------------------------------------------- equal
 
-// Equal lengths up to LM_CUDA_EQ_THREAD_MAX: compared by the thread.  Longer equal-length pairs:
-// out = 1 for now and a segment count for the grid-wide pass (which only ever writes 0).
+// Tiles of 32 pairs per warp (grid-stride).  Each lane checks its pair's lengths; equal-length
+// pairs up to LM_CUDA_EQ_THREAD_MAX bytes are compared by the lane itself, pairs up to
+// LM_CUDA_EQ_GRID_MIN by the whole warp, one candidate at a time (256 bytes per step as 8-byte
+// words, stopping at the first difference): no scan, no search.  Longer pairs (rare) get out = 1
+// and a segment count for the grid-wide pass, which only ever writes 0.
 template <typename OffT>
-__global__ void equal_short_kernel(Strs<OffT> a, Strs<OffT> b, uint8_t *out, int64_t *seg_count) {
+__global__ void equal_kernel(Strs<OffT> a, Strs<OffT> b, uint8_t *out, int64_t *seg_count) {
+  const int lane = threadIdx.x & 31;
   const size_t stride = (size_t)gridDim.x * blockDim.x;
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < a.n; i += stride) {
-    int64_t sa, la, sb, lb;
-    string_at(a, i, sa, la);
-    string_at(b, i, sb, lb);
-    int64_t segs = 0;
-    bool res = la == lb;
-    if (res) {
-      if (la <= LM_CUDA_EQ_THREAD_MAX) {
-        const uint8_t *pa = a.data + sa, *pb = b.data + sb;
-        int64_t k = 0;
-        for (; k + 8 <= la && res; k += 8) res = lm_xxh3_rd64(pa + k) == lm_xxh3_rd64(pb + k);
-        for (; k < la && res; ++k) res = pa[k] == pb[k];
-      } else {
-        segs = (la + LM_CUDA_SEGMENT_BYTES - 1) / LM_CUDA_SEGMENT_BYTES;
-      }
+  for (size_t tile = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) & ~(size_t)31; tile < a.n; tile += stride) {
+    const size_t i = tile + lane;
+    const bool valid = i < a.n;
+    int64_t sa = 0, la = 0, sb = 0, lb = 0;
+    if (valid) {
+      string_at(a, i, sa, la);
+      string_at(b, i, sb, lb);
     }
-    out[i] = res ? 1 : 0;
-    seg_count[i] = segs;
+    bool res = valid && la == lb;
+    int64_t segs = 0;
+    const bool warp_cmp = res && la > LM_CUDA_EQ_THREAD_MAX && la < LM_CUDA_EQ_GRID_MIN;
+    if (res && la <= LM_CUDA_EQ_THREAD_MAX) {
+      const uint8_t *pa = a.data + sa, *pb = b.data + sb;
+      int64_t k = 0;
+      for (; k + 8 <= la && res; k += 8) res = lm_xxh3_rd64(pa + k) == lm_xxh3_rd64(pb + k);
+      for (; k < la && res; ++k) res = pa[k] == pb[k];
+    } else if (res && la >= LM_CUDA_EQ_GRID_MIN) {
+      segs = (la + LM_CUDA_SEGMENT_BYTES - 1) / LM_CUDA_SEGMENT_BYTES;
+    }
+    unsigned todo = __ballot_sync(kFull, warp_cmp);
+    while (todo) {
+      const int c = __ffs(todo) - 1;
+      todo &= todo - 1;
+      const int64_t ca = __shfl_sync(kFull, sa, c), cb = __shfl_sync(kFull, sb, c), cl = __shfl_sync(kFull, la, c);
+      bool ok = true;
+      for (int64_t p = 0; p < cl; p += 256) {
+        const int64_t q = p + 8 * lane;
+        bool m = true;
+        if (q + 8 <= cl) {
+          m = lm_xxh3_rd64(a.data + ca + q) == lm_xxh3_rd64(b.data + cb + q);
+        } else {
+          for (int64_t r = q; r < cl && m; ++r) m = a.data[ca + r] == b.data[cb + r];
+        }
+        if (!__all_sync(kFull, m)) {
+          ok = false;
+          break;
+        }
+      }
+      if (lane == c) res = ok;
+    }
+    if (valid) {
+      out[i] = res ? 1 : 0;
+      seg_count[i] = segs;
+    }
   }
 }
 
-// One warp per segment of LM_CUDA_SEGMENT_BYTES of a long equal-length pair, over the whole grid.
+// One warp per segment of LM_CUDA_SEGMENT_BYTES of a pair of LM_CUDA_EQ_GRID_MIN bytes or more,
+// over the whole grid: the string of a segment is found by binary search in the scanned counts
+// (only such long pairs have segments, so the search is paid per 16 KB of a long pair).
 template <typename OffT>
 __global__ void equal_segments_kernel(Strs<OffT> a, Strs<OffT> b, const int64_t *incl, const int64_t *count,
                                       uint8_t *out) {
@@ -179,11 +211,12 @@ extern "C" cudaError_t lm_cuda_equal(lm_cuda_strings a, lm_cuda_strings b, void 
   cudaError_t e = cudaSuccess;
   LM_CUDA_DISPATCH_OFFSETS(a.offset_bytes, {
     const Strs<OffT> ta = typed<OffT>(a), tb = typed<OffT>(b);
-    equal_short_kernel<OffT><<<blocks_for(a.n, kThreads), kThreads, 0, stream>>>(ta, tb, out, sg.count);
+    equal_kernel<OffT><<<blocks_for(a.n, kThreads), kThreads, 0, stream>>>(ta, tb, out, sg.count);
     if ((e = cudaGetLastError()) != cudaSuccess) return e;
-    if (a.data_len > LM_CUDA_EQ_THREAD_MAX) {  // otherwise no pair can be long
+    if (a.data_len >= LM_CUDA_EQ_GRID_MIN && b.data_len >= LM_CUDA_EQ_GRID_MIN) {  // else no pair is that long
       if ((e = scan_i64(sg.tmp, sg.tmp_bytes, sg.count, sg.incl, a.n, stream)) != cudaSuccess) return e;
-      equal_segments_kernel<OffT><<<persistent_blocks(kThreads), kThreads, 0, stream>>>(ta, tb, sg.incl, sg.count, out);
+      equal_segments_kernel<OffT><<<persistent_blocks(equal_segments_kernel<OffT>, kThreads), kThreads, 0, stream>>>(
+          ta, tb, sg.incl, sg.count, out);
     }
   });
   return cudaGetLastError();

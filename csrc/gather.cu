@@ -3,9 +3,10 @@
 // Pass 1 computes the output offsets (lengths, then a CUB scan); the caller reads the output
 // size back (the only synchronisation: the output size depends on the data).  Pass 2 copies the
 // payload: the output is cut into LM_CUDA_COPY_CHUNK_BYTES chunks, one per block, each finding
-// its first string by binary search in the output offsets; the block's warps take the strings
-// of the chunk in turn, writing aligned 8-byte words (unaligned sources read as aligned words
-// and shifted).  Balanced whatever the length distribution: a 4 MB string is copied by 256
+// its first and last string by binary search in the output offsets; the block's threads load the
+// strings' descriptors in parallel and copy the short ones, the warps copy the longer ones
+// writing aligned 8-byte words (unaligned sources read as aligned words and shifted).
+// Balanced whatever the length distribution: a 4 MB string is copied by 256
 // blocks, and 10^6 tiny strings by blocks of many strings each.
 #include <cuda_runtime.h>
 #include <thrust/iterator/counting_iterator.h>
@@ -67,29 +68,55 @@ __device__ __forceinline__ void warp_copy(uint8_t *out, int64_t a, int64_t b, co
   for (int64_t p = b8 + lane; p < b; p += 32) out[p] = src_at_a[p - a];
 }
 
+constexpr int64_t kThreadCopyMax = 32;  // strings up to this many bytes: copied by one thread
+
+// One block per LM_CUDA_COPY_CHUNK_BYTES of the output.  The strings overlapping the chunk are
+// taken blockDim at a time: each thread loads one string's descriptor (output offsets, index,
+// source offsets: independent loads, all threads at once), copies it itself when it is short,
+// else leaves it in shared memory for the warps, which copy those one per warp.
 template <typename OffT>
 __global__ void copy_kernel(Strs<OffT> s, const int64_t *index, size_t m, const int64_t *out_off, int64_t total,
                             uint8_t *out) {
+  __shared__ int64_t s_a[kThreads], s_b[kThreads], s_src[kThreads];  // output [a, b) from s.data + src
   const int lane = threadIdx.x & 31;
   const int warp = threadIdx.x >> 5;
   const int nwarps = blockDim.x >> 5;
   const int64_t lo = (int64_t)blockIdx.x * LM_CUDA_COPY_CHUNK_BYTES;
-  if (lo >= total) return;
+  if (lo >= total) return;  // block-uniform
   const int64_t hi = min(total, lo + (int64_t)LM_CUDA_COPY_CHUNK_BYTES);
   const size_t first = upper_bound_i64(out_off + 1, m, lo);  // first k with out_off[k+1] > lo
-  for (size_t k = first + warp; k < m; k += nwarps) {
-    const int64_t d0 = out_off[k];
-    if (d0 >= hi) break;
-    const int64_t d1 = min(out_off[k + 1], hi);
-    const int64_t a = max(d0, lo);
-    if (a >= d1) continue;
-    const int64_t i = index ? index[k] : (int64_t)k;
-    if (i < 0 || (uint64_t)i >= s.n) continue;
-    int64_t st, len;
-    string_at(s, (size_t)i, st, len);
-    const int64_t b = min(d1, d0 + len);  // never read past the source string
-    if (a >= b) continue;
-    warp_copy(out, a, b, s.data + st + (a - d0), lane);
+  const size_t past = upper_bound_i64(out_off + 1, m, hi - 1);  // first k with out_off[k+1] >= hi
+  const size_t last = past < m ? past + 1 : m;
+  for (size_t base = first; base < last; base += blockDim.x) {  // block-uniform
+    const size_t k = base + threadIdx.x;
+    int64_t a = 0, b = 0, src = 0;
+    if (k < last) {
+      const int64_t d0 = out_off[k];
+      const int64_t d1 = min(out_off[k + 1], hi);
+      const int64_t i = index ? index[k] : (int64_t)k;
+      if (i >= 0 && (uint64_t)i < s.n) {
+        int64_t st, len;
+        string_at(s, (size_t)i, st, len);
+        a = max(d0, lo);
+        b = min(d1, d0 + len);  // never read past the source string
+        src = st + (a - d0);
+      }
+      if (a >= b) a = b = 0;
+      if (b - a <= kThreadCopyMax) {
+        for (int64_t p = a; p < b; ++p) out[p] = s.data[src + (p - a)];
+        a = b = 0;
+      }
+    }
+    s_a[threadIdx.x] = a;
+    s_b[threadIdx.x] = b;
+    s_src[threadIdx.x] = src;
+    __syncthreads();
+    const int cnt = (int)min((size_t)blockDim.x, last - base);
+    for (int j = warp; j < cnt; j += nwarps) {
+      const int64_t ja = s_a[j], jb = s_b[j];
+      if (ja < jb) warp_copy(out, ja, jb, s.data + s_src[j], lane);
+    }
+    __syncthreads();
   }
 }
 

@@ -215,7 +215,7 @@ extern "C" cudaError_t lm_cuda_hash64(lm_cuda_strings s, uint64_t seed, void *wo
     if ((e = cudaGetLastError()) != cudaSuccess) return e;
     if (huge_possible) {
       if ((e = scan_i64(sg.tmp, sg.tmp_bytes, sg.count, sg.incl, s.n, stream)) != cudaSuccess) return e;
-      hash_blocks_kernel<OffT><<<persistent_blocks(kThreads), kThreads, 0, stream>>>(ts, seed, sg.incl, sg.count,
+      hash_blocks_kernel<OffT><<<persistent_blocks(hash_blocks_kernel<OffT>, kThreads), kThreads, 0, stream>>>(ts, seed, sg.incl, sg.count,
                                                                                    scratch, slots);
       if ((e = cudaGetLastError()) != cudaSuccess) return e;
     }

@@ -21,16 +21,21 @@
  * Work split (thresholds are starting points, to be tuned by measurement on the H200):
  *   prefix_match / equal_scalar: one thread per string; patterns longer than 8 bytes are
  *     compared by the whole warp, for the strings of its tile of 32 that pass the length check.
- *   equal: one thread per pair up to LM_CUDA_EQ_THREAD_MAX bytes; longer equal-length pairs are
- *     cut into LM_CUDA_SEGMENT_BYTES segments spread over the whole grid (a scan of segment
- *     counts + binary search), so one megabyte-long pair is compared by many SMs at once.
+ *   equal: tiles of 32 pairs per warp; one thread per equal-length pair up to
+ *     LM_CUDA_EQ_THREAD_MAX bytes, the whole warp (256 bytes a step) per pair up to
+ *     LM_CUDA_EQ_GRID_MIN (the corpus case: tens to thousands of bytes, no scan or search);
+ *     longer pairs are cut into LM_CUDA_SEGMENT_BYTES segments spread over the whole grid (a scan
+ *     of segment counts + a binary search per segment), so a megabyte pair uses many SMs.
  *   hash64: one thread per string up to 240 bytes (XXH3's short and mid-size paths); 8 threads
  *     (one per XXH3 lane) per string above; strings of LM_CUDA_HASH_HUGE_MIN bytes or more get
  *     the contributions of their full 1024-byte blocks computed by segments over the whole grid
  *     first, then the 8 threads run the cheap serial scramble chain over those contributions.
  *   pad_bytes: one warp per row (coalesced 8-byte token stores).
  *   gather / compact copy: the output payload is cut into fixed-size byte ranges, one per
- *     block, found by binary search in the output offsets: balanced whatever the lengths.
+ *     block (two binary searches in the output offsets per block): balanced whatever the
+ *     lengths.  The block's threads load the descriptors of its strings in parallel (output
+ *     range, index, source offsets: one thread each), copy strings of up to 32 bytes themselves,
+ *     and the warps copy the longer ones from the descriptors in shared memory.
  *   compact selection and all scans: CUB (cub::DeviceSelect::Flagged, cub::DeviceScan).
  *
  * Thread-safety: the functions keep no state; calls on different streams may run concurrently.
@@ -49,6 +54,7 @@ extern "C" {
 #define LM_CUDA_PATTERN_INLINE_MAX 512            /* patterns up to this size travel as kernel arguments */
 #define LM_CUDA_EQ_THREAD_MAX 64                  /* equal: pairs up to this length, one thread each */
 #define LM_CUDA_SEGMENT_BYTES (16 * 1024)         /* work unit of the grid-wide long-string kernels */
+#define LM_CUDA_EQ_GRID_MIN (64 * 1024)           /* equal: pairs from this length use the grid-wide path */
 #define LM_CUDA_HASH_HUGE_MIN (64 * 1024)         /* hash64: strings from this length use the grid-wide path */
 #define LM_CUDA_COPY_CHUNK_BYTES (16 * 1024)      /* gather/compact: output bytes per block */
 
