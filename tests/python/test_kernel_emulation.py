@@ -133,6 +133,10 @@ PLANTS = {
                      "own + __shfl_xor_sync(0xffffffffu, dsum, 3);"),
     # an off-by-one in a bound: pad_bytes copies one content column too many
     "off_by_one": ("pad_bytes.cu", "else if (j < end_content)", "else if (j <= end_content)"),
+    # the warp path of equal takes the second string's start from the neighbouring lane
+    "equal_lane": ("compare.cu", "cb = __shfl_sync(kFull, sb, c)", "cb = __shfl_sync(kFull, sb, c ^ 1)"),
+    # gather/compact copy one byte less of each string
+    "copy_bound": ("gather.cu", "b = min(d1, d0 + len);", "b = min(d1, d0 + len - 1);"),
 }
 
 
