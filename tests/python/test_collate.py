@@ -163,6 +163,19 @@ def test_each_epoch_sees_the_dataset_anew(workers):
     assert texts_of(loader) == epochs[0]
 
 
+def test_two_loaders_sharing_the_collate_keep_their_own_tables():
+    # training and validation loaders iterated in turn: switching must not start a new table for either
+    collate = create_resumable_collate(return_string_tensor=True)
+    train = DataLoader(dataset_with_copies(64), batch_size=8, collate_fn=collate)
+    val = DataLoader(dataset_with_copies(16), batch_size=8, collate_fn=collate)
+    got = []
+    for i, st in enumerate(train):
+        got += st.tolist()
+        if i % 3 == 0:
+            assert sorted(texts_of(val)) == cleaned(16)
+    assert sorted(got) == cleaned(64)
+
+
 def test_global_dedup_spans_epochs_and_says_so():
     server = start_global_dedup()
     try:
@@ -243,18 +256,22 @@ def test_global_dedup_worker_sigkill_crash_loop_rolls_back_in_flight_batches():
                                             num_workers=2)
             if ckpt[1] is not None:
                 loader.load_state_dict(ckpt[1])
+            killed = False
             try:
                 it = iter(loader)
                 for st in it:
                     ckpt = (ckpt[0] + st.tolist(), loader.state_dict())  # one assignment: rows and state agree
                     if kills < 6 and rng.random() < 0.3:
+                        killed = True
                         time.sleep(0.05)  # the next batches are collated (admitted) meanwhile
                         os.kill(it._workers[rng.randrange(2)].pid, signal.SIGKILL)
                         kills += 1
                         for st in it:  # the loader notices the dead worker
                             ckpt = (ckpt[0] + st.tolist(), loader.state_dict())
-            except (RuntimeError, OSError) as e:  # the dead worker, or the result pipe it died writing to
-                assert runs < 50, e
+            except Exception as e:  # the dead worker, or the result pipe it died writing to (OSError, EOFError)
+                if not killed or runs >= 50:
+                    raise
+                print(f"run {runs}: {type(e).__name__}: {str(e)[:100]}")
                 del it, loader
                 continue
             break

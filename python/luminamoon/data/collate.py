@@ -61,7 +61,7 @@ not wrapped (ValueError): its resume would silently deliver other documents.
 Example:
     >>> from torch.utils.data import DataLoader
     >>> from luminamoon.data import create_resumable_collate
-    >>> collate = create_resumable_collate(max_length=256)
+    >>> collate = create_resumable_collate(max_length=256, stages={"quality": False})  # one-word texts
     >>> loader = DataLoader([{"text": "hello"}, {"text": "world"}], batch_size=2, collate_fn=collate)
     >>> next(iter(loader))["input_ids"].shape
     torch.Size([2, 256])
@@ -209,7 +209,11 @@ class GlobalDedup:
     """A deduplicator shared by every DataLoader worker (a server process).
 
     Pass it as ``create_resumable_collate(dedup=GlobalDedup(...))``; its proxy
-    pickles into the workers.  ``max_entries`` bounds the table (0: no bound; at
+    pickles into the workers.  Its table spans epochs (each document is
+    delivered once per run; see the module docstring).  It also logs each
+    worker's admissions (16 bytes per document) so that a
+    ``StatefulDataLoader`` resumed from its ``state_dict`` rolls back the
+    batches that were in flight.  ``max_entries`` bounds the table (0: no bound; at
     it the collate raises ValueError saying the table is full); ``stats``
     reports its entries and bytes.  ``close()`` stops the server; afterwards the
     object raises ValueError("... closed").
@@ -334,22 +338,12 @@ def _find_pass():
     return fetcher, stateful
 
 
-class _Proc:
-    """What one process holds for a collate: its native stages and the dedup state of the current pass."""
+class _Table:
+    """The dedup state of one pass (dedup='worker': its table and the log of admitted hashes)."""
 
-    def __init__(self):
-        self.pid = os.getpid()
-        self.parts: Optional[Dict[str, Any]] = None
-        self.pass_ref = None  # weakref to the current pass's fetcher
-        self.passes = 0
-        self.adopt = False  # a restored state waits for its pass
-        self.restored_pass = False
-        self.warned: set = set()
-        self.count: Optional[int] = None  # GlobalDedup: this client's admissions at the last batch
-        self.reset_table()
-
-    def reset_table(self) -> None:
-        """dedup='worker': an empty table and log (a new pass)."""
+    def __init__(self, pass_no: int = 0):
+        self.pass_no = pass_no
+        self.restored = False  # loaded from a state_dict: the pass being resumed
         self.dedup = None
         self.chunks: List[bytes] = []
         self.tail = bytearray()
@@ -364,6 +358,21 @@ class _Proc:
         d = {str(i): c for i, c in enumerate(self.chunks)}
         d[str(len(self.chunks))] = bytes(self.tail)
         return d
+
+
+class _Proc:
+    """What one process holds for a collate: its native stages and one _Table per live pass (fetcher), so
+    that two loaders sharing the collate, iterated in turn (training and validation), keep their own."""
+
+    def __init__(self):
+        self.pid = os.getpid()
+        self.parts: Optional[Dict[str, Any]] = None
+        self.tables: "weakref.WeakKeyDictionary[Any, _Table]" = weakref.WeakKeyDictionary()
+        self.direct: Optional[_Table] = None  # calls from outside a loader
+        self.pending: Optional[_Table] = None  # a restored state, waiting for the pass it belongs to
+        self.passes = 0
+        self.warned: set = set()
+        self.count: Optional[int] = None  # GlobalDedup: this client's admissions at its last batch
 
 
 # ------------------------------------------------------------------ collate
@@ -462,18 +471,19 @@ class ResumableCollate:
         return parts
 
     # Passes: one iteration over the loader (see the module docstring).
-    def _enter_pass(self, fetcher) -> "_Proc":
+    def _table(self, fetcher) -> _Table:
         P = self._proc()
-        if fetcher is None or (P.pass_ref is not None and P.pass_ref() is fetcher):
-            return P
-        P.pass_ref = weakref.ref(fetcher)
-        P.passes += 1
-        P.restored_pass = P.adopt
-        if P.adopt:  # a restored state belongs to the pass being resumed
-            P.adopt = False
-        elif self.dedup == "worker":  # a new pass sees the dataset anew
-            P.reset_table()
-        return P
+        if fetcher is None:
+            if P.direct is None:
+                P.direct, P.pending = P.pending or _Table(), None
+            return P.direct
+        t = P.tables.get(fetcher)
+        if t is None:  # a new pass: a new table (a restored one if a state was loaded for it)
+            P.passes += 1
+            t, P.pending = P.pending or _Table(), None
+            t.pass_no = P.passes
+            P.tables[fetcher] = t
+        return t
 
     def _check_stateful(self, fetcher, stateful: bool) -> None:
         if not stateful or self.dedup is None or self.pipeline is None or fetcher is None:
@@ -489,25 +499,25 @@ class ResumableCollate:
         info = torch.utils.data.get_worker_info()
         return -1 if info is None else int(info.id)
 
-    def _pass_key(self, P: "_Proc"):
+    def _pass_key(self, t: _Table):
         info = torch.utils.data.get_worker_info()
         if info is None:
-            return ("main", P.pid, P.passes)
-        return ("workers", int(info.seed) - int(info.id), P.passes)  # the loader's base seed: one per iterator
+            return ("main", os.getpid(), t.pass_no)
+        return ("workers", int(info.seed) - int(info.id), t.pass_no)  # the loader's base seed: one per iterator
 
-    def _dedup_local(self, P: "_Proc", hashes: torch.Tensor) -> torch.Tensor:
-        if P.dedup is None:
+    def _dedup_local(self, t: _Table, hashes: torch.Tensor) -> torch.Tensor:
+        if t.dedup is None:
             from .. import stages as S
 
-            P.dedup = S.StreamDeduplicator(max_entries=self.dedup_max_entries)
-        keep = P.dedup.check_insert_hashes(hashes)
-        P.log(hashes[keep].contiguous().numpy().tobytes())
+            t.dedup = S.StreamDeduplicator(max_entries=self.dedup_max_entries)
+        keep = t.dedup.check_insert_hashes(hashes)
+        t.log(hashes[keep].contiguous().numpy().tobytes())
         return keep
 
-    def _dedup_global(self, P: "_Proc", hashes: torch.Tensor) -> torch.Tensor:
-        key = self._pass_key(P)
+    def _dedup_global(self, t: _Table, hashes: torch.Tensor) -> torch.Tensor:
+        P, key = self._proc(), self._pass_key(t)
         keep, P.count, earlier = self.dedup._admit(self._client(), key, hashes.contiguous().numpy().tobytes())
-        if earlier and not P.restored_pass and key not in P.warned:
+        if earlier and not t.restored and key not in P.warned:
             P.warned.add(key)
             warnings.warn(f"create_resumable_collate: the shared GlobalDedup table already held {earlier} "
                           "documents when this pass over the loader began; it spans epochs, so documents "
@@ -519,11 +529,11 @@ class ResumableCollate:
     # The dedup state, carried in the loader's state_dict by the dataset wrapper (see stateful()).
     def _state_dict(self) -> Dict[str, Any]:
         fetcher, _ = _find_pass()
-        P = self._enter_pass(fetcher)
+        t, P = self._table(fetcher), self._proc()
         if self.pipeline is None or self.dedup is None:
             return {"format": 1, "dedup": None}
         if self.dedup == "worker":
-            return {"format": 1, "dedup": "worker", "hashes": P.chunk_dict()}
+            return {"format": 1, "dedup": "worker", "hashes": t.chunk_dict()}
         client = self._client()
         if P.count is None:
             P.count = self.dedup._count(client)
@@ -538,18 +548,18 @@ class ResumableCollate:
         if state["dedup"] != kind:
             raise ValueError(f"load_state_dict: the state was taken with dedup {state['dedup']!r}, this collate "
                              f"has {kind!r}: resuming would change which documents are delivered")
-        P = self._proc()
+        P, t = self._proc(), _Table()
+        t.restored = True
         if kind == "worker":
             chunks = state.get("hashes")
             if not isinstance(chunks, dict):
                 raise ValueError("load_state_dict: the dedup state has no 'hashes'")
-            P.reset_table()
             blob = b"".join(chunks[k] for k in sorted(chunks, key=int))
             if len(blob) % 16:
                 raise ValueError(f"load_state_dict: dedup hashes must be N x 16 bytes, got {len(blob)}")
             if blob:
                 hashes = torch.frombuffer(bytearray(blob), dtype=torch.int64).reshape(-1, 2)
-                self._dedup_local(P, hashes)
+                self._dedup_local(t, hashes)
         elif kind == "global":
             client, count = state.get("client"), state.get("count")
             if client != self._client():
@@ -559,7 +569,7 @@ class ResumableCollate:
                 raise ValueError(f"load_state_dict: the dedup state's count must be an int >= 0, got {count!r}")
             self.dedup._restore(client, count)
             P.count = count
-        P.adopt, P.pass_ref = True, None
+        P.pending = t
 
     def stateful(self, dataset):
         """Wrap a map-style dataset so that the dedup state rides in ``StatefulDataLoader.state_dict()``.
@@ -605,14 +615,14 @@ class ResumableCollate:
         self._check_stateful(fetcher, stateful)
         st = StringTensor.from_list(self._texts(samples))
         parts = self._parts()
-        P = self._enter_pass(fetcher)
         if self.pipeline is None:
             return st
         if "main" in parts:
             return parts["main"](st).texts
         pre = parts["pre"](st).texts
         hashes = _C.hash128(pre.offsets, pre.data, 0).reshape(-1, 2)
-        keep = self._dedup_local(P, hashes) if self.dedup == "worker" else self._dedup_global(P, hashes)
+        t = self._table(fetcher)
+        keep = self._dedup_local(t, hashes) if self.dedup == "worker" else self._dedup_global(t, hashes)
         kept = pre.mask(keep)
         return parts["post"](kept).texts if parts["post"] is not None else kept
 
@@ -705,6 +715,11 @@ def create_resumable_collate(text_key: str = "text", pipeline: Union[str, None] 
     Returns ``{"input_ids", "attention_mask", "lengths"}`` (int64 tensors) or,
     with ``return_string_tensor=True``, the kept texts as a StringTensor.
     ``max_length=None`` pads to the longest document of the batch.
+    ``dedup="worker"`` deduplicates per epoch (each pass over the loader sees
+    the dataset anew), ``dedup=start_global_dedup()`` across workers and
+    epochs; with ``StatefulDataLoader`` wrap the dataset with
+    ``collate.stateful(dataset)`` so that the dedup state is in the loader's
+    ``state_dict`` (see the module docstring).
     ``dedup_max_entries`` bounds each worker's table (``dedup="worker"``; 0: no
     bound); at the bound the collate raises ValueError saying the table is full.
     """
