@@ -135,6 +135,9 @@ PLANTS = {
     "off_by_one": ("pad_bytes.cu", "else if (j < end_content)", "else if (j <= end_content)"),
     # the warp path of equal takes the second string's start from the neighbouring lane
     "equal_lane": ("compare.cu", "cb = __shfl_sync(kFull, sb, c)", "cb = __shfl_sync(kFull, sb, c ^ 1)"),
+    # a shuffle reading a lane outside its 8-lane group's mask: reported by the emulation (EmuError)
+    "outside_mask": ("hash64.cu", "partner = __shfl_xor_sync(gmask, acc, 1, 8);",
+                     "partner = __shfl_xor_sync(gmask, acc, 8);"),
     # gather/compact copy one byte less of each string
     "copy_bound": ("gather.cu", "b = min(d1, d0 + len);", "b = min(d1, d0 + len - 1);"),
 }
