@@ -109,7 +109,7 @@ def test_sigkill_crash_loop_datatrove_pii_and_commit_before_first_batch(tmp_path
     """Issue 19 acceptance 2: every run commits while its first batch is being produced, and the
     datatrove replacement cycle must continue exactly across the kills."""
     corpus = tmp_path / "corpus.jsonl"
-    make_corpus(corpus, n=2000, pii=True)
+    make_corpus(corpus, n=1200, pii=True)
     got, want = crash_loop(tmp_path, corpus, int(os.environ.get("LM_CRASH_KILLS", "10")) // 2 or 1,
                            env={"LM_CHILD_PII_MODE": "datatrove", "LM_CHILD_COMMIT_FIRST": "1"},
                            die_after_first_commit=True)
@@ -479,7 +479,7 @@ def _parts(out):
 def test_cli_sigkill_then_resume_datatrove_pii_is_byte_identical(tmp_path):
     """Issue 19 item 5: with --pii-mode datatrove the resumed parts differed (the cycle restarted at 0)."""
     corpus = tmp_path / "c.jsonl"
-    make_corpus(corpus, n=2500, pii=True)
+    make_corpus(corpus, n=1500, pii=True)
     ref = tmp_path / "ref"
     r = subprocess.run(_cli(corpus, "-o", ref, "--pii-mode", "datatrove", *CLI_ARGS), capture_output=True,
                        text=True, timeout=300)
