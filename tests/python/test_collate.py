@@ -319,3 +319,23 @@ def test_sigkill_crash_loop_with_stateful_dataloader(tmp_path, capsys):
     assert kills == 5
     assert got == want  # both epochs: the same documents in the same order as the uninterrupted run
     assert sorted(t for e, t in want if e == 1) == sorted(t for e, t in want if e == 0)
+
+
+def test_global_dedup_state_refused_by_another_server():
+    sdl = pytest.importorskip("torchdata.stateful_dataloader")
+    docs = dataset_with_copies(32)
+    a, b = start_global_dedup(), start_global_dedup()
+    try:
+        ca = create_resumable_collate(dedup=a, return_string_tensor=True)
+        loader = sdl.StatefulDataLoader(ca.stateful(docs), batch_size=8, collate_fn=ca)
+        it = iter(loader)
+        next(it)
+        state = loader.state_dict()
+        cb = create_resumable_collate(dedup=b, return_string_tensor=True)
+        resumed = sdl.StatefulDataLoader(cb.stateful(docs), batch_size=8, collate_fn=cb)
+        resumed.load_state_dict(state)
+        with pytest.raises(ValueError, match="not the server of that run"):
+            next(iter(resumed))
+    finally:
+        a.close()
+        b.close()
