@@ -11,6 +11,10 @@ Jobs:
   {"kind": "phase", ...}  one run of an elastic / crash scenario: resume from
                           state_dir, commit at the given steps, optionally die
                           (SIGKILL) after a step, or with a fault injected in commit
+  {"kind": "disagree", ...}   ranks given different inputs / settings ("per_rank"
+                          overrides): each writes the error of its constructor
+  {"kind": "bad_record", ...} one rank meets a bad record: each writes what its
+                          iteration raised and what its commit() did
 """
 import json
 import os
@@ -91,6 +95,36 @@ def run(rank, world, init_file, spec):
                             msg = str(e)
                         with open(os.path.join(job["dir"], f"mismatch-rank{rank}.json"), "w") as f:
                             json.dump({"error": msg, "commit_id": pipe._commit_id}, f)
+                dist.barrier()
+            elif job["kind"] == "disagree":  # per-rank source / batch_size: every rank must refuse at start
+                mine = {**job, **job.get("per_rank", {}).get(str(rank), {})}
+                try:
+                    with DistributedPipeline(JsonlSource(mine["corpus"]), batch_size=mine["batch_size"],
+                                             dedup="global", state_dir=os.path.join(job["dir"], "state-" + job["name"]),
+                                             prefetch_batches=0, stages=mine.get("stages")):
+                        msg = None
+                except ValueError as e:
+                    msg = str(e)
+                with open(os.path.join(job["dir"], f"disagree-{job['name']}-rank{rank}.json"), "w") as f:
+                    json.dump({"error": msg}, f)
+                dist.barrier()
+            elif job["kind"] == "bad_record":  # one rank meets a bad record; each catches it and commits
+                out = {"batches": 0}
+                with DistributedPipeline(JsonlSource(job["corpus"]), batch_size=job["batch_size"],
+                                         dedup=job.get("dedup", "global"), state_dir=job["state_dir"],
+                                         prefetch_batches=job.get("prefetch", 2), stages=job.get("stages"),
+                                         num_threads=1) as pipe:
+                    try:
+                        for _ in pipe:
+                            out["batches"] += 1
+                    except Exception as e:
+                        out["error"] = [type(e).__name__, str(e)]
+                    try:
+                        out["commit"] = pipe.commit()
+                    except Exception as e:
+                        out["commit_error"] = [type(e).__name__, str(e)]
+                with open(os.path.join(job["dir"], f"bad-record-rank{rank}.json"), "w") as f:
+                    json.dump(out, f)
                 dist.barrier()
             elif job["kind"] == "phase":
                 with DistributedPipeline(JsonlSource(job["corpus"]), batch_size=job["batch_size"],

@@ -9,6 +9,7 @@ import gzip
 import json
 import os
 import random
+import re
 import time
 
 import pytest
@@ -450,3 +451,60 @@ def test_restore_dedup_repartitions_committed_hashes_only(tmp_path, mode):
         restore_dedup(sd, 1, 2, mode, 0, side, agree)
     assert calls[-1][0].startswith("CorruptError")
     assert os.path.getsize(wal_path(sd, 1, 3)) == size  # corruption in the middle: the file is left as it is
+
+
+def test_ranks_that_disagree_refuse_at_start(corpus, tmp_path):
+    """Issue 19 item 8: ranks given different files of the same length ran and committed
+    (wrong data); different lengths hung until the group timeout; batch_size 200 vs 150
+    delivered wrong shards.  Now every rank refuses at start, naming what differs."""
+    path, docs = corpus
+    d = str(tmp_path)
+    lines = open(path, "rb").read().splitlines(keepends=True)
+    same_len = os.path.join(d, "same-length.jsonl")  # one record's text changed, same byte length
+    rec = json.loads(lines[7])
+    rec["text"] = rec["text"][::-1]
+    with open(same_len, "wb") as f:
+        f.writelines(lines[:7] + [(json.dumps(rec) + "\n").encode()] + lines[8:])
+    assert os.path.getsize(same_len) == os.path.getsize(path) and open(same_len, "rb").read() != open(path, "rb").read()
+    shorter = os.path.join(d, "shorter.jsonl")
+    with open(shorter, "wb") as f:
+        f.writelines(lines[:-100])
+    base = {"kind": "disagree", "dir": d, "corpus": path, "batch_size": 200}
+    jobs = [{**base, "name": "content", "per_rank": {"1": {"corpus": same_len}}},
+            {**base, "name": "length", "per_rank": {"1": {"corpus": shorter}}},
+            {**base, "name": "batch", "per_rank": {"1": {"batch_size": 150}}},
+            {**base, "name": "stages", "per_rank": {"0": {"stages": STAGES}}},
+            {**base, "name": "agree", "stages": STAGES}]
+    spawn(2, {"jobs": jobs}, d)
+    expect = {"content": "input file 0 '.*' differs in content", "length": "input file 0 '.*' differs in size",
+              "batch": "rank 1 has batch_size=150, rank 0 200", "stages": "rank 1 has stages=.*quality"}
+    for name, pattern in expect.items():
+        for r in range(2):
+            err = json.load(open(os.path.join(d, f"disagree-{name}-rank{r}.json")))["error"]
+            assert err is not None and re.search(pattern, err), (name, r, err)
+    for r in range(2):
+        assert json.load(open(os.path.join(d, f"disagree-agree-rank{r}.json")))["error"] is None
+
+
+def test_a_rank_that_fails_stops_the_others_at_once(corpus, tmp_path):
+    """Issue 19 item 8: a rank that hit a BadRecordError and then called commit() left the
+    others blocked in the dedup exchange until the group timeout.  Now the others raise
+    PeerFailedError at that step, and a commit() on every rank commits what was received."""
+    path, docs = corpus
+    d = str(tmp_path)
+    W, bs = 3, 50
+    lines = open(path, "rb").read().splitlines(keepends=True)
+    bad_at = 2 * W * bs + 1  # global step 2, owned by rank 1 (gidx mod W)
+    lines[bad_at] = b'{"text": "unterminated\n'
+    bad = os.path.join(d, "bad.jsonl")
+    with open(bad, "wb") as f:
+        f.writelines(lines)
+    job = {"kind": "bad_record", "dir": d, "corpus": bad, "batch_size": bs, "stages": STAGES,
+           "state_dir": os.path.join(d, "state")}
+    spawn(W, {"jobs": [job]}, d)
+    outs = [json.load(open(os.path.join(d, f"bad-record-rank{r}.json"))) for r in range(W)]
+    assert outs[1]["error"][0] == "BadRecordError" and f"bad.jsonl:{bad_at + 1}:" in outs[1]["error"][1]
+    for r in (0, 2):
+        assert outs[r]["error"][0] == "PeerFailedError" and "rank(s) [1] failed" in outs[r]["error"][1], outs[r]
+    assert [o["batches"] for o in outs] == [2] * W
+    assert [o.get("commit") for o in outs] == [1] * W, outs

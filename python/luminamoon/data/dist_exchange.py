@@ -8,7 +8,7 @@ global stream is kept and every later one dropped — exactly what one process
 deduplicating the whole stream decides.
 
 Per step and rank three ``all_to_all_single`` calls: the counts (8 bytes per
-peer), the requests (24 bytes per document: lo, hi, global record index) and
+peer; -1 from a rank that failed at this step, see ``fail``), the requests (24 bytes per document: lo, hi, global record index) and
 the answers (1 byte per document).  gloo implements ``all_to_all_single``
 (``alltoall_base``) but not the list form ``all_to_all``, hence the single-
 tensor form with split sizes.  With an NCCL exchange group the tensors are
@@ -24,7 +24,12 @@ import torch
 
 from .dist_state import owner_of
 
-__all__ = ["HashExchange"]
+__all__ = ["HashExchange", "PeerFailedError"]
+
+
+class PeerFailedError(RuntimeError):
+    """Raised on every rank of a step at which another rank failed (its own error is
+    raised there): the ranks stop together instead of waiting for the group timeout."""
 
 
 class HashExchange:
@@ -52,6 +57,14 @@ class HashExchange:
         self.docs = 0
         self.steps = 0
         self.seconds = 0.0
+        self.busy = False  # inside keep(): an error there left the step's collectives half done
+
+    def fail(self) -> None:
+        """Collective, in place of ``keep`` for the step at which this rank failed: tells
+        every rank (whose ``keep`` then raises PeerFailedError) and admits nothing."""
+        W = self.world_size
+        if W > 1:
+            self._a2a(torch.full((W,), -1, dtype=torch.int64), [1] * W, [1] * W)
 
     def _a2a(self, send: torch.Tensor, in_splits, out_splits) -> torch.Tensor:
         import torch.distributed as dist
@@ -67,8 +80,11 @@ class HashExchange:
     def keep(self, hashes: torch.Tensor, gidx: torch.Tensor) -> torch.Tensor:
         """hashes int64 [N, 2], gidx int64 [N] (global record indices, increasing) -> bool [N]."""
         t0 = time.perf_counter()
+        self.busy = True
         try:
-            return self._keep(hashes, gidx)
+            out = self._keep(hashes, gidx)
+            self.busy = False
+            return out
         finally:
             self.seconds += time.perf_counter() - t0
 
@@ -85,6 +101,10 @@ class HashExchange:
         order_t = torch.from_numpy(order)
         payload = torch.cat([hashes, gidx.view(-1, 1)], dim=1)[order_t].contiguous()  # [N, 3]
         recv_counts = self._a2a(torch.from_numpy(counts), [1] * W, [1] * W).numpy()
+        failed = np.flatnonzero(recv_counts < 0).tolist()  # ranks that called fail() for this step
+        if failed:
+            raise PeerFailedError(f"rank(s) {failed} failed at this step (the error is raised there); "
+                                  "this rank stops too, nothing of this step was admitted")
         req = self._a2a(payload, counts.tolist(), recv_counts.tolist())
         # Admit in global record order: the received rows sorted by their global index.
         o = torch.argsort(req[:, 2])

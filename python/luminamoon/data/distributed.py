@@ -70,7 +70,7 @@ from typing import Any, Dict, Iterable, Iterator, List, Optional, Union
 import torch
 
 from .adapters import Batch, describe_setting, run_differences
-from .dist_exchange import HashExchange
+from .dist_exchange import HashExchange, PeerFailedError
 from ._prefetch import (DEFAULT_MAX_PREFETCH_BYTES, END, Prefetcher, check_max_bytes, empty_prefetch_stats,
                         lock_state_dir, tensor_memory, unlock_state_dir)
 from .dist_state import (WAL_NAME_RE, atomic_write, cleanup, dump_json, global_sidecar_path, load_json_checked,
@@ -326,7 +326,9 @@ class DistributedPipeline:
         self._started = False
         self._stop = threading.Event()
         self._prefetch: Optional[Prefetcher] = None
+        self._failed: Optional[str] = None  # this rank's iteration error (see __iter__)
         try:
+            self._check_ranks_agree(pipeline, exchange_backend)
             self._recover()
         except BaseException:
             self._release()
@@ -361,6 +363,64 @@ class DistributedPipeline:
         bad = [f"rank {i}: {e}" for i, e in enumerate(errs) if e is not None]
         if bad:
             raise OSError(f"{what} failed on {len(bad)} rank(s): " + "; ".join(bad))
+
+    def _check_ranks_agree(self, pipeline: str, exchange_backend: str) -> None:
+        """Collective, at start: every rank must read the same input (by content: size and
+        sampled hashes, not path or mtime, so node-local copies agree) with the same batch
+        size and settings.  Ranks that differ would deliver wrong shards or block in a
+        collective until the group timeout; here every rank raises ValueError saying which
+        rank differs in what."""
+        if self.world_size == 1:
+            return
+        mine, err = None, None
+        try:
+            src = self.source.identity() if hasattr(self.source, "identity") else None
+            paths = []
+            if isinstance(src, dict) and isinstance(src.get("files"), list):
+                paths = [f.get("path") for f in src["files"]]
+                src = {**src, "files": [{k: v for k, v in f.items() if k not in ("path", "mtime_ns")}
+                                        for f in src["files"]]}
+            mine = {"settings": {"batch_size": self.batch_size, "dedup": self.dedup_mode, "seed": self.seed,
+                                 "pipeline": pipeline, "exchange_backend": exchange_backend,
+                                 "text_key": self.text_key, "source_type": type(self.source).__name__,
+                                 "stages": {"cleaner": describe_setting(self._local.cleaner or False),
+                                            "quality": describe_setting(self._local.quality or False),
+                                            "pii": describe_setting(self._pii or False)}},
+                    "source": src, "paths": paths}
+        except Exception as e:  # e.g. an unreadable input file: every rank learns it
+            err = f"{type(e).__name__}: {e}"
+        infos = self._gather((mine, err))
+        bad = [f"rank {i}: {e}" for i, (_, e) in enumerate(infos) if e is not None]
+        if bad:
+            raise OSError("checking that all ranks read the same input failed: " + "; ".join(bad))
+        ref = infos[0][0]
+        diffs = []
+        for i, (x, _) in enumerate(infos[1:], 1):
+            for k in sorted(set(ref["settings"]) | set(x["settings"])):
+                a, b = ref["settings"].get(k), x["settings"].get(k)
+                if a != b:
+                    diffs.append(f"rank {i} has {k}={json.dumps(b, sort_keys=True)}, rank 0 "
+                                 f"{json.dumps(a, sort_keys=True)}")
+            a, b = ref["source"], x["source"]
+            if a == b:
+                continue
+            fa = a.get("files") if isinstance(a, dict) else None
+            fb = b.get("files") if isinstance(b, dict) else None
+            if isinstance(fa, list) and isinstance(fb, list) and len(fa) == len(fb) and \
+                    {k: v for k, v in a.items() if k != "files"} == {k: v for k, v in b.items() if k != "files"}:
+                for j, (u, v) in enumerate(zip(fa, fb)):
+                    if u != v:
+                        what = "size" if u.get("size") != v.get("size") else "content"
+                        diffs.append(f"rank {i}'s input file {j} {x['paths'][j]!r} differs in {what} from "
+                                     f"rank 0's {ref['paths'][j]!r}")
+            elif isinstance(fa, list) and isinstance(fb, list) and len(fa) != len(fb):
+                diffs.append(f"rank {i} reads {len(fb)} file(s), rank 0 {len(fa)}")
+            else:
+                diffs.append(f"rank {i}'s source {json.dumps(b, sort_keys=True)} differs from rank 0's "
+                             f"{json.dumps(a, sort_keys=True)}")
+        if diffs:
+            raise ValueError("the ranks of a DistributedPipeline must pass the same source (by content), "
+                             "batch_size and settings: " + "; ".join(diffs))
 
     # --------------------------------------------------------------- recovery
     def _recover(self) -> None:
@@ -537,21 +597,39 @@ class DistributedPipeline:
             raise RuntimeError("a DistributedPipeline is iterated once; build a new one (it resumes from state_dir)")
         self._started = True
         if self.prefetch_batches == 0:
-            for p in self._prepared():
-                b = self._finish(p)
-                self._last = b.coord
-                yield b
-            return
-        self._prefetch = Prefetcher(_weak_producer(weakref.ref(self)), self.prefetch_batches,
+            it = self._prepared()
+            get = lambda: next(it, END)  # noqa: E731
+        else:
+            self._prefetch = Prefetcher(_weak_producer(weakref.ref(self)), self.prefetch_batches,
                                         name="luminamoon-dist-prefetch",
-                                    max_bytes=self.max_prefetch_bytes, sizeof=_prepared_memory)
+                                        max_bytes=self.max_prefetch_bytes, sizeof=_prepared_memory)
+            get = self._prefetch.get
         while True:
-            item = self._prefetch.get()
-            if item is END:
-                return
-            b = self._finish(item)
+            try:
+                item = get()
+                if item is END:
+                    return
+                b = self._finish(item)
+            except Exception as e:
+                self._fail(e)
+                raise
             self._last = b.coord
             yield b
+
+    def _fail(self, e: BaseException) -> None:
+        """This rank's step failed (a bad record, an unreadable file): with global dedup the
+        other ranks are waiting in this step's exchange; tell them (they raise
+        PeerFailedError at once instead of blocking until the group timeout).  Not when the
+        error came from the exchange itself (a peer's failure, a broken group).  The batches
+        received before stay committable: ``commit()`` on every rank commits up to them."""
+        first = self._failed is None
+        self._failed = f"{type(e).__name__}: {e}"
+        x = self._exchange
+        if first and x is not None and self.world_size > 1 and not x.busy and not isinstance(e, PeerFailedError):
+            try:
+                x.fail()
+            except Exception:
+                pass
 
     @property
     def prefetch_stats(self) -> Dict[str, Any]:
@@ -601,7 +679,8 @@ class DistributedPipeline:
             err = f"{type(e).__name__}: {e}"
         _fault("rank_sidecar", r, n)
         info = {"err": err, "step": last["step"], "sample_index": last["sample_index"],
-                "lsn": last["wal_lsn"], "extra": extra if err is None else None, "pii_cycle": last.get("pii_cycle")}
+                "lsn": last["wal_lsn"], "extra": extra if err is None else None, "pii_cycle": last.get("pii_cycle"),
+                "failed": self._failed}
         infos = self._gather(info)  # (2) agreement
         bad = [f"rank {i}: {x['err']}" for i, x in enumerate(infos) if x["err"] is not None]
         if bad:
@@ -609,8 +688,10 @@ class DistributedPipeline:
             mine = err is not None and err.startswith("TypeError: extra must be JSON-serialisable")
             raise (TypeError if mine else OSError)("commit failed, nothing committed: " + "; ".join(bad))
         if len({(x["step"], x["sample_index"]) for x in infos}) != 1:
+            failed = [f"rank {i}: {x['failed']}" for i, x in enumerate(infos) if x.get("failed")]
             raise RuntimeError("commit() must be called by every rank after the same step; got steps "
-                               f"{[x['step'] for x in infos]}: nothing committed")
+                               f"{[x['step'] for x in infos]}: nothing committed"
+                               + (f" (iteration failed on {'; '.join(failed)})" if failed else ""))
         err0 = None
         if r == 0:  # (3) the commit point: rank 0's global sidecar, then its state slot
             try:
