@@ -232,6 +232,8 @@ def test_stateful_dataloader_without_the_wrapper_is_refused():
         next(iter(sdl.StatefulDataLoader(DOCS, batch_size=8, collate_fn=collate)))
     with pytest.raises(TypeError, match="map-style"):
         collate.stateful(_Stream())
+    with pytest.raises(ValueError, match="map-style datasets only"):
+        next(iter(sdl.StatefulDataLoader(_Stream(), batch_size=8, collate_fn=collate)))
     with pytest.raises(ValueError, match="dedup 'worker'.*has None"):
         create_resumable_collate(dedup=None).stateful(DOCS).load_state_dict(collate.stateful(DOCS).state_dict())
 

@@ -332,7 +332,7 @@ def _find_pass():
                 if isinstance(o, _BaseDatasetFetcher):
                     fetcher = o
                     break
-        if "stateful_dataloader" in f.f_code.co_filename:
+        if "stateful_dataloader" in f.f_code.co_filename and f"{os.sep}torchdata{os.sep}" in f.f_code.co_filename:
             stateful = True
         f = f.f_back
     return fetcher, stateful
@@ -489,6 +489,10 @@ class ResumableCollate:
         if not stateful or self.dedup is None or self.pipeline is None or fetcher is None:
             return
         ds = getattr(fetcher, "dataset", None)
+        if isinstance(ds, torch.utils.data.IterableDataset):
+            raise ValueError("create_resumable_collate: under StatefulDataLoader the dedup state must be part of "
+                             "the loader's state_dict, which collate.stateful() can do for map-style datasets "
+                             "only: use a map-style dataset, or dedup=None")
         if not (isinstance(ds, _CollateStateDataset) and ds.collate._token == self._token):
             raise ValueError("create_resumable_collate: under StatefulDataLoader the dedup state must be part of "
                              "the loader's state_dict: pass the dataset wrapped by this collate, "
