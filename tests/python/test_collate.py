@@ -341,3 +341,32 @@ def test_global_dedup_state_refused_by_another_server():
     finally:
         a.close()
         b.close()
+
+
+def test_global_dedup_server_exits_with_its_parent(tmp_path):
+    # was: after kill -9 of the training process the server lived on as an orphan, holding its WAL open
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = tmp_path / "parent.py"
+    script.write_text("import time\nfrom luminamoon.data import start_global_dedup\nif __name__ == '__main__':\n"
+                      "    s = start_global_dedup()\n    print(s._manager._process.pid, flush=True)\n"
+                      "    time.sleep(600)\n")
+    p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    server = int(p.stdout.readline())
+    p.send_signal(signal.SIGKILL)
+    p.wait(timeout=60)
+    for _ in range(300):
+        try:
+            with open(f"/proc/{server}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":  # exited (a zombie until reaped)
+                    break
+        except FileNotFoundError:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(server, signal.SIGKILL)
+        raise AssertionError("the GlobalDedup server outlived its parent")

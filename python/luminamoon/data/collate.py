@@ -109,6 +109,9 @@ class _DedupService:
         self._counts: Dict[int, int] = {}  # client -> admissions logged
         self._passes: set = set()  # the pass keys seen (see _admit)
         self._error: Optional[BaseException] = None
+        parent = mp.parent_process()
+        if parent is not None:  # a kill -9 of the training process must not leave this server running
+            threading.Thread(target=self._exit_with, args=(parent.sentinel,), daemon=True).start()
         try:
             self._dedup = stages.StreamDeduplicator(wal_path=wal_path, max_entries=max_entries)
         except Exception as e:  # handed to the client by init_error() (a RemoteError would hide its type)
@@ -116,6 +119,14 @@ class _DedupService:
 
     def init_error(self) -> Optional[BaseException]:
         return self._error
+
+    @staticmethod
+    def _exit_with(sentinel) -> None:
+        """Exit the server process when its parent is gone (its log was the loader's; nobody can resume it)."""
+        from multiprocessing.connection import wait
+
+        wait([sentinel])
+        os._exit(0)
 
     def _keep(self, hashes: bytes) -> bytes:
         n = len(hashes) // 16
