@@ -314,14 +314,14 @@ def test_output_folder_inside_the_input_glob(tmp_path, capsys):
 # ------------------------------------ issue 19 item 3: resume by content
 def test_resume_refuses_an_input_changed_in_place_with_the_same_size(tmp_path, capsys):
     src = tmp_path / "in.jsonl"
-    recs = _docs("x", 60)
+    recs = [{"text": f"Line {i:03d} of the input, all of one length."} for i in range(60)]
     _jsonl(src, recs)
     out = tmp_path / "o"
     args = [src, "-o", out, *QUIET, "--batch-size", "10", "--part-docs", "10"]
     rc, err = _run(capsys, *args, "--stop-after-batches", "2")
     assert rc == 130, err
     size = os.path.getsize(src)
-    _jsonl(src, recs[30:] + recs[:30])  # shuffled: same size, same lines
+    _jsonl(src, recs[30:] + recs[:30])  # shuffled: same size, equal-length lines (the old check resumed silently)
     assert os.path.getsize(src) == size
     rc, err = _run(capsys, *args, "--resume")
     assert rc == 2 and "in.jsonl" in err and "changed" in err, err
