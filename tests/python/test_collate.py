@@ -370,3 +370,23 @@ def test_global_dedup_server_exits_with_its_parent(tmp_path):
     else:
         os.kill(server, signal.SIGKILL)
         raise AssertionError("the GlobalDedup server outlived its parent")
+
+
+def test_global_dedup_rollback_keeps_direct_admissions():
+    sdl = pytest.importorskip("torchdata.stateful_dataloader")
+    docs = dataset_with_copies(32)
+    server = start_global_dedup()
+    try:
+        collate = create_resumable_collate(dedup=server, return_string_tensor=True)
+        loader = sdl.StatefulDataLoader(collate.stateful(docs), batch_size=8, collate_fn=collate)
+        it = iter(loader)
+        head = next(it).tolist()
+        state = loader.state_dict()
+        next(it)  # admitted, then abandoned: rolled back by the resume
+        assert server.check_insert(b"x" * 16) == b"\x01"  # a direct admission after the state was taken
+        resumed = sdl.StatefulDataLoader(collate.stateful(docs), batch_size=8, collate_fn=collate)
+        resumed.load_state_dict(state)
+        assert sorted(head + texts_of(resumed)) == cleaned(32)
+        assert server.check_insert(b"x" * 16) == b"\x00"  # still admitted after the rollback
+    finally:
+        server.close()

@@ -136,9 +136,9 @@ class _DedupService:
         return (r.reasons == 0).to(torch.uint8).numpy().tobytes()
 
     def check_insert(self, hashes: bytes) -> bytes:
-        """hashes: N x 16 bytes; returns N bytes, 1 where the hash was new (kept)."""
-        with self._lock:
-            return self._keep(hashes)
+        """hashes: N x 16 bytes; returns N bytes, 1 where the hash was new (kept).  Logged under client None,
+        which no restore rolls back (a rollback re-admits it with the other kept admissions)."""
+        return self.admit(None, None, hashes)[0]
 
     def admit(self, client: int, pass_key, hashes: bytes):
         """check_insert, logged for ``client``; returns (keep, client's count after, table entries from before
