@@ -36,7 +36,7 @@ from .config import ConfigError, stage_kwargs
 from .data.sources import BadRecordError
 from .report import RunStats, format_summary, length_histogram, render_report
 from .stages import DedupFullError
-from .writers import PART_RE, ShardWriter
+from .writers import PART_RE, ShardWriter, id_text, repair_surrogates
 
 __all__ = ["run_corpus", "RunError", "detect_format", "STATE_DIRNAME"]
 
@@ -65,6 +65,7 @@ def detect_format(path: str) -> str:
 
 
 STDIN_NAMES = ("-", "/dev/stdin", "/dev/fd/0")
+_STDIN_TMP = ".luminamoon-stdin.tmp"  # standard input being copied, before the run's state exists
 
 
 class _Inputs:
@@ -146,7 +147,7 @@ def _spool_stdin(out: str, fmt: str) -> "tuple[str, str]":
     """Copies standard input to a file in ``out`` (a resume reads that copy: standard
     input cannot be read twice), named by what it holds: gzip / zstd / Parquet by
     their magic bytes, JSON Lines or text by the first byte (or ``--input-format``)."""
-    tmp = os.path.join(out, ".luminamoon-stdin.tmp")
+    tmp = os.path.join(out, _STDIN_TMP)
     src = sys.stdin.buffer
     head = b""
     with open(tmp, "wb") as f:
@@ -202,8 +203,16 @@ def _make_source(paths: List[str], fmt: str, cfg: Dict[str, Any]):
             if key not in names:
                 raise RunError(f"{p}: no column {key!r} (columns: {', '.join(names)}); "
                                f"name the text column with --text-field")
-        return S.ParquetSource(paths, text_column=key, **limit)
+        # only the columns the run uses are read (an unused wide column is never decoded)
+        wanted = [icfg["id_field"], *cfg["output"]["keep_fields"]] + ([cfg["run"]["group_by"]] if cfg["run"]["group_by"] else [])
+        return S.ParquetSource(paths, text_column=key, columns=[c for c in wanted if c != key], **limit)
     raise RunError(f"unknown input format {fmt!r}")
+
+
+# internal notes on a record: tuple keys, which no JSON object or Parquet row can hold
+# (an input field named "__lm_skipped" is data, not a note)
+_SKIPPED = ("luminamoon", "skipped")
+_SURROGATES = ("luminamoon", "surrogates")
 
 
 def _input_source(inner, id_field: str, text_field: str, names: Sequence[str]):
@@ -252,14 +261,13 @@ def _input_source(inner, id_field: str, text_field: str, names: Sequence[str]):
                     rec[id_field] = f"{name}:{n}"
                 text = rec[text_field]
                 if not text.isascii():
-                    try:
-                        text.encode("utf-8")
-                    except UnicodeEncodeError:
-                        rec[text_field] = text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
-                        rec["__lm_surrogates"] = 1
+                    fixed = repair_surrogates(text)  # ONE U+FFFD per lone surrogate
+                    if fixed != text:
+                        rec[text_field] = fixed
+                        rec[_SURROGATES] = 1
                 sk = inner.skipped
                 if sk != self._seen_skipped:
-                    rec["__lm_skipped"] = sk - self._seen_skipped
+                    rec[_SKIPPED] = sk - self._seen_skipped
                     self._seen_skipped = sk
                 yield rec
 
@@ -513,13 +521,25 @@ def _forget_run(out: str, manifest: Optional[_Manifest], created_out: bool) -> N
             if os.path.isfile(path):
                 os.remove(path)
         for f in os.listdir(out):
-            if f.startswith(".tmp-part-") or f == ".luminamoon-stdin.tmp":
+            if f.startswith(".tmp-part-") or f == _STDIN_TMP:
                 os.remove(os.path.join(out, f))
         shutil.rmtree(os.path.join(out, STATE_DIRNAME), ignore_errors=True)
         if created_out and not os.listdir(out):
             os.rmdir(out)
     except OSError:
         pass  # the first error is the one to report
+
+
+def _drop_spool(out: str, created_out: bool) -> None:
+    try:
+        os.remove(os.path.join(out, _STDIN_TMP))
+    except OSError:
+        pass
+    try:
+        if created_out and not os.listdir(out):
+            os.rmdir(out)
+    except OSError:
+        pass
 
 
 def _check_fields(cfg: Dict[str, Any]) -> List[str]:
@@ -572,7 +592,8 @@ def run_corpus(inputs: Sequence[str], out: str, cfg: Dict[str, Any], *, resume: 
             log(f"resuming over the copy of standard input kept in {stdin_copy} (standard input is not read)")
     got = _gather_inputs(inputs, out, fmt, stdin_copy or "-", _own_files(out, prev))
     for what, label in (("not_data", "file(s) that are not data (hidden, marker or unknown file type)"),
-                        ("dangling_symlinks", "dangling symlink(s)"), ("own_output", "own output file(s) of the run in the output folder")):
+                        ("dangling_symlinks", "dangling symlink(s)"),
+                        ("own_output", "own output file(s) of the run in the output folder")):
         if got.skipped[what]:
             names = got.skipped[what]
             print(f"luminamoon: skipped {len(names)} {label}: {', '.join(names[:8])}" + (", ..." if len(names) > 8 else ""),
@@ -584,7 +605,7 @@ def run_corpus(inputs: Sequence[str], out: str, cfg: Dict[str, Any], *, resume: 
         try:
             tmp, name = _spool_stdin(out, fmt)
         except BaseException:
-            _forget_run(out, None, created_out)
+            _drop_spool(out, created_out)
             raise
         from .data.fingerprint import file_fingerprint
 
@@ -608,8 +629,8 @@ def run_corpus(inputs: Sequence[str], out: str, cfg: Dict[str, Any], *, resume: 
         os.makedirs(out, exist_ok=True)
         resuming, manifest = _prepare_output(out, ident, resume, overwrite, log, prev)
     except BaseException:
-        if spooled:
-            _forget_run(out, None, created_out)
+        if spooled:  # only the copy: the folder may hold another run's state
+            _drop_spool(out, created_out)
         raise
     committed = [resuming]
     try:
@@ -652,7 +673,8 @@ def _run(paths, got: _Inputs, fmt: str, out: str, cfg: Dict[str, Any], keep: Lis
         try:
             writer = ShardWriter(out, fmt=ocfg["format"], compression=ocfg["compression"],
                                  part_docs=ocfg["part_docs"], part_bytes=int(ocfg["part_mb"] * 1e6),
-                                 state=extra["writer"] if extra else None, extra_fields=keep)
+                                 state=extra["writer"] if extra else None, extra_fields=keep,
+                                 extra_types=_kept_types(paths, fmt, keep))
         except (OSError, ValueError) as e:
             raise RunError(str(e)) from None
         stats = RunStats.from_state(extra["stats"]) if extra else RunStats()
@@ -682,6 +704,29 @@ def _run(paths, got: _Inputs, fmt: str, out: str, cfg: Dict[str, Any], keep: Lis
         raise
     pipe.close()
     return result
+
+
+def _kept_types(paths: List[str], fmt: str, keep: List[str]) -> Dict[str, Any]:
+    """Arrow types of the kept fields of Parquet inputs (Parquet output keeps them);
+    a field whose files disagree is unified, or written as text when that fails."""
+    if fmt != "parquet" or not keep:
+        return {}
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    types: Dict[str, Any] = {}
+    for k in keep:
+        seen = []
+        for p in paths:
+            sch = pq.read_schema(p)
+            if k in sch.names:
+                seen.append(pa.schema([sch.field(k)]))
+        if seen:
+            try:
+                types[k] = pa.unify_schemas(seen, promote_options="permissive").field(k).type
+            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
+                pass
+    return types
 
 
 def _write_json(path: str, data: Dict[str, Any]) -> None:
@@ -779,19 +824,22 @@ def _loop(pipe, measured, source, writer: ShardWriter, stats: RunStats, cfg, kee
             skipped = 0
             surrogates = 0
             for r in recs:
-                if "__lm_skipped" in r:
-                    skipped += r.pop("__lm_skipped")
-                if "__lm_surrogates" in r:
-                    surrogates += r.pop("__lm_surrogates")
+                if _SKIPPED in r:
+                    skipped += r.pop(_SKIPPED)
+                if _SURROGATES in r:
+                    surrogates += r.pop(_SURROGATES)
             kept_recs = batch.kept_records
-            ids = [str(r.get(id_field)) for r in kept_recs]
-            extra = {k: [r.get(k) for r in kept_recs] for k in keep} if keep else None
+            # ids, kept and group values: lone surrogates become U+FFFD before anything is written
+            # or committed; a non-string id is its JSON text (never a Python repr)
+            ids = [repair_surrogates(id_text(r.get(id_field))) for r in kept_recs]
+            extra = {k: [repair_surrogates(r.get(k)) for r in kept_recs] for k in keep} if keep else None
             writer.add(ids, batch.texts, extra)
             groups = None
             if group_by:
                 groups = {}
                 for r, c in zip(recs, reasons.tolist()):
-                    g = str(r.get(group_by, "(none)"))
+                    g = r.get(group_by)
+                    g = "(none)" if g is None else repair_surrogates(id_text(g))
                     o = groups.setdefault(g, {})
                     key = "kept" if c == 0 else names.setdefault(c, reason_name(c))
                     o[key] = o.get(key, 0) + 1

@@ -346,3 +346,17 @@ def test_resume_refuses_settings_that_change_the_output(tmp_path, capsys):
     rc, err = _run(capsys, *args, "--batch-size", "10", "-j", "2", "--skip-bad-records", "--resume")
     assert rc == 0, err
     assert _stats(out)["documents"]["input"] == 60
+
+
+def test_standard_input_into_the_folder_of_another_run_leaves_that_run_alone(tmp_path, capsys):
+    src = tmp_path / "in.jsonl"
+    _jsonl(src, _docs("a", 8))
+    out = tmp_path / "o"
+    assert _run(capsys, src, "-o", out, *QUIET)[0] == 0
+    before = _snapshot(out), sorted(os.listdir(out / ".luminamoon"))
+    data = "".join(json.dumps(d) + "\n" for d in _docs("stdin", 3)).encode()
+    r = subprocess.run([sys.executable, "-m", "luminamoon", "run", "-", "-o", str(out), *QUIET], input=data,
+                       capture_output=True, timeout=120)
+    assert r.returncode == 2 and b"another run" in r.stderr, r.stderr
+    assert (_snapshot(out), sorted(os.listdir(out / ".luminamoon"))) == before
+    assert _run(capsys, src, "-o", out, *QUIET, "--resume")[0] == 0
