@@ -143,6 +143,30 @@ static size_t word_before(const uint8_t *s, size_t e, char w[24], size_t *start,
   return wl;
 }
 
+/* An identifier ending at e made of letters, digits and '_' ("__version__",
+ * "app_version", "VERSION_NAME", "server_ip"): 1 if one of its letter parts is
+ * a version word and none an address word (checked by the callers' lists). */
+static int identifier_parts(const uint8_t *s, size_t e, int (*is_version)(const char *),
+                            int (*is_ip)(const char *)) {
+  size_t j = e;
+  while (j > 0 && (lm_pii_is_alnum(s[j - 1]) || s[j - 1] == '_') && e - j < 48) j--;
+  if (j > 0 && (is_word(s[j - 1]) || s[j - 1] == '_')) return 0;
+  int ver = 0;
+  size_t k = j;
+  while (k < e) {
+    while (k < e && !lm_pii_is_alpha(s[k])) k++;
+    size_t b = k;
+    while (k < e && lm_pii_is_alpha(s[k])) k++;
+    if (k == b || k - b > 20) continue;
+    char w[24];
+    for (size_t q = b; q < k; q++) w[q - b] = (char)(s[q] | 0x20);
+    w[k - b] = 0;
+    if (is_ip(w)) return 0;
+    ver |= is_version(w);
+  }
+  return ver;
+}
+
 /* "requests==2.31.0.1", "foo >= 1.2.3.4", "bar~=2.0.0.1": a version requirement,
  * unless the name compared is an address ("ip.addr == 8.8.8.8", "host==8.8.8.8"). */
 static int version_operator(const uint8_t *s, size_t i) {
@@ -164,23 +188,29 @@ static int version_operator(const uint8_t *s, size_t i) {
   return !ip_context_word(w);
 }
 
+static const char *const k_version_words[] = {
+    "v",        "ver",     "version", "versions", "release",  "released", "releases", "rel",
+    "rev",      "revision", "build",  "firmware", "kernel",   "update",   "updated",  "upgrade",
+    "upgraded", "bump",    "bumped",  "changelog", "tag",     "tagged",   "patch",    "pkg",
+    "package",  "snapshot", "since",  "until",    "upstream", "fixed",    "changes",  "section",
+    "sections", "sec",     "chapter", "clause",   "rfc",      "paragraph", "para",    "item",
+    "step",     "figure",  "fig",     "table",    "appendix", "part",     "versionname", "versioncode"};
+
+static int version_word(const char *w) {
+  return word_in(w, k_version_words, sizeof k_version_words / sizeof k_version_words[0]);
+}
+
 /* "version 1.2.3.4", "Release: 1.2.3.4", "(rev 1.2.3.4)", "\"version\": \"1.2.3.4\"",
- * "<version>1.2.3.4", "vers. 1.2.3.4": the word before the number (after at most
- * 4 spaces / ':' / '(' / '=' / quotes / '>') is a version word; "Firefox 115.0.2.1":
- * a capitalised name right before (one space) that is not an address word. */
+ * "<version>1.2.3.4", "vers. 1.2.3.4", "__version__ = '1.2.3.4'": the word before
+ * the number (after at most 5 spaces / ':' / '(' / '=' / quotes / '>') is a version
+ * word, or an identifier with a version part and no address part; "Firefox
+ * 115.0.2.1": a capitalised name right before (one space) that is not an address word. */
 static int version_context_at(const uint8_t *s, size_t i, int depth) {
-  static const char *const words[] = {
-      "v",        "ver",     "version", "versions", "release",  "released", "releases", "rel",
-      "rev",      "revision", "build",  "firmware", "kernel",   "update",   "updated",  "upgrade",
-      "upgraded", "bump",    "bumped",  "changelog", "tag",     "tagged",   "patch",    "pkg",
-      "package",  "snapshot", "since",  "until",    "upstream", "fixed",    "changes",  "section",
-      "sections", "sec",     "chapter", "clause",   "rfc",      "paragraph", "para",    "item",
-      "step",     "figure",  "fig",     "table",    "appendix", "part",     "versionname", "versioncode"};
   /* abbreviations written with a period */
   static const char *const abbrev[] = {"v", "ver", "vers", "rev", "rel", "sec", "fig", "para", "pkg"};
   if (depth == 0 && version_operator(s, i)) return 1;
   size_t j = i, skipped = 0;
-  while (j > 0 && skipped < 4 &&
+  while (j > 0 && skipped < 5 &&
          (s[j - 1] == ' ' || s[j - 1] == ':' || s[j - 1] == '(' || s[j - 1] == '=' || s[j - 1] == '\t' ||
           s[j - 1] == '"' || s[j - 1] == '\'' || s[j - 1] == '>')) {
     j--;
@@ -195,9 +225,13 @@ static int version_context_at(const uint8_t *s, size_t i, int depth) {
   char w[24];
   size_t ws;
   int titled;
-  if (!word_before(s, j, w, &ws, &titled)) return 0;
+  if (!word_before(s, j, w, &ws, &titled)) {
+    /* "__version__", "app_version", "VERSION_NAME" */
+    return !dot && j > 0 && (lm_pii_is_alnum(s[j - 1]) || s[j - 1] == '_') &&
+           identifier_parts(s, j, version_word, ip_context_word);
+  }
   if (dot) return word_in(w, abbrev, sizeof abbrev / sizeof abbrev[0]);
-  if (word_in(w, words, sizeof words / sizeof words[0])) return 1;
+  if (version_word(w)) return 1;
   /* "upgrade to 1.2.3.4", "bumped from 1.2.3.4": look one word further */
   if (depth == 0 && (strcmp(w, "to") == 0 || strcmp(w, "from") == 0)) return version_context_at(s, ws, 1);
   if (depth == 0 && titled && skipped == 1 && s[i - 1] == ' ' && !ip_context_word(w)) return 1;
@@ -593,13 +627,30 @@ static int file_name_domain(const uint8_t *s, size_t d0, size_t first_end, size_
   return 0;
 }
 
+/* A two-byte UTF-8 letter at p (U+00C0..U+07FF: accented Latin, Greek, Cyrillic,
+ * Armenian, Hebrew, Arabic ...; not the Latin-1 punctuation « » · NBSP): 2, else 0.
+ * Scripts written without spaces (CJK, 3-byte) are left out on purpose: text glued
+ * to an address must not be swallowed into it. */
+static inline size_t letter2_at(const uint8_t *s, size_t n, size_t p) {
+  return p + 1 < n && s[p] >= 0xC3 && s[p] <= 0xDF && (s[p + 1] & 0xC0) == 0x80 ? 2 : 0;
+}
+
+/* The local-part character ending at j (j > lo): its length (1, or 2 for a
+ * two-byte letter), 0 if none. */
+static inline size_t local_before(const uint8_t *s, size_t j, size_t lo) {
+  if (local_char(s[j - 1])) return 1;
+  if (j >= lo + 2 && letter2_at(s, j, j - 2)) return 2;
+  return 0;
+}
+
 static int email_at(const uint8_t *s, size_t n, size_t a, size_t lo, size_t *st, size_t *en) {
   size_t j = a;
   while (j > lo) {
     uint8_t c = s[j - 1];
-    if (local_char(c)) {
-      j--;
-    } else if ((c == '.' || local_inner(c)) && j < a && s[j] != '.' && j - 1 > lo && local_char(s[j - 2])) {
+    size_t w = local_before(s, j, lo);
+    if (w) {
+      j -= w;
+    } else if ((c == '.' || local_inner(c)) && j < a && s[j] != '.' && j - 1 > lo && local_before(s, j - 1, lo)) {
       j--;
     } else if (c == 0x99 && j < a && lm_pii_is_alnum(s[j]) && j >= lo + 4 && s[j - 2] == 0x80 &&
                s[j - 3] == 0xE2 && lm_pii_is_alnum(s[j - 4])) {
@@ -608,24 +659,34 @@ static int email_at(const uint8_t *s, size_t n, size_t a, size_t lo, size_t *st,
       break;
     }
   }
-  while (j < a && !(lm_pii_is_alnum(s[j]) || s[j] == '_')) j++; /* no leading '.', '-', '+', '%' */
+  /* no leading '.', '-', '+', '%', ... */
+  while (j < a && !(lm_pii_is_alnum(s[j]) || s[j] == '_' || letter2_at(s, a, j))) j++;
   if (j == a || a - j > 64) return 0;
-  /* domain: labels of [A-Za-z0-9-] (no '-' at either end), at least two, the
-   * last (TLD) alphabetic of 2+ letters. */
+  /* domain: labels of [A-Za-z0-9-] and two-byte letters (no '-' at either end),
+   * at least two, the last (TLD) of 2+ letters. */
   size_t lend[32];
   int tld[32], nl = 0;
   size_t p = a + 1;
-  while (nl < 32 && p < n && lm_pii_is_alnum(s[p])) {
+  while (nl < 32 && p < n && (lm_pii_is_alnum(s[p]) || letter2_at(s, n, p))) {
     size_t q = p;
     int alpha = 1;
-    while (q < n && (lm_pii_is_alnum(s[q]) || s[q] == '-')) alpha &= lm_pii_is_alpha(s[q++]);
+    for (;;) {
+      size_t w = letter2_at(s, n, q);
+      if (w) {
+        q += w;
+      } else if (q < n && (lm_pii_is_alnum(s[q]) || s[q] == '-')) {
+        alpha &= lm_pii_is_alpha(s[q++]);
+      } else {
+        break;
+      }
+    }
     size_t r = q;
     while (r > p && s[r - 1] == '-') r--;
     if (r - p > 63) return 0;
     lend[nl] = r;
     tld[nl++] = alpha && r - p >= 2;
     if (r != q) break;
-    if (q + 1 < n && s[q] == '.' && lm_pii_is_alnum(s[q + 1])) {
+    if (q + 1 < n && s[q] == '.' && (lm_pii_is_alnum(s[q + 1]) || letter2_at(s, n, q + 1))) {
       p = q + 1;
       continue;
     }

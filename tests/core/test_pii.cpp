@@ -329,6 +329,34 @@ TEST(PiiStrict, LabelledIssue19Cases) {
   for (const auto &c : cases) EXPECT_EQ(m.mask(c.first), c.second) << c.first;
 }
 
+// Review after issue 19, the same kinds: version fields named by identifiers and
+// spaced JSON are versions; local parts and domains with accented Latin, Greek
+// or Cyrillic letters are masked whole (they were masked in part, or not at all);
+// CJK text glued to an address is not swallowed.
+TEST(PiiStrict, LabelledReviewCases) {
+  Masker m;
+  const std::string ip(IP), e(E);
+  const std::pair<std::string, std::string> cases[] = {
+      {"__version__ = \"1.2.3.4\"", "__version__ = \"1.2.3.4\""},
+      {"app_version: 1.2.3.4", "app_version: 1.2.3.4"},
+      {"VERSION_NAME=1.2.3.4", "VERSION_NAME=1.2.3.4"},
+      {"pkg.version = '1.2.3.4'", "pkg.version = '1.2.3.4'"},
+      {"{\"version\" : \"1.2.3.4\"}", "{\"version\" : \"1.2.3.4\"}"},
+      {"server_ip = \"8.8.8.8\"", "server_ip = \"" + ip + "\""},
+      {"ip_version_4_addr = 8.8.8.8", "ip_version_4_addr = " + ip},
+      {"mail m\xc3\xbcller@example.de", "mail " + e},
+      {"mail andr\xc3\xa9.dupont@example.fr", "mail " + e},
+      {"mail jos\xc3\xa9@example.com", "mail " + e},
+      {"mail \xd0\xb8\xd0\xb2\xd0\xb0\xd0\xbd@example.ru", "mail " + e},
+      {"mail user@m\xc3\xbcnchen.de", "mail " + e},
+      {"mail user@\xd0\xbf\xd1\x80\xd0\xb8\xd0\xbc\xd0\xb5\xd1\x80.\xd1\x80\xd1\x84", "mail " + e},
+      {"\xc2\xabjohn@example.com\xc2\xbb", "\xc2\xab" + e + "\xc2\xbb"},
+      {"\xe3\x83\xa1\xe3\x83\xbc\xe3\x83\xab\xef\xbc\x9ataro@example.jp", "\xe3\x83\xa1\xe3\x83\xbc\xe3\x83\xab\xef\xbc\x9a" + e},
+      {"\xe9\x80\xa3\xe7\xb5\xa1taro@example.jp", "\xe9\x80\xa3\xe7\xb5\xa1" + e},
+  };
+  for (const auto &c : cases) EXPECT_EQ(m.mask(c.first), c.second) << c.first;
+}
+
 TEST(PiiStrict, FindReportsSpansAndTypes) {
   Masker m;
   std::string s = "a@b.org 8.8.8.8 +44 20 7946 0958 4111111111111111 DE89370400440532013000 ::1";

@@ -194,6 +194,10 @@ PII_STRICT_LABELLED = [
     ("iban gb82 west 1234 5698 7654 32", "iban <IBAN>"),
     ("iban DE89-3704-0044-0532-0130-00", "iban <IBAN>"),
     ("connexion vers 8.8.8.8 refusée", "connexion vers <IP_ADDRESS> refusée"),
+    # the same kinds, found in review
+    ("__version__ = '1.2.3.4'", "__version__ = '1.2.3.4'"),
+    ("mail müller@example.de or иван@пример.рф", "mail <EMAIL> or <EMAIL>"),
+    ("メール：taro@example.jp", "メール：<EMAIL>"),
 ]
 
 

@@ -17,13 +17,17 @@
  *    "upgrade to 1.2.3.4", "pkg (1.2.0.4)", "1.1.1.0 -> 1.1.2", section numbers
  *    "section 8.2.2.1", and 0.x.y.z; requirements "requests==2.31.0.1",
  *    "foo>=1.2.3.4"; quoted or tagged fields "\"version\": \"1.2.3.4\"",
- *    "<version>1.2.3.4"; "vers. 1.2.3.4"; a capitalised name right before,
+ *    "<version>1.2.3.4", identifiers "__version__ = '1.2.3.4'", "app_version:";
+ *    "vers. 1.2.3.4"; a capitalised name right before,
  *    "Firefox 115.0.2.1"), dates, hex digests, ISBNs, file names
  *    ("logo@2x.png", "po/en@quot.header") and checksum failures out.  An address
  *    word before a dotted quad keeps it an address ("ip.addr == 8.8.8.8",
  *    "Server 8.8.8.8", French "vers 8.8.8.8"); "user@8.8.4.4" masks the IPv4.
  *    E-mail local parts take the RFC 5322 characters ' / ! # $ * ^ ` { | } ~
- *    (and U+2019 as an apostrophe) between other local characters; IBANs are
+ *    (and U+2019 as an apostrophe) between other local characters; local parts
+ *    and domain labels take two-byte UTF-8 letters (accented Latin, Greek,
+ *    Cyrillic: "müller@münchen.de"), not CJK, so that text written without
+ *    spaces is not swallowed ("メール：taro@example.jp"); IBANs are
  *    found in any letter case, compact or in groups of four separated by one
  *    space or one '-'.  Matches are found
  *    leftmost-first and never overlap; at one position the priority is
