@@ -86,7 +86,9 @@ def _build_config(args) -> Dict[str, Any]:
 
 
 def _validate(cfg: Dict[str, Any]) -> None:
-    from .config import ConfigError
+    from .config import ConfigError, check_config
+
+    check_config(cfg, "settings")  # every number finite and in range, keep_fields distinct strings
 
     i, o, r = cfg["input"], cfg["output"], cfg["run"]
     if i["format"] not in ("auto", "jsonl", "text", "parquet"):
@@ -231,6 +233,10 @@ def cmd_bench(args) -> int:
     order = [f for f in _BENCH_ORDER if f in found] + [f for f in found if f not in _BENCH_ORDER]
     if args.names:
         want = [n if n.endswith(".py") else (n if n.startswith("bench_") else "bench_" + n) + ".py" for n in args.names]
+        unknown = [n for n, w in zip(args.names, want) if w not in found]
+        if unknown:
+            known = ", ".join(f[len("bench_"):-3] for f in order)
+            raise _Fail(f"unknown benchmark(s): {', '.join(unknown)} (known: {known})")
         order = want
     failed = 0
     for name in order:

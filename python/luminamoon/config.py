@@ -29,7 +29,7 @@ except ImportError:  # pragma: no cover - Python 3.10
         _toml = None
 
 __all__ = ["default_config", "load_config", "loads_toml", "dumps_toml", "merge", "apply_override",
-           "ConfigError", "stage_kwargs"]
+           "ConfigError", "stage_kwargs", "check_config"]
 
 
 class ConfigError(ValueError):
@@ -186,7 +186,55 @@ def merge(base: Dict[str, Dict[str, Any]], override: Dict[str, Any], where: str 
             if k not in out[section]:
                 raise ConfigError(f"{where}: unknown key {section}.{k} (known: {', '.join(out[section])})")
             out[section][k] = _coerce(out[section][k], v, f"{where}: {section}.{k}")
+    check_config(out, where)
     return out
+
+
+#: (low, high, low inclusive) for the numeric settings of the base sections; stage
+#: parameters without an entry must be finite and >= 0 (ratios and counts)
+_RANGES: Dict[str, Any] = {
+    "input.max_record_mb": (0.0, 1e6, True),      # 0: no limit; at most 1 TB
+    "output.part_docs": (1, 2**40, True),
+    "output.part_mb": (0.0, 1e6, False),
+    "run.batch_size": (1, 2**31 - 1, True),
+    "run.threads": (0, 4096, True),
+    "run.prefetch_batches": (0, 2**20, True),
+    "run.prefetch_mb": (0.0, 1e6, False),
+    "dedup.seed": (0, 2**64 - 1, True),
+    "dedup.max_entries": (0, 2**62, True),
+    "cleaner.max_blank_lines": (-1, 2**31 - 1, True),   # -1: no limit
+}
+
+
+def check_config(cfg: Dict[str, Dict[str, Any]], where: str = "config") -> None:
+    """Checks every numeric setting: finite and in range, and output.keep_fields:
+    distinct non-empty strings.  Raises ConfigError naming the key."""
+    for section, table in cfg.items():
+        if not isinstance(table, dict):
+            continue
+        for k, v in table.items():
+            key = f"{section}.{k}"
+            for x in (v if isinstance(v, list) and k != "keep_fields" else [v]):
+                if isinstance(x, bool) or not isinstance(x, (int, float)):
+                    continue
+                if isinstance(x, float) and not math.isfinite(x):
+                    raise ConfigError(f"{where}: {key} must be a finite number, got {x!r}")
+                lo, hi, lo_incl = _RANGES.get(key, (0, 2**63 - 1, True))
+                if x > hi or (x < lo if lo_incl else x <= lo):
+                    rng = f"{'[' if lo_incl else '('}{lo:g}, {hi:g}]"
+                    raise ConfigError(f"{where}: {key} = {x!r} is out of range {rng}")
+    keep = cfg.get("output", {}).get("keep_fields", [])
+    if not isinstance(keep, list):
+        raise ConfigError(f"{where}: output.keep_fields must be an array of field names, got {keep!r}")
+    seen = set()
+    for i, f in enumerate(keep):
+        if not isinstance(f, str):
+            raise ConfigError(f"{where}: output.keep_fields[{i}] must be a string (a field name), got {f!r}")
+        if not f:
+            raise ConfigError(f"{where}: output.keep_fields[{i}] is empty")
+        if f in seen:
+            raise ConfigError(f"{where}: output.keep_fields names {f!r} more than once")
+        seen.add(f)
 
 
 def _coerce(old: Any, new: Any, what: str) -> Any:

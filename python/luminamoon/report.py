@@ -43,8 +43,47 @@ def _add(d: Dict[str, int], other: Dict[str, Any]) -> None:
             d[k] = d.get(k, 0) + v
 
 
+OTHER_GROUP = "(other)"
+
+
+def _fold_groups(groups: Dict[str, Dict[str, int]], keep: int) -> int:
+    """Keeps the ``keep`` largest groups (by documents) and adds the others' counts to
+    OTHER_GROUP, in place; returns how many groups were folded."""
+    ranked = sorted(((k, v) for k, v in groups.items() if k != OTHER_GROUP), key=lambda kv: (-sum(kv[1].values()), kv[0]))
+    if len(ranked) <= keep:
+        return 0
+    other = groups.setdefault(OTHER_GROUP, {})
+    for k, v in ranked[keep:]:
+        _add(other, v)
+        del groups[k]
+    return len(ranked) - keep
+
+
+def _top_groups(groups: Dict[str, Dict[str, int]], top: int) -> List[Any]:
+    """(name, outcome) of the ``top`` largest groups, largest first, then one
+    "(other: N groups)" entry with the rest (and OTHER_GROUP) summed."""
+    ranked = sorted(((k, v) for k, v in groups.items() if k != OTHER_GROUP), key=lambda kv: (-sum(kv[1].values()), kv[0]))
+    head, rest = ranked[:top], ranked[top:]
+    other: Dict[str, int] = {}
+    for _, v in rest:
+        _add(other, v)
+    if OTHER_GROUP in groups:
+        _add(other, groups[OTHER_GROUP])
+    if other:
+        head.append((f"(other: {len(rest)}{'+' if OTHER_GROUP in groups else ''} groups)", other))
+    return head
+
+
 class RunStats:
-    """What a run did; see the module docstring."""
+    """What a run did; see the module docstring.
+
+    Per-group outcomes are bounded: at most MAX_GROUPS groups are counted by
+    name; when more appear, all but the MAX_GROUPS // 2 largest are folded into
+    the "(other)" group (totals stay exact; a folded group that appears again
+    starts a new count).  The summary and report show the largest groups and
+    one "other" line."""
+
+    MAX_GROUPS = 1000
 
     def __init__(self) -> None:
         self.docs_in = 0
@@ -58,6 +97,7 @@ class RunStats:
         self.quality: Dict[str, int] = {}
         self.input_repairs: Dict[str, int] = {}
         self.groups: Dict[str, Dict[str, int]] = {}
+        self.groups_folded = 0
         self.hist_in = np.zeros(len(LENGTH_EDGES), dtype=np.int64)
         self.hist_out = np.zeros(len(LENGTH_EDGES), dtype=np.int64)
         self.elapsed_before = 0.0      # seconds of earlier (committed) runs
@@ -92,6 +132,8 @@ class RunStats:
             _add(self.input_repairs, counters.get("input", {}))
         for g, outcome in (groups or {}).items():
             _add(self.groups.setdefault(g, {}), outcome)
+        if len(self.groups) > self.MAX_GROUPS + 1:
+            self.groups_folded += _fold_groups(self.groups, self.MAX_GROUPS // 2)
         self._sample()
 
     def add_skipped(self, n: int) -> None:
@@ -109,7 +151,7 @@ class RunStats:
                 "bytes_in": self.bytes_in, "bytes_out": self.bytes_out, "dropped": dict(self.dropped),
                 "pii": dict(self.pii), "cleaner": dict(self.cleaner), "quality": dict(self.quality),
                 "input_repairs": dict(self.input_repairs), "groups": {k: dict(v) for k, v in self.groups.items()},
-                "hist_in": _sparse(self.hist_in), "hist_out": _sparse(self.hist_out),
+                "groups_folded": self.groups_folded, "hist_in": _sparse(self.hist_in), "hist_out": _sparse(self.hist_out),
                 "elapsed": self.elapsed(), "runs": self.runs, "series": [list(p) for p in self.series],
                 "meta": dict(self.meta)}
 
@@ -121,6 +163,7 @@ class RunStats:
         for k in ("dropped", "pii", "cleaner", "quality", "input_repairs"):
             setattr(s, k, dict(st.get(k, {})))
         s.groups = {k: dict(v) for k, v in st.get("groups", {}).items()}
+        s.groups_folded = int(st.get("groups_folded", 0))
         s.hist_in = _dense(st["hist_in"])
         s.hist_out = _dense(st["hist_out"])
         s.elapsed_before = float(st.get("elapsed", 0.0))
@@ -157,7 +200,8 @@ class RunStats:
         }
         if self.groups:
             out["by_group"] = {"field": self.meta.get("group_by", ""),
-                               "groups": {k: dict(sorted(v.items())) for k, v in sorted(self.groups.items())}}
+                               "groups": {k: dict(sorted(v.items())) for k, v in sorted(self.groups.items())},
+                               "max_groups": self.MAX_GROUPS, "groups_folded_into_other": self.groups_folded}
         out.update({k: v for k, v in self.meta.items() if k in ("inputs", "output", "config", "threads", "version")})
         return out
 
@@ -217,7 +261,7 @@ def format_summary(stats: Dict[str, Any], top: int = 12) -> str:
         reasons = _group_columns(bg["groups"])
         lines += ["", f"by {bg['field'] or 'group'} (dropped by rule family):",
                   f"  {'':<18}{'docs':>8}{'kept':>8}" + "".join(f"{_short(r):>14}" for r in reasons)]
-        for g, outcome in sorted(bg["groups"].items(), key=lambda kv: -sum(kv[1].values())):
+        for g, outcome in _top_groups(bg["groups"], top):
             tot = sum(outcome.values())
             fam: Dict[str, int] = {}
             for r, c in outcome.items():
@@ -401,7 +445,7 @@ def render_report(stats: Dict[str, Any], path: str, title: Optional[str] = None)
     ax = fig.add_subplot(gs[1, 1:])
     bg = stats.get("by_group")
     if bg and bg["groups"]:
-        groups = sorted(bg["groups"].items(), key=lambda kv: sum(kv[1].values()))
+        groups = _top_groups(bg["groups"], 20)[::-1]  # the largest at the top; bounded whatever the cardinality
         cols = ["kept"] + _group_columns(bg["groups"], k=5)
         left = np.zeros(len(groups))
         for c in cols:

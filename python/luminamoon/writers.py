@@ -27,10 +27,63 @@ import pyarrow as pa
 
 from .data._prefetch import fsync_dir
 
-__all__ = ["ShardWriter", "PART_RE"]
+__all__ = ["ShardWriter", "PART_RE", "repair_surrogates", "json_value", "id_text"]
 
 PART_RE = re.compile(r"^part-(\d{5,})\.(parquet|jsonl|jsonl\.gz|jsonl\.zst)$")
 _TMP_PREFIX = ".tmp-part-"
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def repair_surrogates(v: Any) -> Any:
+    """``v`` with every lone surrogate in its strings (dict keys, nested lists and
+    dicts included) replaced by ONE U+FFFD; the same object when there is none."""
+    if isinstance(v, str):
+        return v if v.isascii() else _SURROGATE.sub("\ufffd", v)
+    if isinstance(v, dict):
+        return {repair_surrogates(k): repair_surrogates(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [repair_surrogates(x) for x in v]
+    return v
+
+
+def json_value(v: Any) -> Any:
+    """A JSON-native value for a kept field in JSONL output: dates, times and
+    timestamps as ISO 8601 text, decimals as text (exact), binary as base64,
+    timedeltas as seconds; lists and dicts converted inside."""
+    import base64
+    import datetime
+    import decimal
+
+    if v is None or isinstance(v, (str, bool, int, float)):
+        return v
+    if isinstance(v, (datetime.date, datetime.time)):  # datetime is a date
+        return v.isoformat()
+    if isinstance(v, decimal.Decimal):
+        return str(v)
+    if isinstance(v, (bytes, bytearray, memoryview)):
+        return base64.b64encode(bytes(v)).decode("ascii")
+    if isinstance(v, datetime.timedelta):
+        return v.total_seconds()
+    if isinstance(v, dict):
+        return {str(k): json_value(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [json_value(x) for x in v]
+    return str(v)
+
+
+def _json_text(v: Any) -> str:
+    return json.dumps(json_value(v), ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+
+
+def id_text(v: Any) -> str:
+    """The output id of an input id value: a string as is, anything else as JSON
+    text (``true``, ``2.5``, ``{"a":1}``; timestamps ISO 8601, binary base64)."""
+    if isinstance(v, str):
+        return v
+    j = json_value(v)
+    return j if isinstance(j, str) else _json_text(j)
 
 
 class ShardWriter:
@@ -45,12 +98,17 @@ class ShardWriter:
             part holds this many documents or text bytes.
         state: ``state()`` of a committed earlier run to continue from, or None
             (a fresh output: part files already in the folder are an error).
-        extra_fields: names of additional string columns given to ``add``.
+        extra_fields: names of additional columns given to ``add``.
+        extra_types: Arrow types of some of them (from Parquet inputs): Parquet
+            output keeps those types; JSONL output, and fields without a type,
+            convert values with :func:`json_value` (ISO dates, decimals as text,
+            binary as base64); in Parquet output an untyped non-string value is
+            stored as its JSON text.
     """
 
     def __init__(self, out_dir: str, fmt: str = "parquet", compression: str = "zstd", part_docs: int = 50000,
                  part_bytes: int = 256 << 20, state: Optional[Dict[str, Any]] = None,
-                 extra_fields: Sequence[str] = ()):
+                 extra_fields: Sequence[str] = (), extra_types: Optional[Dict[str, Any]] = None):
         if fmt not in ("parquet", "jsonl"):
             raise ValueError(f"output format must be parquet or jsonl, not {fmt!r}")
         comp = (compression or "none").lower()
@@ -66,6 +124,7 @@ class ShardWriter:
         self.fmt, self.compression = fmt, comp
         self.part_docs, self.part_bytes = int(part_docs), int(part_bytes)
         self.extra_fields = list(extra_fields)
+        self.extra_types = dict(extra_types or {}) if fmt == "parquet" else {}
         self.suffix = ".parquet" if fmt == "parquet" else {"none": ".jsonl", "gzip": ".jsonl.gz", "zstd": ".jsonl.zst"}[comp]
         os.makedirs(out_dir, exist_ok=True)
         self.parts: List[Dict[str, Any]] = []
@@ -126,11 +185,22 @@ class ShardWriter:
             vals = (extra or {}).get(k)
             if vals is None:
                 vals = [None] * n
-            self._extra[k].append(pa.array([None if v is None else v if isinstance(v, str) else
-                                            json.dumps(v, ensure_ascii=False, sort_keys=True) for v in vals],
-                                            type=pa.string()))
+            self._extra[k].append(self._extra_array(k, vals))
         self._rows += n
         self._bytes += nbytes
+
+    def _extra_array(self, k: str, vals: Sequence[Any]) -> pa.Array:
+        typ = self.extra_types.get(k)
+        if typ is not None:
+            try:
+                return pa.array(vals, type=typ)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as e:
+                raise ValueError(f"kept field {k!r}: a value does not fit its input column type {typ} "
+                                 f"({e})") from None
+        if self.fmt == "jsonl":  # JSON text, spliced into each line as is (_ndjson)
+            return pa.array([_json_text(v) for v in vals], type=pa.string())
+        return pa.array([None if v is None else v if isinstance(v, str) else _json_text(v) for v in vals],
+                        type=pa.string())
 
     def should_finish(self) -> bool:
         """True when the open part is full (part_docs or part_bytes reached)."""
@@ -148,7 +218,7 @@ class ShardWriter:
             texts = texts.cast(pa.string())
         cols = {"id": col(self._ids, pa.string()), "text": texts}
         for k in self.extra_fields:
-            cols[k] = col(self._extra[k], pa.string())
+            cols[k] = col(self._extra[k], self.extra_types.get(k, pa.string()))
         return pa.table(cols)
 
     def finish_part(self) -> Optional[Dict[str, Any]]:
@@ -188,7 +258,7 @@ class ShardWriter:
                 f.flush()
                 os.fsync(f.fileno())
         else:
-            data = _ndjson(table)
+            data = _ndjson(table, raw=self.extra_fields)
             if self.compression == "gzip":
                 import gzip
 
@@ -216,8 +286,18 @@ class ShardWriter:
         self._rows = self._bytes = 0
 
 
-def _ndjson(table: pa.Table) -> bytes:
-    """One JSON object per line, through Polars (fast, UTF-8 as is)."""
+def _ndjson(table: pa.Table, raw: Sequence[str] = ()) -> bytes:
+    """One JSON object per line, through Polars (fast, UTF-8 as is); the ``raw``
+    columns hold JSON text, spliced into each line as the field's value."""
+    if raw:
+        base = _ndjson(table.drop_columns(list(raw))).split(b"\n")
+        cols = [(json.dumps(k, ensure_ascii=False).encode("utf-8"), table.column(k).to_pylist()) for k in raw]
+        out = []
+        for i in range(table.num_rows):
+            line = base[i]
+            assert line.endswith(b"}")
+            out.append(line[:-1] + b"".join(b"," + k + b":" + v[i].encode("utf-8") for k, v in cols) + b"}\n")
+        return b"".join(out)
     try:
         import polars as pl
 
@@ -225,7 +305,5 @@ def _ndjson(table: pa.Table) -> bytes:
         pl.from_arrow(table).write_ndjson(buf)
         return buf.getvalue()
     except ImportError:  # pragma: no cover - polars is a dependency of the CLI's fast path only
-        import json
-
         rows = table.to_pylist()
         return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode("utf-8")

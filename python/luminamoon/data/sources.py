@@ -838,6 +838,8 @@ class JsonlSource(_FileSource):
                 continue
             if not self._take_record():
                 continue
+            if lineno == 1 and raw.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte order mark (Windows tools)
+                raw = raw[3:]
             try:
                 obj = json.loads(raw.decode("utf-8"))
             except UnicodeDecodeError as e:
@@ -988,28 +990,75 @@ class ParquetSource(Source):
                 raise ValueError(f"{path}: not a readable Parquet file: {e}") from e
             if self.text_column not in pf.schema_arrow.names:
                 raise ValueError(f"{path}: no column {self.text_column!r} (columns: {pf.schema_arrow.names})")
+            names = pf.schema_arrow.names
+            # only the selected columns present in this file are read, in bounded batches
+            cols = None if self.columns is None else [c for c in self.columns if c in names]
             while self._pos["row_group"] < pf.num_row_groups:
                 g = self._pos["row_group"]
                 first = self._pos["row"]
-                rows = pf.read_row_group(g, columns=self.columns).slice(first).to_pylist()
-                for j, row in enumerate(rows):
-                    r = first + j
-                    self._pos["row"] = r + 1
-                    idx = self._pos["record"]
-                    self._pos["record"] = idx + 1
-                    if self.world_size > 1 and not self._file_split and idx % self.world_size != self.rank:
+                r = 0
+                for batch in self._batches(pf, path, g, cols):
+                    if r + batch.num_rows <= first:  # resumed inside the row group: skip what was read
+                        r += batch.num_rows
                         continue
-                    if not isinstance(row.get(self.text_column), str):
-                        self._bad(f"{path}: row group {g}, row {r}: text column {self.text_column!r} is null")
-                        continue
-                    big = self._too_big(row[self.text_column])
-                    if big is not None:
-                        self._refuse_big(f"{path}: row group {g}, row {r}", big)
-                        continue
-                    yield row
+                    rows = batch.slice(max(first - r, 0)).to_pylist()
+                    r = max(r, first)
+                    for row in rows:
+                        self._pos["row"] = r + 1
+                        idx = self._pos["record"]
+                        self._pos["record"] = idx + 1
+                        r += 1
+                        if self.world_size > 1 and not self._file_split and idx % self.world_size != self.rank:
+                            continue
+                        if self._text_of(row, f"{path}: row group {g}, row {r - 1}") is None:
+                            continue
+                        big = self._too_big(row[self.text_column])
+                        if big is not None:
+                            self._refuse_big(f"{path}: row group {g}, row {r - 1}", big)
+                            continue
+                        yield row
                 self._pos["row_group"] = g + 1
                 self._pos["row"] = 0
             self._pos = self._start(shard + 1)
+
+    def _batches(self, pf: Any, path: str, g: int, cols: Optional[List[str]]) -> Iterator[Any]:
+        """Row group ``g`` in record batches of about 32 MiB of the selected columns
+        (by the row group's uncompressed sizes); a read error names the file and row group."""
+        md = pf.metadata.row_group(g)
+        nbytes = 0
+        for c in range(md.num_columns):
+            cc = md.column(c)
+            if cols is None or cc.path_in_schema.split(".", 1)[0] in cols:
+                nbytes += max(cc.total_uncompressed_size, 0)
+        per_row = max(nbytes // max(md.num_rows, 1), 1)
+        rows = int(min(max((32 << 20) // per_row, 1), 65536))
+        it = pf.iter_batches(batch_size=rows, row_groups=[g], columns=cols, use_threads=False)
+        while True:
+            try:
+                batch = next(it)
+            except StopIteration:
+                return
+            except Exception as e:  # pyarrow's own errors: "Corrupt snappy compressed data.", ...
+                raise ValueError(f"{path}: row group {g}: cannot read the data ({type(e).__name__}: {e}); "
+                                 "the file is damaged") from e
+            yield batch
+
+    def _text_of(self, row: Dict[str, Any], where: str) -> Optional[str]:
+        """The row's text (UTF-8 binary decoded in place), or None after reporting a bad record."""
+        text = row.get(self.text_column)
+        if isinstance(text, str):
+            return text
+        if isinstance(text, (bytes, bytearray)):
+            try:
+                row[self.text_column] = text = bytes(text).decode("utf-8")
+                return text
+            except UnicodeDecodeError as e:
+                self._bad(f"{where}: text column {self.text_column!r} is binary and not valid UTF-8 "
+                          f"(at byte {e.start})", e)
+                return None
+        what = "null" if text is None else f"of type {type(text).__name__}, not a string"
+        self._bad(f"{where}: text column {self.text_column!r} is {what}")
+        return None
 
 
 class HFIterableSource(Source):
