@@ -140,5 +140,67 @@ def run(rank, world, init_file, spec):
         dist.destroy_process_group()
 
 
-if __name__ == "__main__":  # manual use: python dist_worker.py RANK WORLD INIT_FILE SPEC_JSON
-    run(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], json.loads(open(sys.argv[4]).read()))
+def _threads() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+def _exit_rank(rank, world, d, run_no, corpus):
+    """One rank of the issue-17 scenario: a gloo group through a file store, global dedup,
+    a commit every 3 steps, then commit(), close(), destroy_process_group() and a normal
+    interpreter exit.  Records this process's thread count before the group and after
+    destroy_process_group(): gloo's threads must be gone by then (a pipeline that kept a
+    reference to the group kept them until the interpreter's finalization, where destroying
+    them aborted one run in three with "terminate called without an active exception")."""
+    import torch
+    import torch.distributed as dist
+    from luminamoon.data import DistributedPipeline, JsonlSource
+
+    torch.set_num_threads(1)
+    before = _threads()
+    dist.init_process_group("gloo", init_method=f"file://{d}/store-{run_no}", rank=rank, world_size=world,
+                            timeout=timedelta(seconds=60))
+    pipe = DistributedPipeline(JsonlSource(corpus), batch_size=200, dedup="global", num_threads=1,
+                               state_dir=os.path.join(d, f"state-{run_no}"), stages={"quality": False})
+    kept = 0
+    for b in pipe:
+        kept += len(b.texts)
+        if (b.index + 1) % 3 == 0:
+            pipe.commit()
+    pipe.commit()
+    pipe.close()
+    dist.destroy_process_group()
+    with open(os.path.join(d, f"exit-{run_no}-rank{rank}.json"), "w") as f:
+        json.dump({"threads_before": before, "threads_after": _threads(), "kept": kept}, f)
+
+
+def exit_runs(runs, world, d, corpus):
+    """``runs`` times: fork ``world`` ranks from this process (torch and luminamoon imported
+    once, so a run costs no interpreter start) that run ``_exit_rank`` and then leave through
+    the normal interpreter exit (not os._exit, as multiprocessing children do), where the
+    abort happened; writes every run's exit codes (negative: killed by that signal)."""
+    import torch  # noqa: F401  (imported before fork: the children share it)
+    import luminamoon.data  # noqa: F401
+
+    codes = []
+    for run_no in range(runs):
+        pids = []
+        for rank in range(world):
+            pid = os.fork()
+            if pid == 0:
+                _exit_rank(rank, world, d, run_no, corpus)
+                sys.exit(0)  # SystemExit unwinds to the top: a full interpreter finalization
+            pids.append(pid)
+        got = []
+        for pid in pids:
+            _, status = os.waitpid(pid, 0)
+            got.append(os.waitstatus_to_exitcode(status))
+        codes.append(got)
+        with open(os.path.join(d, "exit-codes.json"), "w") as f:
+            json.dump(codes, f)
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "exit-runs":  # python dist_worker.py exit-runs RUNS WORLD DIR CORPUS
+        exit_runs(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5])
+    else:  # manual use: python dist_worker.py RANK WORLD INIT_FILE SPEC_JSON
+        run(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], json.loads(open(sys.argv[4]).read()))

@@ -10,6 +10,8 @@ import json
 import os
 import random
 import re
+import subprocess
+import sys
 import time
 
 import pytest
@@ -508,3 +510,27 @@ def test_a_rank_that_fails_stops_the_others_at_once(corpus, tmp_path):
         assert outs[r]["error"][0] == "PeerFailedError" and "rank(s) [1] failed" in outs[r]["error"][1], outs[r]
     assert [o["batches"] for o in outs] == [2] * W
     assert [o.get("commit") for o in outs] == [1] * W, outs
+
+
+def test_four_ranks_exit_cleanly_every_time(corpus, tmp_path):
+    """Issue 17 part 1: one 4-rank run in three aborted at exit ("terminate called without an
+    active exception", SIGABRT) after destroy_process_group() had returned: the pipeline kept
+    references to the gloo group after close(), so gloo's threads outlived
+    destroy_process_group() and were torn down during the interpreter's finalization.
+    LM_DIST_EXIT_RUNS runs (default 20) of 4 ranks, each ending with a normal interpreter
+    exit: every exit code 0, and gloo's threads gone once destroy_process_group() returned
+    (the deterministic part: before the fix they were still there in every run)."""
+    runs = int(os.environ.get("LM_DIST_EXIT_RUNS", "20"))
+    path, docs = corpus
+    d = str(tmp_path)
+    ref = len(single_process(path))
+    p = subprocess.run([sys.executable, dist_worker.__file__, "exit-runs", str(runs), "4", d, path],
+                       capture_output=True, text=True, timeout=60 + 30 * runs)
+    assert p.returncode == 0, p.stdout + p.stderr
+    codes = json.load(open(os.path.join(d, "exit-codes.json")))
+    assert codes == [[0] * 4] * runs, (codes, p.stderr[-3000:])
+    assert "terminate called" not in p.stderr
+    for run_no in range(runs):
+        res = [json.load(open(os.path.join(d, f"exit-{run_no}-rank{r}.json"))) for r in range(4)]
+        assert sum(x["kept"] for x in res) == ref
+        assert [x["threads_after"] for x in res] == [x["threads_before"] for x in res], (run_no, res)

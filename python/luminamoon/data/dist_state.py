@@ -279,5 +279,7 @@ def cleanup(state_dir: str, commit_id: int, rank: int, world_size: int, stale_wa
             m = WAL_NAME_RE.match(name)
             if m and int(m.group(2)) != W:
                 os.remove(os.path.join(sd, name))
-            elif name.startswith("commit-") and "-of" in name and not name.endswith(f"-of{W}.json"):
+            elif name.startswith("commit-") and "-of" in name and f"-of{W}.json" not in name:
+                # not "-of{W}.json.<pid>.tmp" either: the other ranks may already be writing the
+                # next commit's sidecars (removing their temp file failed that commit)
                 os.remove(os.path.join(sd, name))

@@ -759,7 +759,14 @@ class DistributedPipeline:
                 dist.destroy_process_group(self._pg)
             except Exception:
                 pass
+        # No reference to any process group may outlive close(): one kept the gloo group's
+        # threads alive after the user's destroy_process_group(), until the interpreter's
+        # finalization tore them down and aborted the process now and then ("terminate
+        # called without an active exception", issue 17).
         self._pg = None
+        self.group = None
+        if self._exchange is not None:
+            self._exchange.group = None
 
     def close(self) -> None:
         """Stop the prefetch thread and release files and the private group (uncommitted progress is lost).
