@@ -534,3 +534,16 @@ def test_four_ranks_exit_cleanly_every_time(corpus, tmp_path):
         res = [json.load(open(os.path.join(d, f"exit-{run_no}-rank{r}.json"))) for r in range(4)]
         assert sum(x["kept"] for x in res) == ref
         assert [x["threads_after"] for x in res] == [x["threads_before"] for x in res], (run_no, res)
+
+
+def test_deeply_nested_json_is_a_bad_record_in_the_global_stream(tmp_path):
+    """Issue 19 item 9, the distributed reader: 100,000 nested '[' raised RecursionError."""
+    p = tmp_path / "deep.jsonl"
+    p.write_bytes(b'{"text": "a"}\n{"text": "x", "meta": ' + b"[" * 100000 + b'\n{"text": "c"}\n')
+    with pytest.raises(luminamoon.data.BadRecordError, match=rf"{p}:2: .*nested too deeply"):
+        with DistributedPipeline(JsonlSource(str(p)), batch_size=4, stages={"quality": False},
+                                 prefetch_batches=0) as pipe:
+            list(pipe)
+    with DistributedPipeline(JsonlSource(str(p), on_error="skip"), batch_size=4, stages={"quality": False},
+                             prefetch_batches=0) as pipe:
+        assert [t for b in pipe for t in b.texts.tolist()] == ["a", "c"]

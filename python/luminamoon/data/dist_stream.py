@@ -13,6 +13,7 @@ lines are not records), so positions are identical to the source's.
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any, Dict, Iterator, List, Optional
 
 from .sources import JsonlSource, Source, TextSource
@@ -82,6 +83,10 @@ class GlobalStream:
             return None
         except json.JSONDecodeError as e:
             src._bad(f"{path}:{lineno}: malformed JSON: {e.msg} (column {e.colno})", e)
+            return None
+        except RecursionError as e:  # as JsonlSource: nested deeper than Python's json can parse
+            src._bad(f"{path}:{lineno}: malformed JSON: nested too deeply to parse "
+                     f"(more than about {sys.getrecursionlimit()} levels)", e)
             return None
         if not isinstance(obj, dict):
             src._bad(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
