@@ -82,6 +82,39 @@ static size_t parse_ipv4(const uint8_t *s, size_t n, size_t i, uint32_t *addr) {
   return p;
 }
 
+/* "192.168.001.001": every octet exactly three digits (zero-padded), <= 255. */
+static size_t parse_ipv4_padded(const uint8_t *s, size_t n, size_t i, uint32_t *addr) {
+  if (i + 15 > n) return 0;
+  uint32_t a = 0;
+  for (int k = 0; k < 4; k++) {
+    const uint8_t *o = s + i + 4 * k;
+    if (!lm_pii_is_digit(o[0]) || !lm_pii_is_digit(o[1]) || !lm_pii_is_digit(o[2])) return 0;
+    if (k < 3 && o[3] != '.') return 0;
+    unsigned v = (unsigned)(o[0] - '0') * 100u + (unsigned)(o[1] - '0') * 10u + (unsigned)(o[2] - '0');
+    if (v > 255) return 0;
+    a = (a << 8) | v;
+  }
+  if (i + 15 < n && lm_pii_is_digit(s[i + 15])) return 0;
+  *addr = a;
+  return i + 15;
+}
+
+/* A host name ends right before i, then " (" or "(": "mirror.example.com (8.8.8.8)". */
+static int hostname_before_paren(const uint8_t *s, size_t i) {
+  if (i < 2 || s[i - 1] != '(') return 0;
+  size_t e = i - 1;
+  if (s[e - 1] == ' ') e--;
+  size_t j = e, last_dot = 0;
+  while (j > 0 && (lm_pii_is_alnum(s[j - 1]) || s[j - 1] == '-' || s[j - 1] == '.') && e - j < 253) {
+    if (s[j - 1] == '.' && !last_dot) last_dot = j;
+    j--;
+  }
+  if (!last_dot || e - last_dot < 2) return 0;
+  for (size_t k = last_dot; k < e; k++)
+    if (!lm_pii_is_alpha(s[k])) return 0;
+  return 1;
+}
+
 int lm_pii_ipv4_is_global(uint32_t a) {
   /* Python 3.11 ipaddress: _private_networks + _public_network (100.64/10). */
   static const struct {
@@ -734,13 +767,15 @@ int lm_pii_scan_strict(const lm_pii_masker *m, const uint8_t *s, size_t n, lm_pi
         } else if (left && (T & (1u << LM_PII_IPV4))) {
           uint32_t a4, b4;
           size_t e = parse_ipv4(s, n, i, &a4);
+          if (!e) e = parse_ipv4_padded(s, n, i, &a4);
           if (e && !num_right_ok(s, n, e)) {
             int range = s[e] == '-' && e + 1 < n && parse_ipv4(s, n, e + 1, &b4) != 0; /* "a-b" range */
             if (!range) e = 0;
           }
           if (e && left == 1 && version_context(s, i)) e = 0;
           if (e && (a4 >> 24) == 0 && a4 != 0) e = 0; /* 0.x.y.z is no host address: a version */
-          if (e && e - i == 7 && i > 0 && s[i - 1] == '(' && e < n && s[e] == ')') e = 0; /* "pkg (1.2.0.4)" */
+          if (e && e - i == 7 && i > 0 && s[i - 1] == '(' && e < n && s[e] == ')' && !hostname_before_paren(s, i))
+            e = 0; /* "pkg (1.2.0.4)", not "host.example.org (1.2.0.4)" */
           if (e && e + 4 <= n && memcmp(s + e, " -> ", 4) == 0) e = 0; /* changelog "1.1.1.0 -> 1.1.2" */
           if (e && m->ipv4_public_only && !lm_pii_ipv4_is_global(a4)) e = 0;
           if (e) {

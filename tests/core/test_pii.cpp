@@ -353,6 +353,15 @@ TEST(PiiStrict, LabelledReviewCases) {
       {"\xc2\xabjohn@example.com\xc2\xbb", "\xc2\xab" + e + "\xc2\xbb"},
       {"\xe3\x83\xa1\xe3\x83\xbc\xe3\x83\xab\xef\xbc\x9ataro@example.jp", "\xe3\x83\xa1\xe3\x83\xbc\xe3\x83\xab\xef\xbc\x9a" + e},
       {"\xe9\x80\xa3\xe7\xb5\xa1taro@example.jp", "\xe9\x80\xa3\xe7\xb5\xa1" + e},
+      // a host name then its address in parentheses is an address ("pkg (1.2.0.4)" stays a version)
+      {"mirror.example.com (8.8.8.8)", "mirror.example.com (" + ip + ")"},
+      {"Received: from mail.example.org (1.2.3.4) by", "Received: from mail.example.org (" + ip + ") by"},
+      {"check_hpasm (4.8.0.2): plugin", "check_hpasm (4.8.0.2): plugin"},
+      // zero-padded addresses (every octet three digits)
+      {"host 192.168.001.001 up", "host " + ip + " up"},
+      {"010.000.000.001:80", ip + ":80"},
+      {"version 001.002.003.004", "version 001.002.003.004"},
+      {"192.168.01.001 256.001.001.001 1.02.003.004", "192.168.01.001 256.001.001.001 1.02.003.004"},
   };
   for (const auto &c : cases) EXPECT_EQ(m.mask(c.first), c.second) << c.first;
 }
