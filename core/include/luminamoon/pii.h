@@ -22,7 +22,9 @@
  *    "Firefox 115.0.2.1"), dates, hex digests, ISBNs, file names
  *    ("logo@2x.png", "po/en@quot.header") and checksum failures out.  An address
  *    word before a dotted quad keeps it an address ("ip.addr == 8.8.8.8",
- *    "Server 8.8.8.8", French "vers 8.8.8.8"); "user@8.8.4.4" masks the IPv4.
+ *    "Server 8.8.8.8", French "vers 8.8.8.8"), as does a host name before it in
+ *    parentheses ("mirror.example.com (8.8.8.8)"); "user@8.8.4.4" masks the
+ *    IPv4; zero-padded addresses ("192.168.001.001") are addresses.
  *    E-mail local parts take the RFC 5322 characters ' / ! # $ * ^ ` { | } ~
  *    (and U+2019 as an apostrophe) between other local characters; local parts
  *    and domain labels take two-byte UTF-8 letters (accented Latin, Greek,
