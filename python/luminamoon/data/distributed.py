@@ -21,6 +21,12 @@ over the same stream.  ``dedup="local"``: each rank deduplicates only its own
 records (no exchange; a document seen by two ranks is kept by both).
 ``dedup=None``: no deduplication.
 
+**Ranks agree.**  At start every rank checks (one collective) that all read the
+same input by content, with the same batch size and settings; otherwise all raise
+ValueError naming the rank and what differs.  A rank whose step fails (a bad
+record) tells the others through that step's dedup exchange: they raise
+``PeerFailedError`` at once instead of waiting for the group timeout.
+
 **Distributed commit** (``commit()``, collective): (1) every rank syncs its WAL
 and writes its per-rank sidecar (atomic); (2) all ranks gather each other's
 status — if any failed, or they are not at the same step, every rank raises

@@ -30,8 +30,11 @@ What a resume costs (``bench/bench_source_resume.py`` measures it):
   each) is built once per file, cached under ``index_dir`` (default
   ``$LUMINAMOON_INDEX_DIR`` or ``~/.cache/luminamoon/gzindex``, keyed by path,
   size and mtime), and a resume inflates at most ``gzip_spacing`` bytes -- O(1)
-  in the position.  Building the index costs one extra decompression pass the
-  first time a file is opened.  Without ``indexed_gzip`` the reader resumes at
+  in the position.  Building the index costs two extra decompression passes the
+  first time a file is opened: one checks the file whole (every member complete,
+  nothing but zero padding after the last: a truncated or corrupt file is an
+  error, as with the reader below, never read as complete), one builds the index.
+  Without ``indexed_gzip`` the reader resumes at
   the start of the gzip *member* holding the position (multi-member files, e.g.
   written by :func:`write_jsonl`, resume in O(member)); a single-member file
   then costs O(position).
