@@ -176,7 +176,10 @@ def cmd_demo(args) -> int:
         if not args.quiet:
             print(f"generating a {args.size_mb:g} MB web-like demo corpus (seed {args.seed}) in {corpus_dir} ...",
                   file=sys.stderr)
-        info = generate(corpus_dir, size_mb=args.size_mb, seed=args.seed)
+        try:  # a size below one document, or more than the disk holds: refused before anything is written
+            info = generate(corpus_dir, size_mb=args.size_mb, seed=args.seed)
+        except ValueError as e:
+            raise _Fail(f"--size-mb: {e}") from None
         info["request"] = want
         info["generate_s"] = round(time.perf_counter() - t0, 2)
         with open(manifest, "w", encoding="utf-8") as f:
@@ -196,6 +199,8 @@ def cmd_demo(args) -> int:
     stats = run_corpus(args.inputs, out, cfg, resume=False, overwrite=True, quiet=args.quiet,
                        title=f"luminamoon demo — {info['documents']:,} generated web pages, {info['bytes'] / 1e6:.0f} MB")
     t_run = time.perf_counter() - t1
+    if args.quiet:
+        return 0
     print(format_summary(stats))
     print(f"\ngenerated in {info.get('generate_s', 0):.1f} s, processed in {t_run:.1f} s  "
           f"({stats['throughput']['mb_per_s']:.1f} MB/s on {stats.get('threads', '?')} threads)")

@@ -37,6 +37,7 @@ Example:
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 from typing import Any, Dict, Iterator, List, Optional, Tuple
@@ -582,16 +583,56 @@ def _dump(rec: Dict[str, Any]) -> bytes:
         return json.dumps(rec, ensure_ascii=True).encode("ascii") + b"\n"
 
 
+#: the smallest corpus the demo makes: about one document
+MIN_DOC_BYTES = 1000
+
+
+def _check_free_space(out_dir: str, nbytes: float) -> None:
+    """Refuses (OSError ENOSPC) a corpus that would not fit, with the run's output
+    beside it (about as large again), before anything is written."""
+    import errno
+    import shutil
+
+    d = os.path.abspath(out_dir)
+    while not os.path.exists(d):
+        d = os.path.dirname(d)
+    free = shutil.disk_usage(d).free
+    need = 2.2 * nbytes + (64 << 20)
+    if free < need:
+        raise OSError(errno.ENOSPC, f"a {nbytes / 1e6:g} MB demo corpus and its output need about "
+                      f"{need / 1e9:.1f} GB, and {d} has {free / 1e9:.1f} GB free: choose a smaller --size-mb")
+
+
+def _write_shard(tmp: str, data: bytes, compression: str) -> None:
+    with open(tmp, "wb") as f:
+        if compression == "gzip":
+            import zlib
+            for k in range(0, len(data), 1 << 20):  # independent members: cheap resume
+                c = zlib.compressobj(3, zlib.DEFLATED, 31)
+                f.write(c.compress(data[k:k + (1 << 20)]) + c.flush())
+        elif compression == "zstd":
+            import zstandard
+            cz = zstandard.ZstdCompressor(level=3)
+            for k in range(0, len(data), 1 << 20):
+                f.write(cz.compress(data[k:k + (1 << 20)]))
+        else:
+            f.write(data)
+
+
 def generate(out_dir: str, size_mb: float = 50.0, seed: int = 1234, shard_mb: float = 16.0,
              compression: str = "none") -> Dict[str, Any]:
     """Writes the demo corpus as sharded JSONL under ``out_dir``
     (``web-00000.jsonl``, ...; ``compression`` "gzip" or "zstd" adds ``.gz`` /
     ``.zst``) and returns a summary: paths, documents, bytes, counts per kind.
     Existing shards of an earlier call are replaced."""
-    if size_mb <= 0:
-        raise ValueError(f"size_mb must be positive, got {size_mb}")
+    if not isinstance(size_mb, (int, float)) or isinstance(size_mb, bool) or not math.isfinite(size_mb) or size_mb <= 0:
+        raise ValueError(f"size_mb must be a positive finite number, got {size_mb!r}")
+    if size_mb * 1e6 < MIN_DOC_BYTES:
+        raise ValueError(f"size_mb={size_mb:g} is smaller than one document: the demo needs at least "
+                         f"{MIN_DOC_BYTES / 1e6:g} MB")
     if compression not in ("none", "gzip", "zstd"):
         raise ValueError(f"compression must be none, gzip or zstd, not {compression!r}")
+    _check_free_space(out_dir, size_mb * 1e6)
     os.makedirs(out_dir, exist_ok=True)
     suffix = {"none": "", "gzip": ".gz", "zstd": ".zst"}[compression]
     for f in os.listdir(out_dir):
@@ -610,19 +651,14 @@ def generate(out_dir: str, size_mb: float = 50.0, seed: int = 1234, shard_mb: fl
         path = os.path.join(out_dir, f"web-{len(paths):05d}.jsonl{suffix}")
         data = b"".join(buf)
         tmp = path + ".tmp"
-        with open(tmp, "wb") as f:
-            if compression == "gzip":
-                import zlib
-                for k in range(0, len(data), 1 << 20):  # independent members: cheap resume
-                    c = zlib.compressobj(3, zlib.DEFLATED, 31)
-                    f.write(c.compress(data[k:k + (1 << 20)]) + c.flush())
-            elif compression == "zstd":
-                import zstandard
-                cz = zstandard.ZstdCompressor(level=3)
-                for k in range(0, len(data), 1 << 20):
-                    f.write(cz.compress(data[k:k + (1 << 20)]))
-            else:
-                f.write(data)
+        try:
+            _write_shard(tmp, data, compression)
+        except BaseException:  # a full disk, Ctrl-C: no half-written shard left behind
+            try:
+                os.remove(tmp)
+            except OSError:
+                pass
+            raise
         os.replace(tmp, path)
         paths.append(path)
         buf, size = [], 0

@@ -303,7 +303,20 @@ def _reason_color(reason: str) -> str:
 
 
 def render_report(stats: Dict[str, Any], path: str, title: Optional[str] = None) -> str:
-    """Draws report.png from a stats.json dict (matplotlib, Agg backend)."""
+    """Draws report.png from a stats.json dict (matplotlib, Agg backend).  matplotlib's
+    own warnings (an unwritable cache folder, layout notes) are not shown: the
+    picture is the output, and ``-q`` means quiet."""
+    import logging
+    import warnings
+
+    logging.getLogger("matplotlib").setLevel(logging.ERROR)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", module="matplotlib")
+        warnings.filterwarnings("ignore", category=UserWarning, message=".*[Mm]atplotlib.*")
+        return _render_report(stats, path, title)
+
+
+def _render_report(stats: Dict[str, Any], path: str, title: Optional[str]) -> str:
     import matplotlib
 
     matplotlib.use("Agg", force=True)
