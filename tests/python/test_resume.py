@@ -641,3 +641,18 @@ def test_dropped_distributed_pipeline_releases_thread_and_lock(tmp_path):
         time.sleep(0.01)  # the producer may be finishing the step it was preparing
     assert not any(t.name == "luminamoon-dist-prefetch" for t in threading.enumerate())
     DistributedPipeline(IterableSource(_texts(10)), state_dir=sd, dedup=None).close()  # the lock was released
+
+
+def test_failed_close_still_releases_the_lock(tmp_path):
+    """A close() whose file release fails (a full disk failing the last flush) kept the folder locked."""
+    sd = str(tmp_path / "s")
+    p = ResumablePipeline(IterableSource(_texts(10)), dedup=False, state_dir=sd)
+    real = p.state.close
+
+    def failing():
+        real()
+        raise OSError(28, "No space left on device")
+    p.state.close = failing
+    with pytest.raises(OSError, match="No space"):
+        p.close()
+    ResumablePipeline(IterableSource(_texts(10)), dedup=False, state_dir=sd).close()

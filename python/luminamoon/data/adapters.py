@@ -127,18 +127,33 @@ class _Resources:
         self.own_dir: Optional[str] = None
 
     def close(self) -> None:
+        """Release everything, even when a step fails (a full disk failing the WAL's last
+        flush must not keep the folder locked); the first error is raised at the end."""
         self.stop.set()
-        if self.prefetch is not None:
-            self.prefetch.stop()
+        # the thread first, outside the lock (it may be waiting for it to finish a batch)
+        first = _run_all([lambda: self.prefetch is not None and self.prefetch.stop()])
         with self.lock:
-            if self.dedup is not None:
-                self.dedup.close()
-            if self.state is not None:
-                self.state.close()
+            later = _run_all([lambda: self.dedup is not None and self.dedup.close(),
+                              lambda: self.state is not None and self.state.close()])
+        first = first or later
         unlock_state_dir(self.lock_fd)
         self.lock_fd = -1
         if self.own_dir is not None:
             shutil.rmtree(self.own_dir, ignore_errors=True)
+        if first is not None:
+            raise first
+
+
+def _run_all(steps: List[Callable[[], Any]]) -> Optional[BaseException]:
+    """Call each step; return the first exception (the others are dropped)."""
+    first = None
+    for step in steps:
+        try:
+            step()
+        except BaseException as e:  # noqa: PERF203 - each resource is released regardless
+            if first is None:
+                first = e
+    return first
 
 
 class _Producer:

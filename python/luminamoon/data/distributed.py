@@ -752,12 +752,16 @@ class DistributedPipeline:
             raise ValueError("this DistributedPipeline is closed")
 
     def _release(self) -> None:
-        if self._dedup is not None:
-            self._dedup.close()
-        if self._state is not None:
-            self._state.close()
-        unlock_state_dir(getattr(self, "_lock_fd", -1))
-        self._lock_fd = -1
+        try:
+            if self._dedup is not None:
+                self._dedup.close()
+        finally:
+            try:
+                if self._state is not None:
+                    self._state.close()
+            finally:  # a failed flush (full disk) must not keep the folder locked
+                unlock_state_dir(getattr(self, "_lock_fd", -1))
+                self._lock_fd = -1
         if self._pg is not None and self._own_pg:
             import torch.distributed as dist
 
