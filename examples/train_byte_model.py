@@ -228,6 +228,10 @@ def main(argv=None) -> int:
                    help="torch.compile backend (default inductor; --quick: aot_eager, which traces the same "
                         "full graph, with the ops' fake kernels, but skips C++ code generation)")
     args = p.parse_args(argv)
+    for name in ("steps", "batch_size", "max_len", "ckpt_every"):
+        v = getattr(args, name)
+        if v < (0 if name == "steps" else 1):
+            p.error(f"--{name.replace('_', '-')} must be {'>= 0' if name == 'steps' else 'positive'}, got {v}")
     if args.quick:
         args.steps = min(args.steps, 24)
         args.ckpt_every = min(args.ckpt_every, 8)
@@ -236,6 +240,9 @@ def main(argv=None) -> int:
     os.makedirs(args.work, exist_ok=True)
     data = args.data or demo_data(os.path.join(args.work, "data"), size_mb=1.0 if args.quick else 4.0)
     ds = Documents(data)
+    if len(ds) < args.batch_size:  # drop_last=True: an epoch would hold no batch, and the loop never end
+        raise SystemExit(f"{data} holds {len(ds):,} document(s), fewer than --batch-size {args.batch_size}: "
+                         f"an epoch would yield no batch. Pass --batch-size {max(len(ds), 1)} or less, or more data")
     loader, loader_kind = make_loader(ds, args.batch_size, args.seed, args.max_len)
     model = ByteLM(max_len=args.max_len, dim=48 if args.quick else 64, layers=2 if args.quick else 3)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
@@ -260,6 +267,7 @@ def main(argv=None) -> int:
           f"{sum(p.numel() for p in model.parameters()):,} parameters; "
           f"torch.compile: {'off' if args.no_compile else f'fullgraph, backend={backend}'}")
     t0 = time.perf_counter()
+    loss_value = None  # no step in this call (--steps 0, or resumed at the end)
     resumed_epoch = args.resume
     while step < args.steps:
         if hasattr(loader, "_lm_sampler"):
@@ -269,6 +277,7 @@ def main(argv=None) -> int:
             # earlier epoch shuffles the later ones exactly as the uninterrupted run does
             loader._lm_gen.manual_seed(loader._lm_seed + epoch)
         resumed_epoch = False
+        steps_before = step
         for batch in loader:
             st_batch = _as_string_tensor(batch)
             offsets, payload = st_batch.to_gpu_buffers()
@@ -295,12 +304,16 @@ def main(argv=None) -> int:
             if step >= args.steps:
                 break
         else:
+            if step == steps_before and done_in_epoch == 0:  # a whole epoch without a batch: never spin
+                raise SystemExit(f"epoch {epoch} yielded no batch ({len(ds):,} documents, --batch-size "
+                                 f"{args.batch_size})")
             epoch += 1
             done_in_epoch = 0
             continue
         break
     save_checkpoint(ckpt, model, opt, loader, step, epoch, done_in_epoch)
-    print(f"done: {step} steps in {time.perf_counter() - t0:.1f} s, final loss {loss_value:.4f}")
+    final = f"final loss {loss_value:.4f}" if loss_value is not None else "no step run in this call"
+    print(f"done: {step} steps in {time.perf_counter() - t0:.1f} s, {final}")
     return 0
 
 

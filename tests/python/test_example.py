@@ -68,3 +68,41 @@ def test_model_compiles_without_graph_breaks():
     assert explain.graph_break_count == 0
     compiled = torch.compile(model, fullgraph=True, dynamic=True, backend="aot_eager")
     assert torch.allclose(compiled(off, data), eager, rtol=1e-4, atol=1e-5)
+
+
+def _tiny_data(folder, n):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    os.makedirs(folder, exist_ok=True)
+    pq.write_table(pa.table({"id": [f"d{i}" for i in range(n)], "text": [f"document number {i} " * 3 for i in range(n)]}),
+                   os.path.join(folder, "part-00000.parquet"))
+    return str(folder)
+
+
+def _run_rc(args, timeout=300):
+    r = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--no-compile", *args], capture_output=True,
+                       text=True, timeout=timeout, cwd=str(ROOT))
+    return r.returncode, r.stdout + r.stderr
+
+
+def test_fewer_documents_than_batch_size_refused(tmp_path):
+    """drop_last=True gave no batch per epoch, and the epoch loop spun forever (issue 20 item 7)."""
+    data = _tiny_data(tmp_path / "data", 3)
+    rc, out = _run_rc(["--work", str(tmp_path / "w"), "--data", data, "--batch-size", "16"])
+    assert rc != 0
+    assert "3 document(s), fewer than --batch-size 16" in out and "Traceback" not in out
+
+
+def test_zero_steps_and_resume_after_the_end(tmp_path):
+    """--steps 0, and --resume after a finished run, crashed with UnboundLocalError (issue 20 item 7)."""
+    data = _tiny_data(tmp_path / "data", 6)
+    work = str(tmp_path / "w")
+    rc, out = _run_rc(["--work", work, "--data", data, "--batch-size", "2", "--steps", "0"])
+    assert rc == 0 and "done: 0 steps" in out, out
+    rc, out = _run_rc(["--work", work, "--data", data, "--batch-size", "2", "--steps", "4"])
+    assert rc == 0 and "done: 4 steps" in out, out
+    rc, out = _run_rc(["--work", work, "--data", data, "--batch-size", "2", "--steps", "4", "--resume"])
+    assert rc == 0 and "resumed at step 4" in out and "done: 4 steps" in out, out
+    rc, out = _run_rc(["--work", work, "--data", data, "--batch-size", "2", "--steps", "-1"])
+    assert rc == 2 and "--steps must be >= 0" in out
