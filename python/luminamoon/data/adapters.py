@@ -377,8 +377,11 @@ class ResumablePipeline:
             else:
                 self._apply(side)
         except BaseException:
-            self._finalizer()
             self._closed = True
+            try:
+                self._finalizer()
+            except Exception:
+                pass  # the first error is the one to report
             raise
         # 4. where a commit with nothing received points: the start, or the last commit
         self._origin = self._last if self._last is not None else {
