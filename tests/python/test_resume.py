@@ -656,3 +656,30 @@ def test_failed_close_still_releases_the_lock(tmp_path):
     with pytest.raises(OSError, match="No space"):
         p.close()
     ResumablePipeline(IterableSource(_texts(10)), dedup=False, state_dir=sd).close()
+
+
+def test_file_fingerprint_and_differences(tmp_path):
+    """Issue 19 item 3: inputs are identified by content (sampled hashes), size and mtime."""
+    from luminamoon.data.fingerprint import file_fingerprint, fingerprint_differences
+
+    p = tmp_path / "f.txt"
+    p.write_bytes(bytes(range(256)) * 20000)  # 5 MB: head, tail and samples are separate regions
+    a = file_fingerprint(p)
+    assert set(a) >= {"path", "size", "mtime_ns", "head_sha256", "tail_sha256", "samples_sha256"}
+    assert fingerprint_differences(a, file_fingerprint(str(p))) == []
+    st = os.stat(p)
+    os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # touched only: still a change
+    assert any("modification time" in d for d in fingerprint_differences(a, file_fingerprint(p)))
+    raw = bytearray(p.read_bytes())
+    mid = (len(raw) - 65536) * 8 // 15 + 100  # inside the 9th of the 16 sampled blocks
+    raw[mid:mid + 4] = b"XXXX"  # in the middle, same size, mtime put back
+    p.write_bytes(bytes(raw))
+    os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
+    diff = fingerprint_differences(a, file_fingerprint(p))
+    assert diff == [f"{p}: content (sampled) changed"]
+    with pytest.raises(TypeError, match="path"):
+        file_fingerprint(5)
+    with pytest.raises(OSError, match="missing"):
+        file_fingerprint(tmp_path / "missing")
+    with pytest.raises(TypeError, match="old"):
+        fingerprint_differences(None, a)
