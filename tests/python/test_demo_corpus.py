@@ -136,6 +136,21 @@ def test_bad_arguments(tmp_path):
         generate(str(tmp_path), size_mb=1, compression="lz4")
 
 
+def test_size_below_one_document_or_beyond_the_disk_refused_first(tmp_path):
+    """1e-7 MB made no shard ("input not found" later); 1e6 MB filled the disk (issue 20)."""
+    import errno
+
+    with pytest.raises(ValueError, match="smaller than one document"):
+        generate(str(tmp_path / "small"), size_mb=1e-7)
+    with pytest.raises(OSError, match="free") as e:
+        generate(str(tmp_path / "huge"), size_mb=1e9)
+    assert e.value.errno == errno.ENOSPC
+    assert not os.path.exists(tmp_path / "small") and not os.path.exists(tmp_path / "huge")
+    for bad in (float("nan"), float("inf"), True):
+        with pytest.raises(ValueError, match="size_mb"):
+            generate(str(tmp_path / "x"), size_mb=bad)
+
+
 @pytest.mark.parametrize("compression", ["gzip", "zstd"])
 def test_compressed_shards_read_back(tmp_path, compression):
     if compression == "zstd":
