@@ -61,7 +61,7 @@ def _fold_groups(groups: Dict[str, Dict[str, int]], keep: int) -> int:
 
 def _top_groups(groups: Dict[str, Dict[str, int]], top: int) -> List[Any]:
     """(name, outcome) of the ``top`` largest groups, largest first, then one
-    "(other: N groups)" entry with the rest (and OTHER_GROUP) summed."""
+    "(other N)" entry (N groups; "N+" when groups were folded during the run) with the rest (and OTHER_GROUP) summed."""
     ranked = sorted(((k, v) for k, v in groups.items() if k != OTHER_GROUP), key=lambda kv: (-sum(kv[1].values()), kv[0]))
     head, rest = ranked[:top], ranked[top:]
     other: Dict[str, int] = {}
@@ -70,7 +70,7 @@ def _top_groups(groups: Dict[str, Dict[str, int]], top: int) -> List[Any]:
     if OTHER_GROUP in groups:
         _add(other, groups[OTHER_GROUP])
     if other:
-        head.append((f"(other: {len(rest)}{'+' if OTHER_GROUP in groups else ''} groups)", other))
+        head.append((f"(other {len(rest)}{'+' if OTHER_GROUP in groups else ''})", other))
     return head
 
 
