@@ -8,9 +8,10 @@
 * ``luminamoon run``: rounds of 1..3 kills -9 at random times, then ``--resume`` to the end;
   the part files must be byte-identical to an uninterrupted run's, with the same statistics.
 
-LM_CHAOS_ROUNDS (default 2) rounds each; LM_CHAOS_SEED reproduces a run's random choices
+LM_CHAOS_ROUNDS (default 3; 50 for the full stress run) rounds each; LM_CHAOS_SEED reproduces a run's random choices
 (kills at a random time also depend on timing).  The seed is printed and in every message.
 """
+import glob
 import json
 import os
 import random
@@ -19,13 +20,14 @@ import subprocess
 import sys
 import time
 
+import chaos_child
 import test_cli
 import test_distributed
 from luminamoon.demo_corpus import generate
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CHILD = os.path.join(HERE, "chaos_child.py")
-ROUNDS = int(os.environ.get("LM_CHAOS_ROUNDS", "2"))
+ROUNDS = int(os.environ.get("LM_CHAOS_ROUNDS", "3"))
 
 
 def _seed():
@@ -44,7 +46,7 @@ def test_distributed_random_kills_and_world_sizes_exactly_once(tmp_path):
                        capture_output=True, text=True, timeout=300 * ROUNDS)
     assert r.returncode == 0, f"seed {seed}: {r.stderr[-3000:]}"
     ref = test_distributed.single_process(corpus)
-    kinds, worlds, checked = {}, set(), 0
+    kinds, worlds, checked, graced, n_runs = {}, set(), 0, 0, 0
     for i in range(ROUNDS):
         rd = os.path.join(d, f"round-{i}")
         with open(os.path.join(rd, "runs.json")) as f:
@@ -52,23 +54,56 @@ def test_distributed_random_kills_and_world_sizes_exactly_once(tmp_path):
         where = f"LM_CHAOS_SEED={seed} round {i}: {json.dumps(runs)}"
         assert runs[-1]["completed"], f"the last run did not end normally; {where}"
         for x in runs:
-            kinds[x["kind"]] = kinds.get(x["kind"], 0) + 1
+            k = "no kill" if x["completed"] else x["kind"]  # a kill planned after the run's end: none
+            kinds[k] = kinds.get(k, 0) + 1
             worlds.add(x["world"])
+            graced += len(x["graced"])
+        n_runs += len(runs)
         # the runs that got as far as iterating (rank 0 wrote its meta) in order
         names = [x["name"] for x in runs if os.path.exists(os.path.join(rd, f"meta-{x['name']}-rank0.json"))]
         kept, inputs, _ = test_distributed._committed(rd, names)
         assert sorted(inputs) == list(range(len(docs))), f"records not processed exactly once; {where}"
         assert kept == ref, f"kept documents differ from one process; {where}"
         checked += len(inputs)
-    print(f"chaos distributed: {ROUNDS} rounds, runs by kill kind {kinds}, world sizes {sorted(worlds)}, "
-          f"{checked} documents checked, {time.monotonic() - t0:.1f} s")
+    print(f"chaos distributed: {ROUNDS} rounds, {n_runs} runs by kill (commit: inside a commit; step-one/all: "
+          f"after a step; time-one/all: at a random time) {kinds}, world sizes {sorted(worlds)}, {graced} "
+          f"surviving ranks killed {chaos_child.GRACE:.0f} s after a peer died, {checked} documents checked, "
+          f"{time.monotonic() - t0:.1f} s")
+
+
+CLI_ARGS = [*test_cli.RESUME_ARGS, "--batch-size", "32", "--part-docs", "25"]  # later options win: more commits
+
+
+def _n_parts(out):  # counted, not read: a resumed run removes the parts written after the last commit
+    return len(glob.glob(os.path.join(out, "part-*")))
+
+
+def _kill_moment(rng, p, out, full):
+    """Wait for a random moment of the run p: a random time since its start (often before
+    it has begun reading), or a random number of new part files plus a random delay (while
+    it writes and commits).  Returns a description, or None when p ended first."""
+    state = os.path.join(out, ".luminamoon")
+    if rng.random() < 0.3:
+        at = full * rng.uniform(0.0, 1.0)
+        try:
+            p.wait(timeout=at)
+        except subprocess.TimeoutExpired:
+            return f"at {at:.2f} s"
+        return None
+    have = _n_parts(out)
+    need = have + rng.randrange(0, 4)
+    test_cli._wait_for(lambda: p.poll() is not None or os.path.isdir(state) and
+                       _n_parts(out) >= need, 120)
+    delay = rng.uniform(0.0, 0.2)
+    time.sleep(delay)
+    return None if p.poll() is not None else f"{delay:.3f} s after part {need}"
 
 
 def test_cli_random_kills_then_resume_equal_uninterrupted(tmp_path):
     seed = _seed()
     rng = random.Random(seed)
-    info = generate(str(tmp_path / "corpus"), size_mb=0.6, seed=42, shard_mb=0.2)
-    cmd = [sys.executable, "-m", "luminamoon", "run", *info["paths"], "-q", *test_cli.RESUME_ARGS]
+    info = generate(str(tmp_path / "corpus"), size_mb=1.0, seed=42, shard_mb=0.25)
+    cmd = [sys.executable, "-m", "luminamoon", "run", *info["paths"], "-q", *CLI_ARGS]
     ref = str(tmp_path / "ref")
     t0 = time.monotonic()
     r = subprocess.run(cmd + ["-o", ref], capture_output=True, text=True, timeout=300)
@@ -80,20 +115,20 @@ def test_cli_random_kills_then_resume_equal_uninterrupted(tmp_path):
         out = str(tmp_path / f"out-{i}")
         log = []
         for k in range(rng.randint(1, 3)):
-            at = full * rng.uniform(0.1, 1.05)
             p = subprocess.Popen(cmd + ["-o", out] + (["--resume"] if k else []), stdout=subprocess.DEVNULL,
                                  stderr=subprocess.PIPE, text=True)
             try:
-                p.wait(timeout=at)
-                ended_early += 1
-                log.append(f"ended rc {p.returncode} before its kill at {at:.2f} s")
-            except subprocess.TimeoutExpired:
-                p.send_signal(signal.SIGKILL)
-                p.wait(timeout=30)
-                kills += 1
-                n = len(test_cli._part_bytes(out)) if os.path.isdir(out) else 0
-                parts_at_kill.append(n)
-                log.append(f"killed at {at:.2f} s with {n} parts")
+                when = _kill_moment(rng, p, out, full)
+                if when is None:
+                    ended_early += 1
+                    log.append(f"ended rc {p.wait()} before its kill")
+                else:
+                    p.send_signal(signal.SIGKILL)
+                    p.wait(timeout=30)
+                    kills += 1
+                    n = _n_parts(out)
+                    parts_at_kill.append(n)
+                    log.append(f"killed {when} with {n} parts")
             finally:
                 if p.poll() is None:
                     p.kill()
