@@ -380,7 +380,11 @@ class DistributedPipeline:
             return
         mine, err = None, None
         try:
-            src = self.source.identity() if hasattr(self.source, "identity") else None
+            run = getattr(self, "_run", None)  # the identity the checkpoint records, computed once
+            if isinstance(run, dict) and "source" in run:
+                src = run["source"]
+            else:
+                src = self.source.identity() if hasattr(self.source, "identity") else None
             paths = []
             if isinstance(src, dict) and isinstance(src.get("files"), list):
                 paths = [f.get("path") for f in src["files"]]
