@@ -77,9 +77,10 @@ def _run_ranks(world, store, specs, kill_at=None, kill_ranks=()):
     return codes, graced, time.monotonic() - t0
 
 
-def one_round(d, corpus, n_docs, rng):
+def one_round(d, corpus, n_docs, rng, est):
+    """est: {world size: the longest run that ended normally}, shared by the rounds."""
     sd = os.path.join(d, "state")
-    runs, est = [], {}
+    runs = []
     max_kills = rng.randint(1, 3)
     while True:
         j = len(runs)
@@ -104,7 +105,7 @@ def one_round(d, corpus, n_docs, rng):
             specs[r]["env"] = {str(r): {"LUMINAMOON_DIST_FAULT": f"{point}:{r}:{n}"}}
             detail = {"point": point, "rank": r, "commit": n}
         elif kind in ("time-one", "time-all"):  # SIGKILL from here at a random time
-            kill_at = rng.uniform(0, est.get(W, 1.0 + 0.03 * steps))
+            kill_at = rng.uniform(0, est.get(W, 0.5 + 0.02 * steps))
             kill_ranks = [rng.randrange(W)] if kind == "time-one" else list(range(W))
             detail = {"at_s": round(kill_at, 3), "ranks": kill_ranks}
         store = os.path.join(d, f"store-{j}")
@@ -125,10 +126,11 @@ def main(d, corpus, n_docs, seed, rounds):
     import torch  # noqa: F401  (imported before the forks: the ranks share it)
     import luminamoon.data  # noqa: F401
 
+    est = {}
     for i in range(rounds):
         rd = os.path.join(d, f"round-{i}")
         os.makedirs(rd)
-        one_round(rd, corpus, n_docs, random.Random(f"{seed}-{i}"))
+        one_round(rd, corpus, n_docs, random.Random(f"{seed}-{i}"), est)
 
 
 if __name__ == "__main__":

@@ -8,8 +8,9 @@
 * ``luminamoon run``: rounds of 1..3 kills -9 at random times, then ``--resume`` to the end;
   the part files must be byte-identical to an uninterrupted run's, with the same statistics.
 
-LM_CHAOS_ROUNDS (default 3; 50 for the full stress run) rounds each; LM_CHAOS_SEED reproduces a run's random choices
-(kills at a random time also depend on timing).  The seed is printed and in every message.
+LM_CHAOS_ROUNDS rounds each (default 3; 50 for the full stress run); LM_CHAOS_SEED reproduces
+a run's random choices (kills at a random time also depend on timing).  The seed is printed
+and named in every failure message.
 """
 import glob
 import json
