@@ -581,6 +581,62 @@ def run_corpus(inputs: Sequence[str], out: str, cfg: Dict[str, Any], *, resume: 
     if os.path.exists(out) and not os.path.isdir(out):
         raise RunError(f"output folder: File exists and is not a folder: {out!r}")
     created_out = not os.path.exists(out)
+    # One run per output folder: the folder itself is locked before anything in it is read or
+    # touched (--overwrite deleting, the standard-input copy, the state), and held to the end.
+    os.makedirs(out, exist_ok=True)
+    try:
+        lock_fd = _lock_output(out)
+    except BaseException:
+        if created_out:
+            _remove_if_empty(out)
+        raise
+    try:
+        return _run_locked(inputs, out, cfg, resume, overwrite, quiet, title, report, stop_after_batches,
+                           log, keep, created_out)
+    except BaseException:
+        if created_out:  # a start that failed leaves no empty folder behind
+            _remove_if_empty(out)
+        raise
+    finally:
+        os.close(lock_fd)
+
+
+def _lock_output(out: str) -> int:
+    """Takes the exclusive lock of the output folder (``flock`` on the folder itself, so that
+    nothing is left behind and ``--overwrite`` cannot delete it); raises RunError naming the
+    process of the run that holds it."""
+    import errno
+    import fcntl
+
+    from .data._prefetch import LOCK_NAME
+
+    fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        os.close(fd)
+        if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            raise
+        try:
+            with open(os.path.join(out, STATE_DIRNAME, LOCK_NAME), encoding="ascii", errors="replace") as f:
+                holder = f.read(32).strip()
+        except OSError:
+            holder = ""
+        raise RunError(f"output folder {out!r} is in use by process {holder or '(unknown)'}: one run per "
+                       "output folder at a time; wait for it to end, or choose another output folder") from None
+    return fd
+
+
+def _remove_if_empty(out: str) -> None:
+    try:
+        if not os.listdir(out):
+            os.rmdir(out)
+    except OSError:
+        pass
+
+
+def _run_locked(inputs, out, cfg, resume, overwrite, quiet, title, report, stop_after_batches, log, keep,
+                created_out) -> Dict[str, Any]:
     fmt = cfg["input"]["format"]
     prev = read_run_state(out)
     state_dir = os.path.join(out, STATE_DIRNAME)
@@ -601,7 +657,6 @@ def run_corpus(inputs: Sequence[str], out: str, cfg: Dict[str, Any], *, resume: 
     fps = None
     spooled = None
     if got.stdin and stdin_copy is None:
-        os.makedirs(out, exist_ok=True)
         try:
             tmp, name = _spool_stdin(out, fmt)
         except BaseException:
@@ -626,11 +681,12 @@ def run_corpus(inputs: Sequence[str], out: str, cfg: Dict[str, Any], *, resume: 
         fmt = fmts.pop()
     try:
         ident = _run_identity(paths, fmt, cfg, fps)
-        os.makedirs(out, exist_ok=True)
         resuming, manifest = _prepare_output(out, ident, resume, overwrite, log, prev)
     except BaseException:
         if spooled:  # only the copy: the folder may hold another run's state
             _drop_spool(out, created_out)
+        elif created_out:
+            _remove_if_empty(out)
         raise
     committed = [resuming]
     try:

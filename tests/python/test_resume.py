@@ -534,6 +534,39 @@ def test_cli_two_runs_into_one_state_folder(tmp_path):
     assert r.returncode == 0, r.stderr
 
 
+def test_cli_overwrite_while_a_run_is_in_progress_deletes_nothing(tmp_path):
+    """`--overwrite` deleted the state folder (lock file included) of a run still in progress,
+    so that both then ran into one folder: the output folder is locked before anything in it is
+    touched, and the run in progress ends whole."""
+    corpus = tmp_path / "c.jsonl"
+    make_corpus(corpus, n=1000)
+    out = tmp_path / "out"
+    first = subprocess.Popen(_cli(corpus, "-o", out, *CLI_ARGS), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    lock = out / ".luminamoon" / "lock"
+    try:
+        deadline = time.time() + 120
+        while first.poll() is None and time.time() < deadline:
+            if lock.exists() and lock.read_text().strip() == str(first.pid):
+                break
+            time.sleep(0.002)
+        first.send_signal(signal.SIGSTOP)
+        assert first.poll() is None, "the first run ended before the second could start"
+        before = sorted(p.name for p in out.rglob("*"))
+        r = subprocess.run(_cli(corpus, "-o", out, *CLI_ARGS, "--overwrite"), capture_output=True, text=True,
+                           timeout=120)
+        assert r.returncode == 2, r.stderr
+        assert f"in use by process {first.pid}" in r.stderr, r.stderr
+        assert sorted(p.name for p in out.rglob("*")) == before  # nothing deleted or added
+    finally:
+        first.send_signal(signal.SIGCONT)
+    assert first.wait(timeout=300) == 0, first.stderr.read().decode()
+    stats = json.loads((out / "stats.json").read_text())
+    assert stats["documents"]["input"] == len(corpus.read_text().splitlines()) and stats["documents"]["kept"] > 0
+    again = subprocess.run(_cli(corpus, "-o", out, *CLI_ARGS, "--overwrite"), capture_output=True, text=True,
+                           timeout=300)
+    assert again.returncode == 0, again.stderr  # the lock died with the first run
+
+
 # ------------------------------------------------- DistributedPipeline, one rank (issue 19)
 
 def _dist_batches(pipe, n=None):
