@@ -137,6 +137,24 @@ int lm_dt_check(const lm_dtable *t) {
   return held + (size_t)(t->has_zero != 0) == t->count;
 }
 
+int lm_dt_finish_load(lm_dtable *t, int has_zero) {
+  size_t held = 0;
+  for (size_t i = 0; i < t->nslots; i++) held += !is_empty(&t->slots[i]);
+  t->has_zero = has_zero != 0;
+  t->count = held + (size_t)t->has_zero;
+  return lm_dt_check(t);
+}
+
+size_t lm_dedup_table_count(const lm_dedup *d) { return d->t.count; }
+int lm_dedup_table_insert(lm_dedup *d, lm_hash128_t h) { return lm_dt_insert(&d->t, h); }
+int lm_dedup_table_remove(lm_dedup *d, lm_hash128_t h) { return lm_dt_remove(&d->t, h); }
+const lm_dtable *lm_dedup_table(const lm_dedup *d) { return &d->t; }
+void lm_dedup_table_replace(lm_dedup *d, lm_dtable *t) {
+  lm_dt_free(&d->t);
+  d->t = *t;
+  memset(t, 0, sizeof *t);
+}
+
 int lm_dt_contains(const lm_dtable *t, lm_hash128_t h) {
   if (is_zero_key(h)) return t->has_zero;
   size_t pos;

@@ -31,6 +31,10 @@ int lm_dt_remove(lm_dtable *t, lm_hash128_t h); /* 1 removed, 0 absent */
  * home slot with no empty slot in between, keys strictly increasing, `count`
  * right): what a loaded snapshot must satisfy before it is used. */
 int lm_dt_check(const lm_dtable *t);
+/* After the slot array of a fresh table (lm_dt_init) was filled from a
+ * snapshot: set has_zero, recount the keys; 1 if the table then satisfies
+ * lm_dt_check, else 0 (the table is still freed with lm_dt_free). */
+int lm_dt_finish_load(lm_dtable *t, int has_zero);
 
 struct lm_dedup {
   lm_dtable t;
@@ -52,6 +56,15 @@ struct lm_dedup {
   int closed, failed;
   lm_dedup_stats st;                            /* counters (probes, inserts, ...) */
 };
+
+/* The table of a dedup, for dedup_wal.c, which never touches `t` itself
+ * (dedup.c owns it).  Same results as the lm_dt_* functions above. */
+size_t lm_dedup_table_count(const lm_dedup *d);
+int lm_dedup_table_insert(lm_dedup *d, lm_hash128_t h); /* 1, 0 or -1 as lm_dt_insert */
+int lm_dedup_table_remove(lm_dedup *d, lm_hash128_t h); /* 1 removed, 0 absent */
+const lm_dtable *lm_dedup_table(const lm_dedup *d);     /* read-only, for a snapshot */
+/* Free the dedup's table and take *t in its place (t is zeroed). */
+void lm_dedup_table_replace(lm_dedup *d, lm_dtable *t);
 
 /* dedup_wal.c */
 lm_status lm_dwal_open(lm_dedup *d);                 /* open/create + recover */

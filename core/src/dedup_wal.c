@@ -222,11 +222,11 @@ static lm_status replay(lm_dedup *d, uint64_t size) {
       break;
     }
     for (uint32_t k = 0; k < c; k++) {
-      if (d->max_entries && d->t.count >= d->max_entries) {
+      if (d->max_entries && lm_dedup_table_count(d) >= d->max_entries) {
         s = LM_ETOOBIG;
         break;
       }
-      int ins = lm_dt_insert(&d->t, buf[k]);
+      int ins = lm_dedup_table_insert(d, buf[k]);
       if (ins < 0) {
         s = LM_ENOMEM;
         break;
@@ -283,14 +283,10 @@ static int load_snapshot(lm_dedup *d, uint64_t wal_file_size) {
   if (ok && lm_dt_init(&t, (size_t)cap) == 0) {
     size_t bytes = (size_t)nslots * 16u;
     ok = full_pread(fd, t.slots, bytes, LM_SNAP_HDR_SIZE) == (ssize_t)bytes && lm_crc32c(t.slots, bytes) == pcrc;
-    size_t held = 0;
-    for (size_t i = 0; ok && i < t.nslots; i++) held += (t.slots[i].lo | t.slots[i].hi) != 0;
-    t.has_zero = (flags & 1u) != 0;
-    t.count = held + (size_t)t.has_zero;
-    ok = ok && t.count == count && lm_dt_check(&t); /* a well-formed table, not just a matching CRC */
+    /* a well-formed table, not just a matching CRC */
+    ok = ok && lm_dt_finish_load(&t, (flags & 1u) != 0) && t.count == count;
     if (ok) {
-      lm_dt_free(&d->t);
-      d->t = t;
+      lm_dedup_table_replace(d, &t);
       d->lsn = lsn;
       d->wal_size = woff;
       d->last_rec_off = lsn ? prev : 0;
@@ -313,7 +309,8 @@ lm_status lm_dwal_snapshot(lm_dedup *d) {
   if (s) return s;
   int fd = open(d->tmp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return LM_EIO;
-  size_t bytes = d->t.nslots * 16u;
+  const lm_dtable *t = lm_dedup_table(d);
+  size_t bytes = t->nslots * 16u;
   uint8_t h[LM_SNAP_HDR_SIZE];
   memset(h, 0, sizeof h);
   memcpy(h, k_snap_magic, 8);
@@ -321,16 +318,16 @@ lm_status lm_dwal_snapshot(lm_dedup *d) {
   put32(h + 12, LM_SNAP_HDR_SIZE);
   put64(h + 16, d->seed);
   put64(h + 24, d->lsn);
-  put64(h + 32, d->t.cap);
-  put64(h + 40, d->t.nslots);
-  put64(h + 48, d->t.count);
+  put64(h + 32, t->cap);
+  put64(h + 40, t->nslots);
+  put64(h + 48, t->count);
   put64(h + 56, d->wal_size);
   put64(h + 64, d->lsn ? d->last_rec_off : 0);
   put32(h + 72, d->lsn ? d->last_rec_hcrc : 0);
-  put32(h + 76, d->t.has_zero ? 1u : 0u);
-  put32(h + 80, lm_crc32c(d->t.slots, bytes));
+  put32(h + 76, t->has_zero ? 1u : 0u);
+  put32(h + 80, lm_crc32c(t->slots, bytes));
   put32(h + 92, lm_crc32c(h, 92));
-  int bad = full_pwrite(fd, h, sizeof h, 0) || full_pwrite(fd, d->t.slots, bytes, LM_SNAP_HDR_SIZE) || fsync(fd);
+  int bad = full_pwrite(fd, h, sizeof h, 0) || full_pwrite(fd, t->slots, bytes, LM_SNAP_HDR_SIZE) || fsync(fd);
   int e = errno;
   close(fd);
   if (bad || rename(d->tmp_path, d->snap_path) || fsync_dir(d->dir_path)) {
@@ -404,7 +401,7 @@ lm_status lm_dwal_truncate(lm_dedup *d, uint64_t lsn) {
   }
   /* 2. buffered hashes past the target */
   while (d->npend && d->written_lsn + d->npend > lsn) {
-    if (lm_dt_remove(&d->t, d->pend[d->npend - 1]) != 1) return LM_ECORRUPT;
+    if (lm_dedup_table_remove(d, d->pend[d->npend - 1]) != 1) return LM_ECORRUPT;
     d->npend--;
     d->lsn--;
   }
@@ -449,7 +446,7 @@ lm_status lm_dwal_truncate(lm_dedup *d, uint64_t lsn) {
       memcpy(kept + LM_WAL_REC_HDR, buf, (size_t)keep * 16u);
     }
     for (uint32_t k = c; k-- > from;)
-      if (lm_dt_remove(&d->t, buf[k]) != 1) s = LM_ECORRUPT;
+      if (lm_dedup_table_remove(d, buf[k]) != 1) s = LM_ECORRUPT;
     o += LM_WAL_REC_HDR + (uint64_t)c * 16u;
     f += c;
   }
