@@ -1,5 +1,6 @@
 /* clean.c — TextCleaner (see clean.h). */
 #include "luminamoon/clean.h"
+#include "luminamoon/bytebuf.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -278,105 +279,36 @@ lm_status lm_clean_text(const lm_cleaner *cl, const uint8_t *text, size_t len, u
 
 /* ---- batch ---- */
 
-#define LM_CLEAN_GRAIN 64
-
-typedef struct {
-  uint8_t *data;
-  size_t len, cap;
-  lm_clean_counters c;
-} range_out;
-
-typedef struct {
-  const lm_cleaner *cl;
-  const lm_docs *docs;
-  int32_t *reasons;
-  size_t *out_len;
-  range_out *ranges;
-} run_ctx;
-
-static lm_status reserve(range_out *ro, size_t extra) {
-  if (extra > SIZE_MAX - ro->len) return LM_EOVERFLOW;
-  if (ro->len + extra <= ro->cap) return LM_OK;
-  size_t nc = ro->cap ? ro->cap : 4096;
-  while (nc < ro->len + extra) {
-    if (nc > SIZE_MAX / 2) return LM_EOVERFLOW;
-    nc *= 2;
+static lm_status clean_doc(const void *stage, void *scratch, const uint8_t *t, size_t n, lm_bytebuf *arena,
+                           void *counters, int32_t *reason) {
+  const lm_cleaner *cl = (const lm_cleaner *)stage;
+  (void)scratch;
+  /* a document above max_doc_bytes is refused without output: no room for it */
+  int over = cl->p.max_doc_bytes && n > cl->p.max_doc_bytes;
+  size_t need = over ? 16 : lm_clean_bound(n) + 16, ol = 0;
+  lm_status st;
+  for (;;) {
+    st = lm_bytebuf_reserve(arena, need, 4096);
+    if (st) return st;
+    st = lm_clean_text(cl, t, n, arena->data + arena->len, arena->cap - arena->len, &ol, reason,
+                       (lm_clean_counters *)counters);
+    if (st != LM_ERANGE) break;
+    need = ol;
   }
-  uint8_t *q = (uint8_t *)realloc(ro->data, nc);
-  if (!q) return LM_ENOMEM;
-  ro->data = q;
-  ro->cap = nc;
+  if (st) return st;
+  if (*reason == LM_REASON_KEPT) arena->len += ol;
   return LM_OK;
 }
 
-static lm_status run_range(void *vctx, size_t begin, size_t end) {
-  run_ctx *x = (run_ctx *)vctx;
-  for (size_t r = begin; r < end; r++) {
-    range_out *ro = &x->ranges[r];
-    size_t d0 = r * LM_CLEAN_GRAIN, d1 = d0 + LM_CLEAN_GRAIN;
-    if (d1 > x->docs->n) d1 = x->docs->n;
-    for (size_t d = d0; d < d1; d++) {
-      const uint8_t *t = x->docs->data + x->docs->offsets[d];
-      size_t n = (size_t)(x->docs->offsets[d + 1] - x->docs->offsets[d]);
-      /* a document above max_doc_bytes is refused without output: no room for it */
-      int over = x->cl->p.max_doc_bytes && n > x->cl->p.max_doc_bytes;
-      size_t need = over ? 16 : lm_clean_bound(n) + 16, ol = 0;
-      int32_t reason;
-      lm_status st;
-      for (;;) {
-        st = reserve(ro, need);
-        if (st) return st;
-        st = lm_clean_text(x->cl, t, n, ro->data + ro->len, ro->cap - ro->len, &ol, &reason, &ro->c);
-        if (st != LM_ERANGE) break;
-        need = ol;
-      }
-      if (st) return st;
-      x->reasons[d] = reason;
-      x->out_len[d] = reason == LM_REASON_KEPT ? ol : 0;
-      ro->len += x->out_len[d];
-    }
-  }
-  return LM_OK;
+static void clean_merge(void *stage, const void *counters) {
+  const uint64_t *src = (const uint64_t *)counters;
+  uint64_t *dst = (uint64_t *)&((lm_cleaner *)stage)->counters;
+  for (size_t i = 0; i < sizeof(lm_clean_counters) / sizeof(uint64_t); i++) dst[i] += src[i];
 }
 
-static void add_counters(lm_clean_counters *a, const lm_clean_counters *b) {
-  const uint64_t *src = (const uint64_t *)b;
-  uint64_t *dst = (uint64_t *)a;
-  for (size_t i = 0; i < sizeof *a / sizeof(uint64_t); i++) dst[i] += src[i];
-}
+static const lm_batch_stage k_clean_stage = {64, sizeof(lm_clean_counters), NULL, NULL, clean_doc, clean_merge};
 
 lm_status lm_cleaner_run(lm_cleaner *cl, const lm_docs *docs, lm_batch_result *out, const lm_exec *exec) {
-  if (!cl || !out) return LM_EINVAL;
-  lm_status st = lm_docs_validate(docs);
-  if (st) return st;
-  size_t n = docs->n;
-  st = lm_batch_result_begin(out, n, docs->data_len);
-  if (st) return st;
-  if (n == 0) return LM_OK;
-  size_t nr = (n + LM_CLEAN_GRAIN - 1) / LM_CLEAN_GRAIN;
-  run_ctx x = {cl, docs, out->reasons, (size_t *)malloc(n * sizeof(size_t)),
-               (range_out *)calloc(nr, sizeof(range_out))};
-  if (!x.out_len || !x.ranges) {
-    free(x.out_len);
-    free(x.ranges);
-    return LM_ENOMEM;
-  }
-  lm_exec ex = exec ? *exec : (lm_exec){1, 0};
-  if (ex.min_items_per_thread == 0) ex.min_items_per_thread = 4;
-  st = lm_parallel_for(&ex, nr, run_range, &x);
-  for (size_t r = 0; r < nr && !st; r++) {
-    size_t d0 = r * LM_CLEAN_GRAIN, d1 = d0 + LM_CLEAN_GRAIN, pos = 0;
-    if (d1 > n) d1 = n;
-    for (size_t d = d0; d < d1 && !st; d++) {
-      if (out->reasons[d] != LM_REASON_KEPT) continue;
-      st = lm_batch_result_push(out, (int64_t)d, x.ranges[r].data + pos, x.out_len[d]);
-      pos += x.out_len[d];
-    }
-  }
-  if (!st)
-    for (size_t r = 0; r < nr; r++) add_counters(&cl->counters, &x.ranges[r].c);
-  for (size_t r = 0; r < nr; r++) free(x.ranges[r].data);
-  free(x.ranges);
-  free(x.out_len);
-  return st;
+  if (!cl) return LM_EINVAL;
+  return lm_batch_run(&k_clean_stage, cl, docs, out, exec);
 }

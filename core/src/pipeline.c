@@ -1,6 +1,7 @@
 /* pipeline.c — FusedPipeline: clean -> quality -> hash in parallel, dedup in
  * input order, PII in parallel, one output arena per batch (see pipeline.h). */
 #include "luminamoon/pipeline.h"
+#include "luminamoon/bytebuf.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -11,8 +12,7 @@
 #define LM_FUSED_GRAIN 64 /* documents per phase-1 range */
 
 typedef struct {
-  uint8_t *data;
-  size_t len, cap;
+  lm_bytebuf out; /* the range's output arena */
   lm_clean_counters cc;
   lm_quality_counters qc;
   lm_quality_scratch *qs;
@@ -48,7 +48,7 @@ lm_status lm_fused_create(const lm_fused_stages *stages, lm_fused **out) {
 void lm_fused_destroy(lm_fused *f) {
   if (!f) return;
   for (size_t r = 0; r < f->nranges_cap; r++) {
-    free(f->ranges[r].data);
+    lm_bytebuf_free(&f->ranges[r].out);
     lm_quality_scratch_destroy(f->ranges[r].qs);
   }
   free(f->ranges);
@@ -96,15 +96,7 @@ typedef struct {
 } p1_ctx;
 
 static lm_status arena_reserve(range_state *rs, size_t extra) {
-  if (extra <= rs->cap - rs->len) return LM_OK;
-  if (extra > SIZE_MAX / 2 - rs->len) return LM_EOVERFLOW;
-  size_t need = rs->len + extra, nc = rs->cap ? rs->cap : 4096;
-  while (nc < need) nc *= 2;
-  uint8_t *q = (uint8_t *)realloc(rs->data, nc);
-  if (!q) return LM_ENOMEM;
-  rs->data = q;
-  rs->cap = nc;
-  return LM_OK;
+  return lm_bytebuf_reserve(&rs->out, extra, 4096);
 }
 
 static lm_status p1_doc(p1_ctx *x, range_state *rs, size_t d) {
@@ -121,17 +113,17 @@ static lm_status p1_doc(p1_ctx *x, range_state *rs, size_t d) {
     for (;;) {
       st = arena_reserve(rs, need);
       if (st) return st;
-      st = lm_clean_text(f->st.cleaner, t, n, rs->data + rs->len, rs->cap - rs->len, &ol, &reason, &rs->cc);
+      st = lm_clean_text(f->st.cleaner, t, n, rs->out.data + rs->out.len, rs->out.cap - rs->out.len, &ol, &reason, &rs->cc);
       if (st != LM_ERANGE) break;
       need = ol;
     }
     if (st) return st;
-    pos = rs->len; /* not committed to the arena until the doc is kept */
+    pos = rs->out.len; /* not committed to the arena until the doc is kept */
     len = reason == LM_REASON_KEPT ? ol : 0;
     if (reason != LM_REASON_KEPT) rs->drop_clean++;
   }
   if (reason == LM_REASON_KEPT && f->st.quality) {
-    const uint8_t *in = pos == SIZE_MAX ? t : rs->data + pos;
+    const uint8_t *in = pos == SIZE_MAX ? t : rs->out.data + pos;
     lm_quality_doc_result qr;
     st = lm_quality_check(f->st.quality, rs->qs, in, len, &qr, &rs->qc);
     if (st) return st;
@@ -140,10 +132,10 @@ static lm_status p1_doc(p1_ctx *x, range_state *rs, size_t d) {
     if (reason == LM_REASON_KEPT && qr.text != in) {
       /* rewritten (C4 removed lines): the new text lives in the scratch; it
        * replaces the cleaned text at the (uncommitted) arena tail */
-      pos = rs->len;
+      pos = rs->out.len;
       st = arena_reserve(rs, qr.len);
       if (st) return st;
-      if (qr.len) memcpy(rs->data + pos, qr.text, qr.len);
+      if (qr.len) memcpy(rs->out.data + pos, qr.text, qr.len);
       len = qr.len;
     } else if (reason == LM_REASON_KEPT) {
       len = qr.len;
@@ -153,13 +145,13 @@ static lm_status p1_doc(p1_ctx *x, range_state *rs, size_t d) {
     len = 0;
     pos = SIZE_MAX;
   } else if (pos != SIZE_MAX) {
-    rs->len = pos + len; /* commit the doc's bytes to the arena */
+    rs->out.len = pos + len; /* commit the doc's bytes to the arena */
   }
   x->reasons[d] = reason;
   x->pos[d] = pos;
   x->len[d] = len;
   if (reason == LM_REASON_KEPT && f->st.dedup)
-    x->hashes[d] = lm_hash128(pos == SIZE_MAX ? t : rs->data + pos, len, x->seed);
+    x->hashes[d] = lm_hash128(pos == SIZE_MAX ? t : rs->out.data + pos, len, x->seed);
   return LM_OK;
 }
 
@@ -167,7 +159,7 @@ static lm_status p1_run(void *vctx, size_t begin, size_t end) {
   p1_ctx *x = (p1_ctx *)vctx;
   for (size_t r = begin; r < end; r++) {
     range_state *rs = &x->ranges[r];
-    rs->len = 0;
+    rs->out.len = 0;
     memset(&rs->cc, 0, sizeof rs->cc);
     memset(&rs->qc, 0, sizeof rs->qc);
     rs->drop_clean = rs->drop_quality = 0;
@@ -211,7 +203,7 @@ static void chunk_range(size_t n, size_t nchunks, size_t c, size_t *b, size_t *e
 
 static const uint8_t *doc_text(const p3_ctx *x, size_t d) {
   if (x->pos[d] == SIZE_MAX) return x->docs->data + x->docs->offsets[d];
-  return x->ranges[d / LM_FUSED_GRAIN].data + x->pos[d];
+  return x->ranges[d / LM_FUSED_GRAIN].out.data + x->pos[d];
 }
 
 static lm_status p3_mask(void *vctx, size_t cb, size_t ce) {

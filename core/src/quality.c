@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "luminamoon/bytebuf.h"
 #include "quality_internal.h"
 
 static const char *const k_names[LM_Q_RULE_COUNT] = {
@@ -190,106 +191,40 @@ lm_status lm_quality_words(const lm_quality *q, lm_quality_scratch *s, const uin
 
 /* ---- batch ---- */
 
-typedef struct {
-  const lm_quality *q;
-  const lm_docs *docs;
-  int32_t *reasons;
-  /* per range: output bytes and lengths, written into a private buffer */
-  struct range_out {
-    uint8_t *data;
-    size_t len, cap;
-    lm_quality_counters c;
-    lm_status st;
-  } *ranges;
-  size_t grain, nranges;
-  size_t *out_len; /* per document: kept length */
-} run_ctx;
-
-static lm_status run_range(void *vctx, size_t begin, size_t end) {
-  run_ctx *x = (run_ctx *)vctx;
-  lm_quality_scratch *s = NULL;
-  lm_status st = lm_quality_scratch_create(&s);
-  if (st) return st;
-  for (size_t r = begin; r < end; r++) {
-    struct range_out *ro = &x->ranges[r];
-    size_t d0 = r * x->grain, d1 = d0 + x->grain;
-    if (d1 > x->docs->n) d1 = x->docs->n;
-    for (size_t d = d0; d < d1; d++) {
-      const uint8_t *t = x->docs->data + x->docs->offsets[d];
-      size_t n = (size_t)(x->docs->offsets[d + 1] - x->docs->offsets[d]);
-      lm_quality_doc_result res;
-      st = lm_quality_check(x->q, s, t, n, &res, &ro->c);
-      if (st) goto done;
-      x->reasons[d] = res.reason;
-      x->out_len[d] = res.len;
-      if (res.reason == LM_REASON_KEPT) {
-        if (ro->len + res.len > ro->cap) {
-          size_t nc = ro->cap ? ro->cap : 4096;
-          while (nc < ro->len + res.len) nc *= 2;
-          uint8_t *p = (uint8_t *)realloc(ro->data, nc);
-          if (!p) { st = LM_ENOMEM; goto done; }
-          ro->data = p;
-          ro->cap = nc;
-        }
-        if (res.len) memcpy(ro->data + ro->len, res.text, res.len);
-        ro->len += res.len;
-      }
-    }
-  }
-done:
-  lm_quality_scratch_destroy(s);
-  return st;
+static lm_status quality_scratch_create(const void *stage, void **scratch) {
+  (void)stage;
+  return lm_quality_scratch_create((lm_quality_scratch **)scratch);
 }
 
+static void quality_scratch_destroy(void *scratch) { lm_quality_scratch_destroy((lm_quality_scratch *)scratch); }
+
+static lm_status quality_doc(const void *stage, void *scratch, const uint8_t *t, size_t n, lm_bytebuf *arena,
+                             void *counters, int32_t *reason) {
+  lm_quality_doc_result res;
+  lm_status st = lm_quality_check((const lm_quality *)stage, (lm_quality_scratch *)scratch, t, n, &res,
+                                  (lm_quality_counters *)counters);
+  if (st) return st;
+  *reason = res.reason;
+  return res.reason == LM_REASON_KEPT ? lm_bytebuf_append(arena, res.text, res.len, 4096) : LM_OK;
+}
+
+static void quality_merge(void *stage, const void *counters) {
+  lm_quality_counters *c = &((lm_quality *)stage)->counters;
+  const lm_quality_counters *rc = (const lm_quality_counters *)counters;
+  c->docs_in += rc->docs_in;
+  c->docs_kept += rc->docs_kept;
+  c->docs_dropped += rc->docs_dropped;
+  c->docs_modified += rc->docs_modified;
+  c->bytes_in += rc->bytes_in;
+  c->bytes_out += rc->bytes_out;
+  c->too_large += rc->too_large;
+  for (int i = 0; i < LM_Q_RULE_COUNT; i++) c->rule[i] += rc->rule[i];
+}
+
+static const lm_batch_stage k_quality_stage = {64, sizeof(lm_quality_counters), quality_scratch_create,
+                                               quality_scratch_destroy, quality_doc, quality_merge};
+
 lm_status lm_quality_run(lm_quality *q, const lm_docs *docs, lm_batch_result *out, const lm_exec *exec) {
-  if (!q || !out) return LM_EINVAL;
-  lm_status st = lm_docs_validate(docs);
-  if (st) return st;
-  size_t n = docs->n;
-  st = lm_batch_result_begin(out, n, docs->data_len);
-  if (st) return st;
-  if (n == 0) return LM_OK;
-  run_ctx x = {q, docs, out->reasons, NULL, 64, 0, NULL};
-  x.nranges = (n + x.grain - 1) / x.grain;
-  x.ranges = (struct range_out *)calloc(x.nranges, sizeof *x.ranges);
-  x.out_len = (size_t *)malloc(n * sizeof(size_t));
-  if (!x.ranges || !x.out_len) {
-    free(x.ranges);
-    free(x.out_len);
-    return LM_ENOMEM;
-  }
-  lm_exec ex = exec ? *exec : (lm_exec){1, 0};
-  if (ex.min_items_per_thread == 0) ex.min_items_per_thread = 4; /* ranges of 64 docs */
-  st = lm_parallel_for(&ex, x.nranges, run_range, &x);
-  if (!st) {
-    for (size_t r = 0; r < x.nranges && !st; r++) {
-      const struct range_out *ro = &x.ranges[r];
-      size_t d0 = r * x.grain, d1 = d0 + x.grain, pos = 0;
-      if (d1 > n) d1 = n;
-      for (size_t d = d0; d < d1 && !st; d++) {
-        if (out->reasons[d] != LM_REASON_KEPT) continue;
-        /* ro->data is NULL when the range kept only empty texts (NULL + 0 is UB) */
-        st = lm_batch_result_push(out, (int64_t)d, ro->data ? ro->data + pos : NULL, x.out_len[d]);
-        pos += x.out_len[d];
-      }
-    }
-    if (!st) {
-      lm_quality_counters *c = &q->counters;
-      for (size_t r = 0; r < x.nranges; r++) {
-        const lm_quality_counters *rc = &x.ranges[r].c;
-        c->docs_in += rc->docs_in;
-        c->docs_kept += rc->docs_kept;
-        c->docs_dropped += rc->docs_dropped;
-        c->docs_modified += rc->docs_modified;
-        c->bytes_in += rc->bytes_in;
-        c->bytes_out += rc->bytes_out;
-        c->too_large += rc->too_large;
-        for (int i = 0; i < LM_Q_RULE_COUNT; i++) c->rule[i] += rc->rule[i];
-      }
-    }
-  }
-  for (size_t r = 0; r < x.nranges; r++) free(x.ranges[r].data);
-  free(x.ranges);
-  free(x.out_len);
-  return st;
+  if (!q) return LM_EINVAL;
+  return lm_batch_run(&k_quality_stage, q, docs, out, exec);
 }

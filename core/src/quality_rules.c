@@ -4,19 +4,13 @@
 #include <string.h>
 
 #include "luminamoon/hash.h"
+#include "luminamoon/bytebuf.h"
 #include "quality_internal.h"
 
 #define ON(q, r) (((q)->p.enabled >> (r)) & 1u)
 
 static int grow(void **p, size_t *cap, size_t need, size_t elem) {
-  if (need <= *cap) return 0;
-  size_t c = *cap ? *cap : 256;
-  while (c < need) c *= 2;
-  void *q = realloc(*p, c * elem);
-  if (!q) return -1;
-  *p = q;
-  *cap = c;
-  return 0;
+  return lm_grow_array(p, cap, need, elem, 256) == LM_OK ? 0 : -1;
 }
 
 /* ---- exact multiset of byte strings (hash + compare) ---- */

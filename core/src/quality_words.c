@@ -16,6 +16,7 @@
  * which re-merges special cases containing affix characters that were split,
  * e.g. emoticons inside brackets) — rare in text.
  */
+#include "luminamoon/bytebuf.h"
 #include "quality_internal.h"
 
 #include <stdlib.h>
@@ -71,14 +72,7 @@ void lmq_tokbuf_free(lmq_tokbuf *b) {
 }
 
 static int grow(void **p, size_t *cap, size_t need, size_t elem) {
-  if (need <= *cap) return 0;
-  size_t c = *cap ? *cap : 64;
-  while (c < need) c *= 2;
-  void *q = realloc(*p, c * elem);
-  if (!q) return -1;
-  *p = q;
-  *cap = c;
-  return 0;
+  return lm_grow_array(p, cap, need, elem, 64) == LM_OK ? 0 : -1;
 }
 
 /* ---- the state of one span being tokenized ---- */

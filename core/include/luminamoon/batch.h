@@ -18,6 +18,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "luminamoon/bytebuf.h"
+#include "luminamoon/parallel.h"
 #include "luminamoon/status.h"
 
 #ifdef __cplusplus
@@ -68,6 +70,43 @@ lm_status lm_batch_result_commit(lm_batch_result *r, int64_t src, size_t len);
 /* Check an lm_docs: non-NULL arrays (data may be NULL when data_len == 0),
  * offsets[0] >= 0, non-decreasing, offsets[n] <= data_len.  LM_EINVAL otherwise. */
 lm_status lm_docs_validate(const lm_docs *d);
+
+/* ---- the batch runner shared by the per-document stages ----
+ *
+ * lm_batch_run validates `docs`, starts `out` (lm_batch_result_begin), cuts the
+ * documents into ranges of `grain` documents, runs the ranges on
+ * lm_parallel_for (exec as given; min_items_per_thread 0 means 4 ranges), each
+ * range writing its kept texts into its own lm_bytebuf arena and its own
+ * counters, then gathers the kept texts into `out` in document order and,
+ * only when everything succeeded, merges each range's counters, in range
+ * order, with `merge`.  Output, reason codes and counters therefore do not
+ * depend on the thread count.
+ *
+ * Ownership: the runner allocates and frees the arenas, the per-range
+ * counters (counters_size bytes each, zeroed) and the scratch (created once
+ * per lm_parallel_for call, i.e. per thread).  `stage` is passed through.
+ * Thread-safety: `doc` runs concurrently on different documents with distinct
+ * scratch, arena and counters; it must only read `stage`.  `merge` runs in the
+ * calling thread.
+ * Errors: LM_EINVAL (NULL vt, vt->doc, vt->merge or out, or invalid docs), the
+ * first error a callback returned, LM_ENOMEM / LM_EOVERFLOW from allocation.
+ * On an error `out` holds an unspecified prefix and no counter is merged. */
+typedef struct lm_batch_stage {
+  size_t grain;         /* documents per range (0: 64) */
+  size_t counters_size; /* bytes of one range's counters (may be 0) */
+  /* Optional (both NULL or both set): per-thread scratch for `doc`. */
+  lm_status (*scratch_create)(const void *stage, void **scratch);
+  void (*scratch_destroy)(void *scratch);
+  /* One document: set *reason; when it is LM_REASON_KEPT, append the output
+   * text to `arena` (the bytes appended are the document's output). */
+  lm_status (*doc)(const void *stage, void *scratch, const uint8_t *text, size_t len, lm_bytebuf *arena,
+                   void *counters, int32_t *reason);
+  /* Add one range's counters to the stage's totals. */
+  void (*merge)(void *stage, const void *counters);
+} lm_batch_stage;
+
+lm_status lm_batch_run(const lm_batch_stage *vt, void *stage, const lm_docs *docs, lm_batch_result *out,
+                       const lm_exec *exec);
 
 #ifdef __cplusplus
 }
