@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "luminamoon/bytebuf.h"
 #include "pii_internal.h"
 
 static const char *const k_strict_default[LM_PII_TYPE_COUNT] = {
@@ -109,14 +110,8 @@ void lm_pii_buf_free(lm_pii_buf *b) {
 
 static int buf_reserve(lm_pii_buf *b, size_t extra) {
   if (extra <= b->cap - b->len) return 0;
-  if (extra > SIZE_MAX / 2 - b->len) return -1;
-  size_t need = b->len + extra, cap = b->cap ? b->cap : 256;
-  while (cap < need) cap *= 2;
-  uint8_t *p = (uint8_t *)realloc(b->data, cap);
-  if (!p) return -1;
-  b->data = p;
-  b->cap = cap;
-  return 0;
+  if (extra > SIZE_MAX - b->len) return -1;
+  return lm_grow_array((void **)&b->data, &b->cap, b->len + extra, 1, 256) == LM_OK ? 0 : -1;
 }
 
 static int buf_append(lm_pii_buf *b, const void *src, size_t len) {
