@@ -103,6 +103,16 @@ ext = Ext(
     **ext_kwargs,
 )
 
+class BuildExt(BuildExtension.with_options(use_ninja=True)):
+    """``build_ext`` also (re)builds the C core library first, so that ``setup.py build_ext --inplace``
+    alone never links a stale ``libluminamoon_core.a`` (``build`` and ``pip install`` run both anyway;
+    distutils runs each command once per invocation)."""
+
+    def run(self):
+        self.run_command("build_clib")
+        super().run()
+
+
 setup(
     name="luminamoon",
     version="0.1.0",
@@ -111,7 +121,7 @@ setup(
     packages=find_packages("python"),
     libraries=[core_lib],
     ext_modules=[ext],
-    cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
+    cmdclass={"build_ext": BuildExt},
     python_requires=">=3.10",
     install_requires=["numpy", "pyarrow>=15"],
     extras_require={"polars": ["polars"], "test": ["pytest", "hypothesis", "polars"]},
