@@ -301,7 +301,9 @@ def test_sigkill_crash_loop_with_stateful_dataloader(tmp_path, capsys):
     kills, runs = 0, 0
     while True:
         runs += 1
-        p = subprocess.Popen([sys.executable, collate_child.__file__, str(tmp_path / "ckpt.pkl"), "120", "2"],
+        # 20 ms after each checkpoint: a killed run makes at most a few batches of progress (READY + up to
+        # 50 ms), so the 46 batches of the two epochs outlast the 5 kills whatever the machine's speed
+        p = subprocess.Popen([sys.executable, collate_child.__file__, str(tmp_path / "ckpt.pkl"), "120", "2", "0.02"],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         line = p.stdout.readline()
         if "READY" in line and kills < 5:
