@@ -39,11 +39,16 @@ def main() -> None:
         """Stops the producer in the middle of the first batch until the commit is made."""
 
         def _records(self):
+            n = 0
             for i, rec in enumerate(super()._records()):
                 if commit_first and i == pause_at:
                     in_batch.set()
                     go.wait(30)
+                n += 1
                 yield rec
+            if commit_first and n <= pause_at:  # fewer records left than pause_at (or none: a finished run)
+                in_batch.set()
+                go.wait(30)
 
     with ResumablePipeline(PausingSource(corpus), batch_size=batch_size, prefetch_batches=prefetch,
                            state_dir=state_dir, stages=stages) as pipe:
