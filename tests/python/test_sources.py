@@ -22,15 +22,8 @@ except ImportError:  # the compiled extension is not built: sources.py stands al
 
 from hypothesis import given, settings, strategies as st, HealthCheck
 
-try:
-    import zstandard
-except ImportError:  # .zst cases skip; everything else still runs
-    zstandard = None
-try:
-    import indexed_gzip  # noqa: F401
-    HAVE_IGZ = True
-except ImportError:
-    HAVE_IGZ = False
+import indexed_gzip  # noqa: F401  (test dependencies: a missing one fails the run, never skips it)
+import zstandard
 
 
 def make_records(n, seed):
@@ -53,8 +46,6 @@ def corpus(tmp_path_factory):
     files = {}
     # plain, multi-member gzip, multi-frame zstd written by write_jsonl
     for ext in ("jsonl", "jsonl.gz", "jsonl.zst"):
-        if "zst" in ext and zstandard is None:
-            continue
         sub = d / ext.replace(".", "_")
         sub.mkdir()
         for i, sh in enumerate(shards):
@@ -67,10 +58,9 @@ def corpus(tmp_path_factory):
     with gzip.open(single / "all.jsonl.gz", "wb") as f:
         f.write(payload)
     files["single_gz"] = str(single / "all.jsonl.gz")
-    if zstandard is not None:
-        with open(single / "all.jsonl.zst", "wb") as f:
-            f.write(zstandard.ZstdCompressor().compress(payload))
-        files["single_zst"] = str(single / "all.jsonl.zst")
+    with open(single / "all.jsonl.zst", "wb") as f:
+        f.write(zstandard.ZstdCompressor().compress(payload))
+    files["single_zst"] = str(single / "all.jsonl.zst")
     return {"dir": d, "records": recs, "files": files}
 
 
@@ -102,10 +92,6 @@ def check_resume_everywhere(make, full, rng, n_random=25):
                                                                    "single_zst")]
                          + [("jsonl.gz", True), ("single_gz", True)])  # the index only concerns gzip
 def test_jsonl_resume_equals_tail(corpus, tmp_path, ext, gzip_index):
-    if "zst" in ext and zstandard is None:
-        pytest.skip("zstandard not installed")
-    if gzip_index and not HAVE_IGZ:
-        pytest.skip("indexed_gzip not installed")
     files = corpus["files"][ext]
 
     def make(**kw):
@@ -123,8 +109,6 @@ def test_jsonl_resume_equals_tail(corpus, tmp_path, ext, gzip_index):
 @given(k1=st.integers(0, 1500), k2=st.integers(0, 1500), ext=st.sampled_from(["jsonl", "jsonl.gz", "jsonl.zst"]))
 def test_jsonl_repeated_interruptions(corpus, k1, k2, ext):
     """Two successive crashes: resume from a resumed source's position."""
-    if "zst" in ext and zstandard is None:
-        pytest.skip("zstandard not installed")
     files = corpus["files"][ext]
     full = corpus["records"]
     k1, k2 = sorted((k1, k2))
@@ -221,8 +205,6 @@ def test_corrupt_and_truncated_compressed(tmp_path):
     trunc.write_bytes(data[: len(data) // 2])
     with pytest.raises((ValueError, EOFError, OSError)):
         list(S.JsonlSource(str(trunc), gzip_index=False))
-    if zstandard is None:
-        return
     zt = tmp_path / "t.jsonl.zst"
     S.write_jsonl(str(tmp_path / "z.jsonl.zst"), [{"text": "y" * 100}] * 200)
     zt.write_bytes((tmp_path / "z.jsonl.zst").read_bytes()[:-20])
@@ -258,8 +240,6 @@ def test_damaged_gzip_reported_by_both_readers(damaged_gzips, tmp_path, gzip_ind
     complete records (with on_error="skip") and trailing garbage was accepted.
     Both readers must say the compressed file is damaged, also with on_error="skip",
     and a second open (index cached) must say it again."""
-    if gzip_index and not HAVE_IGZ:
-        pytest.skip("indexed_gzip not installed")
     path = damaged_gzips[name]
     for _ in range(2):
         src = S.JsonlSource(path, gzip_index=gzip_index, index_dir=str(tmp_path / "idx"), on_error="skip")
@@ -334,8 +314,6 @@ def test_iterable_source_counts_replayed_records_and_bad_items():
 
 @pytest.mark.parametrize("ext", ["txt", "txt.gz", "txt.zst"])
 def test_text_source_lines_and_files(tmp_path, ext):
-    if "zst" in ext and zstandard is None:
-        pytest.skip("zstandard not installed")
     rng = random.Random(ext)
     docs = [[f"line {f}.{i} {'ü' * rng.randint(0, 5)}" for i in range(rng.randint(0, 60))] for f in range(5)]
     docs[2].insert(3, "")  # empty lines are records
