@@ -1,12 +1,33 @@
 /* dedup.c — StreamDeduplicator: the ordered linear-probing table and the
  * public API.  The log, snapshots and recovery are in dedup_wal.c. */
+#define _GNU_SOURCE /* MAP_ANONYMOUS, madvise */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "dedup_internal.h"
 
 /* ---------------------------------------------------------------- table */
+
+/* Growth is incremental: when an insert would pass 80% load, a new array of
+ * x1.6 the home slots is allocated (mmap: zero pages, no memset, no copy) and
+ * every later insert migrates LM_DT_MIGRATE_STEP slots of the old array into
+ * it, in order.  The old array is globally sorted, so migrated keys are
+ * appended: each goes to the first empty slot at or after its new home (all
+ * the keys already in the new array are smaller).  The keys <= mig_last live
+ * in the new array, the larger ones in old[mig_pos..): a lookup, insert or
+ * delete goes to one array by comparing with mig_last.  In the old array a
+ * probe starts at max(home, mig_pos): the slots before mig_pos are migrated
+ * (and their pages given back), and the keys after it are all > mig_last.
+ * With 32 slots per insert the migration ends after old_nslots / 32 inserts,
+ * so the old array's load grows by at most 1/32 on the way (80% -> 83%), and
+ * the cost of a batch of n inserts is bounded by n * 32 slot moves. */
+#define LM_DT_MIGRATE_STEP 32u
+#define LM_DT_MMAP_MIN ((size_t)1 << 20) /* arrays of at least 1 MiB are mmap'ed */
+#define LM_DT_RELEASE ((size_t)1 << 20)  /* migrated old pages are given back in 1 MiB steps */
+#define LM_DT_MAX_CAP ((size_t)1 << 40)  /* 16 TiB of slots: refuse rather than overflow */
 
 static inline int is_empty(const lm_hash128_t *s) { return (s->lo | s->hi) == 0; }
 static inline int is_zero_key(lm_hash128_t h) { return (h.lo | h.hi) == 0; }
@@ -23,11 +44,33 @@ static inline int key_cmp(const lm_hash128_t *a, lm_hash128_t b) {
   return 0;
 }
 
+/* Zeroed slots; *mapped = 1 when they come from mmap (large arrays: the pages
+ * are zero-filled on first touch, so allocating costs no time). */
+static lm_hash128_t *slots_alloc(size_t n, unsigned char *mapped) {
+  size_t bytes = n * sizeof(lm_hash128_t); /* n <= LM_DT_MAX_CAP + LM_DT_TAIL: no overflow */
+  *mapped = 0;
+  if (bytes >= LM_DT_MMAP_MIN) {
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return NULL;
+    *mapped = 1;
+    return (lm_hash128_t *)p;
+  }
+  return (lm_hash128_t *)calloc(n, sizeof(lm_hash128_t));
+}
+
+static void slots_free(lm_hash128_t *p, size_t n, unsigned char mapped) {
+  if (!p) return;
+  if (mapped)
+    munmap(p, n * sizeof(lm_hash128_t));
+  else
+    free(p);
+}
+
 int lm_dt_init(lm_dtable *t, size_t cap) {
   if (cap < 16) cap = 16;
   memset(t, 0, sizeof *t);
-  if (cap > ((size_t)1 << 40)) return -1; /* 16 TiB of slots: refuse rather than overflow */
-  t->slots = (lm_hash128_t *)calloc(cap + LM_DT_TAIL, sizeof(lm_hash128_t));
+  if (cap > LM_DT_MAX_CAP) return -1;
+  t->slots = slots_alloc(cap + LM_DT_TAIL, &t->mapped);
   if (!t->slots) return -1;
   t->cap = cap;
   t->nslots = cap + LM_DT_TAIL;
@@ -35,15 +78,19 @@ int lm_dt_init(lm_dtable *t, size_t cap) {
 }
 
 void lm_dt_free(lm_dtable *t) {
-  free(t->slots);
+  slots_free(t->slots, t->nslots, t->mapped);
+  slots_free(t->old, t->old_nslots, t->old_mapped);
   memset(t, 0, sizeof *t);
 }
 
-/* 1 and *pos = its slot if found; 0 and *pos = where it would go. */
-static inline int dt_find(const lm_dtable *t, lm_hash128_t h, size_t *pos) {
-  size_t i = home_of(h.hi, t->cap);
-  for (; i < t->nslots; i++) {
-    const lm_hash128_t *s = &t->slots[i];
+/* One array of an ordered table: probe from max(home, from).  1 and *pos = its
+ * slot if found; 0 and *pos = where it would go. */
+static inline int arr_find(const lm_hash128_t *a, size_t nslots, size_t cap, size_t from, lm_hash128_t h,
+                           size_t *pos) {
+  size_t i = home_of(h.hi, cap);
+  if (i < from) i = from;
+  for (; i < nslots; i++) {
+    const lm_hash128_t *s = &a[i];
     if (is_empty(s)) break;
     int c = key_cmp(s, h);
     if (c >= 0) {
@@ -55,40 +102,157 @@ static inline int dt_find(const lm_dtable *t, lm_hash128_t h, size_t *pos) {
   return 0;
 }
 
-/* Rebuild into a table of new_cap home slots: the old array is globally sorted,
- * so each key goes to max(home, previous + 1). */
-static int dt_rebuild(lm_dtable *t, size_t new_cap) {
+/* Put h at pos, shifting the run right to its first empty slot: 0, or -1 when
+ * the run reaches the end of the array (nothing changed). */
+static inline int arr_put(lm_hash128_t *a, size_t nslots, size_t pos, lm_hash128_t h) {
+  size_t j = pos;
+  while (j < nslots && !is_empty(&a[j])) j++;
+  if (j >= nslots) return -1;
+  memmove(&a[pos + 1], &a[pos], (j - pos) * sizeof(lm_hash128_t));
+  a[pos] = h;
+  return 0;
+}
+
+/* Delete the key at pos by a backward shift. */
+static inline void arr_del(lm_hash128_t *a, size_t nslots, size_t cap, size_t pos) {
+  size_t j = pos + 1;
+  while (j < nslots && !is_empty(&a[j]) && home_of(a[j].hi, cap) < j) {
+    a[j - 1] = a[j];
+    j++;
+  }
+  memset(&a[j - 1], 0, sizeof(lm_hash128_t));
+}
+
+/* The array that holds (or would hold) h. */
+typedef struct {
+  lm_hash128_t *a;
+  size_t nslots, cap, from;
+} dt_side;
+
+static inline dt_side side_of(const lm_dtable *t, lm_hash128_t h) {
+  dt_side s;
+  if (!t->old || (t->mig_any && key_cmp(&t->mig_last, h) >= 0)) {
+    s.a = t->slots;
+    s.nslots = t->nslots;
+    s.cap = t->cap;
+    s.from = 0;
+  } else {
+    s.a = t->old;
+    s.nslots = t->old_nslots;
+    s.cap = t->old_cap;
+    s.from = t->mig_pos;
+  }
+  return s;
+}
+
+/* Rebuild every key (the new array's, then the old array's rest: one sorted
+ * sequence) into a fresh array of new_cap home slots, all at once; ends a
+ * growth in progress.  Only when a run reaches the end of an array's spare
+ * tail (keys crowding one place): normal growth is incremental. */
+static int dt_rebuild_all(lm_dtable *t, size_t new_cap) {
   for (;;) {
+    if (new_cap > LM_DT_MAX_CAP) return -1;
     size_t nslots = new_cap + LM_DT_TAIL;
-    lm_hash128_t *ns = (lm_hash128_t *)calloc(nslots, sizeof(lm_hash128_t));
+    unsigned char mapped;
+    lm_hash128_t *ns = slots_alloc(nslots, &mapped);
     if (!ns) return -1;
     size_t next = 0;
     int ok = 1;
-    for (size_t i = 0; i < t->nslots; i++) {
-      const lm_hash128_t *s = &t->slots[i];
-      if (is_empty(s)) continue;
-      size_t p = home_of(s->hi, new_cap);
-      if (p < next) p = next;
-      if (p >= nslots) {
-        ok = 0;
-        break;
+    for (int part = 0; part < 2 && ok; part++) {
+      const lm_hash128_t *a = part ? t->old : t->slots;
+      size_t i = part ? t->mig_pos : 0, end = part ? t->old_nslots : t->nslots;
+      if (!a) break;
+      for (; i < end; i++) {
+        const lm_hash128_t *s = &a[i];
+        if (is_empty(s)) continue;
+        size_t p = home_of(s->hi, new_cap);
+        if (p < next) p = next;
+        if (p >= nslots) {
+          ok = 0;
+          break;
+        }
+        ns[p] = *s;
+        next = p + 1;
       }
-      ns[p] = *s;
-      next = p + 1;
     }
     if (ok) {
-      free(t->slots);
+      size_t count = t->count;
+      int has_zero = t->has_zero;
+      lm_dt_free(t);
       t->slots = ns;
+      t->mapped = mapped;
       t->cap = new_cap;
       t->nslots = nslots;
+      t->count = count;
+      t->has_zero = has_zero;
       return 0;
     }
-    free(ns);
+    slots_free(ns, nslots, mapped);
     new_cap += new_cap / 2 + 1;
   }
 }
 
 static size_t grown_cap(size_t cap) { return cap + (cap * 3) / 5 + 1; /* x1.6 */ }
+
+/* Migrate up to `budget` slots of the old array.  0, or -1 out of memory (only
+ * when the new array overflowed and the stop-the-world rebuild failed; the
+ * table is then still valid, the migration still in progress). */
+static int dt_migrate(lm_dtable *t, size_t budget) {
+  if (!t->old) return 0;
+  size_t end = t->old_nslots - t->mig_pos > budget ? t->mig_pos + budget : t->old_nslots;
+  for (size_t i = t->mig_pos; i < end; i++) {
+    lm_hash128_t k = t->old[i];
+    if (is_empty(&k)) continue;
+    size_t p = home_of(k.hi, t->cap);
+    while (p < t->nslots && !is_empty(&t->slots[p])) p++; /* every key there is smaller */
+    if (p >= t->nslots) {
+      t->mig_pos = i;
+      return dt_rebuild_all(t, grown_cap(t->cap));
+    }
+    t->slots[p] = k;
+    t->mig_last = k;
+    t->mig_any = 1;
+  }
+  t->mig_pos = end;
+  if (end == t->old_nslots) { /* done */
+    slots_free(t->old, t->old_nslots, t->old_mapped);
+    t->old = NULL;
+    t->old_cap = t->old_nslots = t->mig_pos = t->old_released = 0;
+    t->old_mapped = 0;
+    t->mig_any = 0;
+    return 0;
+  }
+  if (t->old_mapped) { /* give back the pages wholly migrated (never read again) */
+    size_t done_bytes = t->mig_pos * sizeof(lm_hash128_t), rel = t->old_released * sizeof(lm_hash128_t);
+    if (done_bytes - rel >= LM_DT_RELEASE) {
+      size_t upto = done_bytes / LM_DT_RELEASE * LM_DT_RELEASE;
+      if (madvise((char *)t->old + rel, upto - rel, MADV_DONTNEED) == 0) t->old_released = upto / sizeof(lm_hash128_t);
+    }
+  }
+  return 0;
+}
+
+int lm_dt_finish_growth(lm_dtable *t) { return dt_migrate(t, (size_t)-1); }
+
+/* Start a growth: the current array becomes the old one. */
+static int dt_start_growth(lm_dtable *t) {
+  size_t ncap = grown_cap(t->cap);
+  if (ncap > LM_DT_MAX_CAP) return -1;
+  unsigned char mapped;
+  lm_hash128_t *ns = slots_alloc(ncap + LM_DT_TAIL, &mapped);
+  if (!ns) return -1;
+  t->old = t->slots;
+  t->old_cap = t->cap;
+  t->old_nslots = t->nslots;
+  t->old_mapped = t->mapped;
+  t->mig_pos = t->old_released = 0;
+  t->mig_any = 0;
+  t->slots = ns;
+  t->mapped = mapped;
+  t->cap = ncap;
+  t->nslots = ncap + LM_DT_TAIL;
+  return 0;
+}
 
 int lm_dt_insert(lm_dtable *t, lm_hash128_t h) {
   if (is_zero_key(h)) {
@@ -97,42 +261,63 @@ int lm_dt_insert(lm_dtable *t, lm_hash128_t h) {
     t->count++;
     return 1;
   }
-  size_t pos;
-  if (dt_find(t, h, &pos)) return 0;
-  if ((t->count + 1) * 5 > t->cap * 4) { /* keep the load at most 80% */
-    if (dt_rebuild(t, grown_cap(t->cap))) return -1;
-    dt_find(t, h, &pos);
-  }
   for (;;) {
-    size_t j = pos;
-    while (j < t->nslots && !is_empty(&t->slots[j])) j++;
-    if (j < t->nslots) {
-      memmove(&t->slots[pos + 1], &t->slots[pos], (j - pos) * sizeof(lm_hash128_t));
-      t->slots[pos] = h;
-      t->count++;
-      return 1;
+    dt_side s = side_of(t, h);
+    size_t pos;
+    if (arr_find(s.a, s.nslots, s.cap, s.from, h, &pos)) return 0;
+    if ((t->count + 1) * 5 > t->cap * 4) { /* keep the load at most 80%: grow */
+      if (t->old && lm_dt_finish_growth(t)) return -1; /* not reached: a growth ends well before */
+      if (dt_start_growth(t)) return -1;
+      continue;
     }
-    /* the run reached the end of the spare tail: grow and retry */
-    if (dt_rebuild(t, grown_cap(t->cap))) return -1;
-    dt_find(t, h, &pos);
+    if (arr_put(s.a, s.nslots, pos, h) == 0) break;
+    /* the run reached the end of the spare tail: rebuild larger and retry */
+    if (dt_rebuild_all(t, grown_cap(t->cap))) return -1;
   }
+  t->count++;
+  /* a failure here (out of memory in a rebuild) leaves the migration for the next insert */
+  if (t->old) (void)dt_migrate(t, LM_DT_MIGRATE_STEP);
+  return 1;
 }
 
-int lm_dt_check(const lm_dtable *t) {
-  size_t held = 0, run_start = 0; /* first slot of the current run of occupied slots */
-  const lm_hash128_t *prev = NULL;
-  for (size_t i = 0; i < t->nslots; i++) {
-    const lm_hash128_t *s = &t->slots[i];
+/* Check one array from `from` on: every key at or after max(home, from) with
+ * no empty slot in between, keys strictly increasing (continuing *prev). */
+static int arr_check(const lm_hash128_t *a, size_t nslots, size_t cap, size_t from, const lm_hash128_t **prev,
+                     size_t *held) {
+  size_t run_start = from; /* first slot of the current run of occupied slots */
+  for (size_t i = from; i < nslots; i++) {
+    const lm_hash128_t *s = &a[i];
     if (is_empty(s)) {
       run_start = i + 1;
       continue;
     }
-    size_t home = home_of(s->hi, t->cap);
-    /* at or after its home, with no empty slot in between, and globally sorted */
+    size_t home = home_of(s->hi, cap);
+    if (home < from) home = from;
     if (home > i || home < run_start) return 0;
-    if (prev && key_cmp(prev, *s) >= 0) return 0;
-    prev = s;
-    held++;
+    if (*prev && key_cmp(*prev, *s) >= 0) return 0;
+    *prev = s;
+    (*held)++;
+  }
+  return 1;
+}
+
+int lm_dt_check(const lm_dtable *t) {
+  size_t held = 0;
+  const lm_hash128_t *prev = NULL;
+  if (!arr_check(t->slots, t->nslots, t->cap, 0, &prev, &held)) return 0;
+  if (t->old) {
+    /* the new array holds exactly the keys <= mig_last */
+    if (prev && (!t->mig_any || key_cmp(prev, t->mig_last) > 0)) return 0;
+    const lm_hash128_t *p2 = NULL;
+    size_t held_old = 0;
+    if (!arr_check(t->old, t->old_nslots, t->old_cap, t->mig_pos, &p2, &held_old)) return 0;
+    /* the first old key is above the boundary (the rest follow: increasing) */
+    for (size_t i = t->mig_pos; t->mig_any && i < t->old_nslots; i++)
+      if (!is_empty(&t->old[i])) {
+        if (key_cmp(&t->old[i], t->mig_last) <= 0) return 0;
+        break;
+      }
+    held += held_old;
   }
   return held + (size_t)(t->has_zero != 0) == t->count;
 }
@@ -157,8 +342,9 @@ void lm_dedup_table_replace(lm_dedup *d, lm_dtable *t) {
 
 int lm_dt_contains(const lm_dtable *t, lm_hash128_t h) {
   if (is_zero_key(h)) return t->has_zero;
+  dt_side s = side_of(t, h);
   size_t pos;
-  return dt_find(t, h, &pos);
+  return arr_find(s.a, s.nslots, s.cap, s.from, h, &pos);
 }
 
 int lm_dt_remove(lm_dtable *t, lm_hash128_t h) {
@@ -168,16 +354,29 @@ int lm_dt_remove(lm_dtable *t, lm_hash128_t h) {
     t->count--;
     return 1;
   }
+  dt_side s = side_of(t, h);
   size_t pos;
-  if (!dt_find(t, h, &pos)) return 0;
-  size_t j = pos + 1;
-  while (j < t->nslots && !is_empty(&t->slots[j]) && home_of(t->slots[j].hi, t->cap) < j) {
-    t->slots[j - 1] = t->slots[j];
-    j++;
-  }
-  memset(&t->slots[j - 1], 0, sizeof(lm_hash128_t));
+  if (!arr_find(s.a, s.nslots, s.cap, s.from, h, &pos)) return 0;
+  arr_del(s.a, s.nslots, s.cap, pos);
   t->count--;
   return 1;
+}
+
+/* Bytes of slot arrays held (both while growing, less the old pages given back). */
+static size_t dt_bytes(const lm_dtable *t) {
+  size_t n = t->nslots;
+  if (t->old) n += t->old_nslots - t->old_released;
+  return n * sizeof(lm_hash128_t);
+}
+
+/* Prefetch the slot where a probe for h starts. */
+static inline void dt_prefetch(const lm_dtable *t, lm_hash128_t h) {
+  dt_side s = side_of(t, h);
+  size_t i = home_of(h.hi, s.cap);
+  if (i < s.from) i = s.from;
+  const lm_hash128_t *slot = &s.a[i];
+  __builtin_prefetch(slot);
+  __builtin_prefetch(slot + 4); /* the next cache line (runs are short) */
 }
 
 /* ------------------------------------------------------------------ API */
@@ -214,6 +413,7 @@ lm_status lm_dedup_create(const lm_dedup_params *params, lm_dedup **out) {
   d->fd = -1;
   d->seed = params->seed;
   d->max_entries = params->max_entries;
+  memcpy(d->tag, params->tag, sizeof d->tag);
   d->buf_cap = bufc;
   if (lm_dt_init(&d->t, params->initial_capacity ? params->initial_capacity : 1024)) {
     free(d);
@@ -349,12 +549,7 @@ lm_status lm_dedup_check_insert_hashes(lm_dedup *d, const lm_hash128_t *hashes, 
   if (s) return s;
   enum { AHEAD = 16 };
   for (size_t k = 0; k < n; k++) {
-    if (k + AHEAD < n) { /* the home slot's cache line and the next one (runs are short) */
-      const lm_hash128_t *f = &hashes[k + AHEAD];
-      const lm_hash128_t *slot = &d->t.slots[home_of(f->hi, d->t.cap)];
-      __builtin_prefetch(slot);
-      __builtin_prefetch(slot + 4);
-    }
+    if (k + AHEAD < n) dt_prefetch(&d->t, hashes[k + AHEAD]);
     int nw;
     s = admit(d, hashes[k], &nw);
     if (s) {
@@ -458,6 +653,8 @@ lm_status lm_dedup_snapshot(lm_dedup *d) {
   lm_status s = check_open(d);
   if (s) return s;
   if (d->fd < 0) return LM_OK;
+  /* the snapshot is one slot array: end a growth in progress first */
+  if (lm_dt_finish_growth(&d->t)) return LM_ENOMEM;
   return lm_dwal_snapshot(d);
 }
 
@@ -466,7 +663,7 @@ lm_status lm_dedup_stats_get(const lm_dedup *d, lm_dedup_stats *out) {
   *out = d->st;
   out->entries = d->t.count;
   out->capacity = d->t.nslots;
-  out->table_bytes = (uint64_t)d->t.nslots * sizeof(lm_hash128_t);
+  out->table_bytes = (uint64_t)dt_bytes(&d->t);
   out->bytes_per_entry = d->t.count ? (double)out->table_bytes / (double)d->t.count : 0.0;
   out->max_entries = d->max_entries;
   out->lsn = d->lsn;
@@ -484,6 +681,9 @@ lm_status lm_dedup_foreach(const lm_dedup *d, int (*fn)(void *ctx, lm_hash128_t 
     if (fn(ctx, z)) return LM_OK;
   }
   for (size_t i = 0; i < d->t.nslots; i++)
-    if (!is_empty(&d->t.slots[i]) && fn(ctx, d->t.slots[i])) break;
+    if (!is_empty(&d->t.slots[i]) && fn(ctx, d->t.slots[i])) return LM_OK;
+  if (d->t.old) /* growing: the old array's rest, all larger */
+    for (size_t i = d->t.mig_pos; i < d->t.old_nslots; i++)
+      if (!is_empty(&d->t.old[i]) && fn(ctx, d->t.old[i])) return LM_OK;
   return LM_OK;
 }

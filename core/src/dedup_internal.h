@@ -17,8 +17,17 @@ typedef struct lm_dtable {
   lm_hash128_t *slots;
   size_t cap;    /* home slots: home(k) = floor(k.hi * cap / 2^64) */
   size_t nslots; /* cap + LM_DT_TAIL */
-  size_t count;  /* keys held, including the zero key */
+  size_t count;  /* keys held, including the zero key (in both arrays while growing) */
   int has_zero;
+  /* Incremental growth (dedup.c only): while `old` is set, `slots` is the new,
+   * larger array and the keys <= mig_last (none if !mig_any) live there; the
+   * larger keys are still in old[mig_pos..old_nslots).  Each insert migrates a
+   * few old slots; lm_dt_finish_growth ends it. */
+  lm_hash128_t *old;
+  size_t old_cap, old_nslots, mig_pos, old_released;
+  lm_hash128_t mig_last;
+  int mig_any;
+  unsigned char mapped, old_mapped; /* allocated with mmap (released page by page) */
 } lm_dtable;
 
 int lm_dt_init(lm_dtable *t, size_t cap);     /* 0 or -1 (ENOMEM) */
@@ -35,10 +44,14 @@ int lm_dt_check(const lm_dtable *t);
  * snapshot: set has_zero, recount the keys; 1 if the table then satisfies
  * lm_dt_check, else 0 (the table is still freed with lm_dt_free). */
 int lm_dt_finish_load(lm_dtable *t, int has_zero);
+/* Finish a growth in progress (migrate the rest of the old array): 0, or -1
+ * out of memory (the table is then unchanged and still valid). */
+int lm_dt_finish_growth(lm_dtable *t);
 
 struct lm_dedup {
   lm_dtable t;
   uint64_t seed, max_entries;
+  uint8_t tag[LM_DEDUP_TAG_SIZE];               /* params.tag, written to / checked against the WAL header */
   size_t buf_cap;
   /* log */
   char *path, *snap_path, *tmp_path, *dir_path; /* NULL in memory */
@@ -62,7 +75,8 @@ struct lm_dedup {
 size_t lm_dedup_table_count(const lm_dedup *d);
 int lm_dedup_table_insert(lm_dedup *d, lm_hash128_t h); /* 1, 0 or -1 as lm_dt_insert */
 int lm_dedup_table_remove(lm_dedup *d, lm_hash128_t h); /* 1 removed, 0 absent */
-const lm_dtable *lm_dedup_table(const lm_dedup *d);     /* read-only, for a snapshot */
+/* read-only, for a snapshot: one plain array (lm_dedup_snapshot finishes a growth first) */
+const lm_dtable *lm_dedup_table(const lm_dedup *d);
 /* Free the dedup's table and take *t in its place (t is zeroed). */
 void lm_dedup_table_replace(lm_dedup *d, lm_dtable *t);
 

@@ -344,13 +344,32 @@ lm_status lm_dwal_snapshot(lm_dedup *d) {
 
 /* ----------------------------------------------------------------- open */
 
-static void wal_header(uint8_t *h, uint64_t seed) {
+/* Header field offsets (dedup.h). */
+enum { WH_VERSION = 8, WH_SIZE = 12, WH_SEED = 16, WH_TAG = 24, WH_CRC = 60 };
+_Static_assert(WH_TAG + LM_DEDUP_TAG_SIZE <= WH_CRC, "the tag fits before the header CRC");
+
+static void wal_header(uint8_t *h, uint64_t seed, const uint8_t tag[LM_DEDUP_TAG_SIZE]) {
   memset(h, 0, LM_WAL_HDR_SIZE);
   memcpy(h, k_wal_magic, 8);
-  put32(h + 8, LM_DEDUP_WAL_VERSION);
-  put32(h + 12, LM_WAL_HDR_SIZE);
-  put64(h + 16, seed);
-  put32(h + 60, lm_crc32c(h, 60));
+  put32(h + WH_VERSION, LM_DEDUP_WAL_VERSION);
+  put32(h + WH_SIZE, LM_WAL_HDR_SIZE);
+  put64(h + WH_SEED, seed);
+  memcpy(h + WH_TAG, tag, LM_DEDUP_TAG_SIZE);
+  put32(h + WH_CRC, lm_crc32c(h, WH_CRC));
+}
+
+/* Check the 64-byte header h (n bytes of it present) and fill info's header
+ * fields: LM_OK, LM_ECORRUPT or LM_EVERSION (see lm_dedup_wal_inspect). */
+static lm_status wal_header_parse(const uint8_t *h, size_t n, lm_dedup_wal_info *info) {
+  info->magic_ok = n >= 8 && memcmp(h, k_wal_magic, 8) == 0;
+  if (!info->magic_ok || n < LM_WAL_HDR_SIZE) return LM_ECORRUPT;
+  info->version = get32(h + WH_VERSION);
+  info->header_size = get32(h + WH_SIZE);
+  if (info->version != LM_DEDUP_WAL_VERSION) return LM_EVERSION;
+  if (info->header_size != LM_WAL_HDR_SIZE || lm_crc32c(h, WH_CRC) != get32(h + WH_CRC)) return LM_ECORRUPT;
+  info->seed = get64(h + WH_SEED);
+  memcpy(info->tag, h + WH_TAG, LM_DEDUP_TAG_SIZE);
+  return LM_OK;
 }
 
 lm_status lm_dwal_open(lm_dedup *d) {
@@ -363,7 +382,7 @@ lm_status lm_dwal_open(lm_dedup *d) {
   if (fstat(d->fd, &sb)) return LM_EIO;
   uint64_t size = (uint64_t)sb.st_size;
   uint8_t h[LM_WAL_HDR_SIZE], want[LM_WAL_HDR_SIZE];
-  wal_header(want, d->seed);
+  wal_header(want, d->seed, d->tag);
   if (size < LM_WAL_HDR_SIZE) {
     /* new, or a header torn while the file was created: the bytes present
      * must be a prefix of the magic + version, nothing else is overwritten */
@@ -381,10 +400,12 @@ lm_status lm_dwal_open(lm_dedup *d) {
     return LM_OK;
   }
   if (full_pread(d->fd, h, LM_WAL_HDR_SIZE, 0) != (ssize_t)LM_WAL_HDR_SIZE) return LM_EIO;
-  if (memcmp(h, k_wal_magic, 8) != 0) return LM_ECORRUPT;
-  if (get32(h + 8) != LM_DEDUP_WAL_VERSION) return LM_EVERSION;
-  if (get32(h + 12) != LM_WAL_HDR_SIZE || lm_crc32c(h, 60) != get32(h + 60)) return LM_ECORRUPT;
-  if (get64(h + 16) != d->seed) return LM_EINVAL;
+  lm_dedup_wal_info info;
+  memset(&info, 0, sizeof info);
+  lm_status hs = wal_header_parse(h, LM_WAL_HDR_SIZE, &info);
+  if (hs) return hs;
+  /* another configuration's log: refused before anything is read or changed */
+  if (info.seed != d->seed || memcmp(info.tag, d->tag, LM_DEDUP_TAG_SIZE) != 0) return LM_EINVAL;
   d->wal_size = LM_WAL_HDR_SIZE;
   load_snapshot(d, size); /* falls back to the whole log when absent or invalid */
   return replay(d, size);
@@ -486,4 +507,106 @@ lm_status lm_dwal_truncate(lm_dedup *d, uint64_t lsn) {
   d->lsn = lsn;
   d->durable_lsn = d->written_lsn;
   return LM_OK;
+}
+
+/* ------------------------------------------------------ read-only access */
+
+/* Open `path` read-only, read and check its header into *info (zeroed first,
+ * file_bytes and valid_bytes set).  *fd_out is the descriptor on LM_OK, else -1. */
+static lm_status wal_open_ro(const char *path, lm_dedup_wal_info *info, int *fd_out) {
+  *fd_out = -1;
+  memset(info, 0, sizeof *info);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return LM_EIO;
+  struct stat sb;
+  uint8_t h[LM_WAL_HDR_SIZE];
+  ssize_t r = fstat(fd, &sb) ? -1 : full_pread(fd, h, sizeof h, 0);
+  if (r < 0) {
+    int e = errno;
+    close(fd);
+    errno = e;
+    return LM_EIO;
+  }
+  info->file_bytes = (uint64_t)sb.st_size;
+  lm_status s = wal_header_parse(h, (size_t)r, info);
+  if (s) {
+    close(fd);
+    return s;
+  }
+  info->valid_bytes = LM_WAL_HDR_SIZE;
+  *fd_out = fd;
+  return LM_OK;
+}
+
+lm_status lm_dedup_wal_inspect(const char *path, lm_dedup_wal_info *info) {
+  if (!path || !info) return LM_EINVAL;
+  int fd;
+  lm_status s = wal_open_ro(path, info, &fd);
+  if (s) return s;
+  uint8_t hdr[LM_WAL_REC_HDR];
+  uint64_t off = LM_WAL_HDR_SIZE, size = info->file_bytes;
+  while (size - off >= LM_WAL_REC_HDR) {
+    ssize_t r = full_pread(fd, hdr, sizeof hdr, off);
+    if (r < 0) {
+      s = LM_EIO;
+      break;
+    }
+    if (r != (ssize_t)sizeof hdr || !rec_header_ok(hdr) || get64(hdr + 8) != info->lsn_end) break;
+    uint64_t len = LM_WAL_REC_HDR + (uint64_t)get32(hdr + 4) * 16u;
+    if (size - off < len) break; /* payload incomplete */
+    off += len;
+    info->lsn_end += get32(hdr + 4);
+    info->records++;
+    info->valid_bytes = off;
+  }
+  int e = errno;
+  close(fd);
+  errno = e;
+  return s;
+}
+
+lm_status lm_dedup_wal_read_hashes(const char *path, uint64_t limit_lsn, lm_hash128_t *out, uint64_t *n_read) {
+  if (n_read) *n_read = 0;
+  if (!path || (!out && limit_lsn)) return LM_EINVAL;
+  lm_dedup_wal_info info;
+  int fd;
+  lm_status s = wal_open_ro(path, &info, &fd);
+  if (s) return s;
+  lm_hash128_t *buf = limit_lsn ? (lm_hash128_t *)malloc((size_t)LM_WAL_MAX_REC * 16u) : NULL;
+  if (limit_lsn && !buf) {
+    close(fd);
+    return LM_ENOMEM;
+  }
+  uint8_t hdr[LM_WAL_REC_HDR];
+  uint64_t off = LM_WAL_HDR_SIZE, size = info.file_bytes, got = 0;
+  while (got < limit_lsn) {
+    if (size - off < LM_WAL_REC_HDR) {
+      s = LM_ERANGE; /* the log ends before limit_lsn */
+      break;
+    }
+    uint32_t c = 0;
+    int r = read_record(fd, off, size, got, hdr, buf, &c);
+    if (r < 0) {
+      s = LM_EIO;
+      break;
+    }
+    if (r == 0) {
+      /* a record that is complete on disk but fails a check is damage; one cut
+       * short by the end of the file is the end of the log */
+      int cut_short = full_pread(fd, hdr, sizeof hdr, off) == (ssize_t)sizeof hdr && rec_header_ok(hdr) &&
+                  get64(hdr + 8) == got && size - off - LM_WAL_REC_HDR < (uint64_t)get32(hdr + 4) * 16u;
+      s = cut_short ? LM_ERANGE : LM_ECORRUPT;
+      break;
+    }
+    uint64_t take = c < limit_lsn - got ? c : limit_lsn - got;
+    memcpy(out + got, buf, (size_t)take * 16u);
+    got += take;
+    off += LM_WAL_REC_HDR + (uint64_t)c * 16u;
+  }
+  int e = errno;
+  free(buf);
+  close(fd);
+  errno = e;
+  if (n_read) *n_read = got;
+  return s;
 }

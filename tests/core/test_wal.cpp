@@ -519,3 +519,208 @@ TEST(Wal, SecondOpenOfTheSameLogIsRefused) {
   ASSERT_EQ(open_wal(path, &b, 8), LM_OK);  // free again once closed
   lm_dedup_destroy(b);
 }
+
+// ------------------------------------------------------------------ tag + read-only access
+
+namespace {
+
+lm_status open_wal_tag(const std::string &path, lm_dedup **d, const uint8_t *tag, uint64_t seed = 0) {
+  lm_dedup_params p;
+  lm_dedup_params_default(&p);
+  p.wal_path = path.c_str();
+  p.wal_buffer_hashes = 8;
+  p.seed = seed;
+  p.initial_capacity = 16;
+  if (tag) memcpy(p.tag, tag, LM_DEDUP_TAG_SIZE);
+  return lm_dedup_create(&p, d);
+}
+
+void le32(std::string &s, size_t off, uint32_t v) {
+  for (int i = 0; i < 4; i++) s[off + i] = char((v >> (8 * i)) & 0xFF);
+}
+void le64(std::string &s, size_t off, uint64_t v) {
+  for (int i = 0; i < 8; i++) s[off + i] = char((v >> (8 * i)) & 0xFF);
+}
+
+// A version-1 WAL as written before the tag existed, built byte by byte from the
+// layout in dedup.h (not by the core): header with zeros at 24..59, one record.
+std::string legacy_wal(uint64_t seed, const std::vector<lm_hash128_t> &hs) {
+  std::string s(64, '\0');
+  memcpy(&s[0], "LMDDWAL\0", 8);
+  le32(s, 8, 1);
+  le32(s, 12, 64);
+  le64(s, 16, seed);
+  le32(s, 60, lm_crc32c(s.data(), 60));
+  std::string pay(16 * hs.size(), '\0');
+  for (size_t i = 0; i < hs.size(); i++) {
+    le64(pay, 16 * i, hs[i].lo);
+    le64(pay, 16 * i + 8, hs[i].hi);
+  }
+  std::string rh(24, '\0');
+  memcpy(&rh[0], "LMR1", 4);
+  le32(rh, 4, (uint32_t)hs.size());
+  le64(rh, 8, 0);
+  le32(rh, 16, lm_crc32c(pay.data(), pay.size()));
+  le32(rh, 20, lm_crc32c(rh.data(), 20));
+  return s + rh + pay;
+}
+
+}  // namespace
+
+TEST(Wal, TagIsStoredAndAnotherTagIsRefusedWithoutChange) {
+  TempDir td;
+  std::string path = td.file("t.wal");
+  uint8_t t1[LM_DEDUP_TAG_SIZE], t2[LM_DEDUP_TAG_SIZE];
+  for (unsigned i = 0; i < LM_DEDUP_TAG_SIZE; i++) {
+    t1[i] = uint8_t(i + 1);
+    t2[i] = uint8_t(i + 1);
+  }
+  t2[31] ^= 0x80;  // differs in the last byte only
+  lm_dedup *d = nullptr;
+  ASSERT_EQ(open_wal_tag(path, &d, t1, 5), LM_OK);
+  std::mt19937_64 rng(3);
+  std::vector<lm_hash128_t> adm;
+  feed(d, 50, rng, &adm);
+  ASSERT_EQ(lm_dedup_snapshot(d), LM_OK);
+  feed(d, 20, rng, &adm);
+  lm_dedup_destroy(d);
+  std::string wal = read_all(path), snap = read_all(path + ".snap");
+  EXPECT_EQ(wal.substr(24, 32), std::string((const char *)t1, 32));  // header bytes 24..55
+  EXPECT_EQ(wal.substr(56, 4), std::string(4, '\0'));
+  lm_dedup_wal_info info;
+  ASSERT_EQ(lm_dedup_wal_inspect(path.c_str(), &info), LM_OK);
+  EXPECT_EQ(memcmp(info.tag, t1, 32), 0);
+  EXPECT_EQ(info.seed, 5u);
+  // refused: another tag, no tag, another seed; nothing changes on disk
+  d = nullptr;
+  EXPECT_EQ(open_wal_tag(path, &d, t2, 5), LM_EINVAL);
+  EXPECT_EQ(d, nullptr);
+  EXPECT_EQ(open_wal_tag(path, &d, nullptr, 5), LM_EINVAL);
+  EXPECT_EQ(open_wal_tag(path, &d, t1, 6), LM_EINVAL);
+  EXPECT_EQ(read_all(path), wal);
+  EXPECT_EQ(read_all(path + ".snap"), snap);
+  // the right tag opens the same state
+  ASSERT_EQ(open_wal_tag(path, &d, t1, 5), LM_OK);
+  EXPECT_EQ(held(d), first_n(adm, adm.size()));
+  lm_dedup_destroy(d);
+}
+
+TEST(Wal, WalWithoutTagStillOpensAsTagZero) {
+  TempDir td;
+  std::string path = td.file("old.wal");
+  std::vector<lm_hash128_t> hs = {{1, 2}, {3, 4}, {0, 0}, {~0ull, 7}};
+  std::string old = legacy_wal(9, hs);
+  write_all(path, old);
+  lm_dedup_wal_info info;
+  ASSERT_EQ(lm_dedup_wal_inspect(path.c_str(), &info), LM_OK);
+  EXPECT_EQ(info.seed, 9u);
+  EXPECT_EQ(info.lsn_end, hs.size());
+  for (unsigned i = 0; i < LM_DEDUP_TAG_SIZE; i++) EXPECT_EQ(info.tag[i], 0) << i;
+  uint8_t t[LM_DEDUP_TAG_SIZE] = {1};
+  lm_dedup *d = nullptr;
+  EXPECT_EQ(open_wal_tag(path, &d, t, 9), LM_EINVAL);  // a tagged stage does not adopt an untagged log
+  EXPECT_EQ(read_all(path), old);
+  ASSERT_EQ(open_wal_tag(path, &d, nullptr, 9), LM_OK);
+  EXPECT_EQ(lsn_of(d), hs.size());
+  std::set<Key> want;
+  for (auto &h : hs) want.insert({h.hi, h.lo});
+  EXPECT_EQ(held(d), want);
+  int nw = -1;
+  ASSERT_EQ(lm_dedup_check_insert_hash(d, {5, 6}, &nw), LM_OK);
+  EXPECT_EQ(nw, 1);
+  lm_dedup_destroy(d);
+  // the core's own header for seed 9 and no tag is byte for byte the old one
+  EXPECT_EQ(read_all(path).substr(0, 64), old.substr(0, 64));
+}
+
+TEST(Wal, InspectAndReadHashesAreReadOnlyAndChecked) {
+  TempDir td;
+  std::string path = td.file("r.wal");
+  lm_dedup *d = nullptr;
+  ASSERT_EQ(open_wal(path, &d, 8, 11), LM_OK);
+  std::mt19937_64 rng(17);
+  std::vector<lm_hash128_t> adm;
+  feed(d, 300, rng, &adm, 7);
+  ASSERT_EQ(lm_dedup_sync(d, nullptr), LM_OK);
+  std::string wal = read_all(path);
+  auto recs = records(path);
+  // readable while the deduplicator holds its lock, and nothing changes
+  lm_dedup_wal_info info;
+  ASSERT_EQ(lm_dedup_wal_inspect(path.c_str(), &info), LM_OK);
+  EXPECT_EQ(info.magic_ok, 1);
+  EXPECT_EQ(info.version, 1u);
+  EXPECT_EQ(info.header_size, 64u);
+  EXPECT_EQ(info.seed, 11u);
+  EXPECT_EQ(info.lsn_end, adm.size());
+  EXPECT_EQ(info.records, recs.size());
+  EXPECT_EQ(info.valid_bytes, wal.size());
+  EXPECT_EQ(info.file_bytes, wal.size());
+  std::vector<lm_hash128_t> out(adm.size() + 1);
+  uint64_t n = 99;
+  ASSERT_EQ(lm_dedup_wal_read_hashes(path.c_str(), adm.size(), out.data(), &n), LM_OK);
+  ASSERT_EQ(n, adm.size());
+  for (size_t i = 0; i < adm.size(); i++) {
+    EXPECT_EQ(out[i].lo, adm[i].lo) << i;
+    EXPECT_EQ(out[i].hi, adm[i].hi) << i;
+  }
+  ASSERT_EQ(lm_dedup_wal_read_hashes(path.c_str(), 13, out.data(), &n), LM_OK);  // inside a record
+  EXPECT_EQ(n, 13u);
+  EXPECT_EQ(lm_dedup_wal_read_hashes(path.c_str(), 0, nullptr, &n), LM_OK);
+  EXPECT_EQ(n, 0u);
+  EXPECT_EQ(lm_dedup_wal_read_hashes(path.c_str(), adm.size() + 1, out.data(), &n), LM_ERANGE);
+  EXPECT_EQ(n, adm.size());
+  lm_dedup_destroy(d);
+  EXPECT_EQ(read_all(path), wal);
+
+  // a torn last record: inspect stops before it, reading past it is LM_ERANGE
+  uint32_t last = recs.back().second;
+  write_all(path, wal.substr(0, wal.size() - 5));
+  ASSERT_EQ(lm_dedup_wal_inspect(path.c_str(), &info), LM_OK);
+  EXPECT_EQ(info.lsn_end, adm.size() - last);
+  EXPECT_EQ(info.valid_bytes, recs.back().first);
+  EXPECT_EQ(info.file_bytes, wal.size() - 5);
+  EXPECT_EQ(lm_dedup_wal_read_hashes(path.c_str(), adm.size(), out.data(), &n), LM_ERANGE);
+  EXPECT_EQ(n, adm.size() - last);
+  EXPECT_EQ(lm_dedup_wal_read_hashes(path.c_str(), adm.size() - last, out.data(), &n), LM_OK);
+  // a flipped payload bit in the first record: LM_ECORRUPT when read, not when only inspected
+  std::string bad = wal;
+  bad[64 + 24 + 3] ^= 1;
+  write_all(path, bad);
+  EXPECT_EQ(lm_dedup_wal_read_hashes(path.c_str(), 1, out.data(), &n), LM_ECORRUPT);
+  EXPECT_EQ(n, 0u);
+  ASSERT_EQ(lm_dedup_wal_inspect(path.c_str(), &info), LM_OK);
+  EXPECT_EQ(info.lsn_end, adm.size());
+  // a damaged record header: the valid prefix ends there
+  bad = wal;
+  bad[recs[1].first + 4] ^= 1;
+  write_all(path, bad);
+  ASSERT_EQ(lm_dedup_wal_inspect(path.c_str(), &info), LM_OK);
+  EXPECT_EQ(info.lsn_end, recs[0].second);
+  EXPECT_EQ(info.records, 1u);
+  EXPECT_EQ(lm_dedup_wal_read_hashes(path.c_str(), recs[0].second, out.data(), &n), LM_OK);
+  EXPECT_EQ(lm_dedup_wal_read_hashes(path.c_str(), recs[0].second + 1, out.data(), &n), LM_ECORRUPT);
+  EXPECT_EQ(n, recs[0].second);
+  // header errors
+  bad = wal;
+  le32(bad, 8, 2);
+  write_all(path, bad);
+  EXPECT_EQ(lm_dedup_wal_inspect(path.c_str(), &info), LM_EVERSION);
+  EXPECT_EQ(info.version, 2u);
+  EXPECT_EQ(lm_dedup_wal_read_hashes(path.c_str(), 1, out.data(), &n), LM_EVERSION);
+  bad = wal;
+  bad[20] ^= 1;  // seed byte: header CRC fails
+  write_all(path, bad);
+  EXPECT_EQ(lm_dedup_wal_inspect(path.c_str(), &info), LM_ECORRUPT);
+  EXPECT_EQ(info.magic_ok, 1);
+  write_all(path, std::string(100, 'x'));
+  EXPECT_EQ(lm_dedup_wal_inspect(path.c_str(), &info), LM_ECORRUPT);
+  EXPECT_EQ(info.magic_ok, 0);
+  write_all(path, "LMDDWAL");
+  EXPECT_EQ(lm_dedup_wal_inspect(path.c_str(), &info), LM_ECORRUPT);
+  errno = 0;
+  EXPECT_EQ(lm_dedup_wal_inspect(td.file("missing.wal").c_str(), &info), LM_EIO);
+  EXPECT_EQ(errno, ENOENT);
+  EXPECT_EQ(lm_dedup_wal_inspect(nullptr, &info), LM_EINVAL);
+  EXPECT_EQ(lm_dedup_wal_inspect(path.c_str(), nullptr), LM_EINVAL);
+  EXPECT_EQ(lm_dedup_wal_read_hashes(path.c_str(), 1, nullptr, &n), LM_EINVAL);
+}

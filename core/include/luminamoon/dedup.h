@@ -16,7 +16,10 @@
  * set of the first L admitted hashes.
  *
  * WAL file (little-endian; format version 1): a 64-byte header (magic
- * "LMDDWAL\0", version, header size, hash seed, CRC32C), then records:
+ * "LMDDWAL\0" at 0, u32 version at 8, u32 header size at 12, u64 hash seed at
+ * 16, the 32-byte tag at 24, zeros at 56, u32 CRC32C of bytes 0-59 at 60;
+ * WALs written before the tag existed hold zeros there: tag = all zero), then
+ * records:
  *   u32 magic "LMR1" | u32 count | u64 first_lsn | u32 payload CRC32C |
  *   u32 header CRC32C (over the 20 bytes before it) | count x 16-byte hashes.
  * New hashes are buffered in memory (wal_buffer_hashes) and written as one
@@ -27,7 +30,8 @@
  * valid record follows is a torn or garbage tail and is cut (ftruncate +
  * fsync), never read as data; a bad record followed by a valid one is
  * corruption in the middle: LM_ECORRUPT, the file is left as it is.
- * A WAL of another format version gives LM_EVERSION; another seed LM_EINVAL.
+ * A WAL of another format version gives LM_EVERSION; another seed or another
+ * tag LM_EINVAL (and nothing is changed): lm_dedup_wal_inspect tells which.
  *
  * Snapshots (path + ".snap"): lm_dedup_snapshot syncs the WAL, then writes the
  * slot array with its LSN and the position of that LSN in the WAL to
@@ -76,6 +80,7 @@ extern "C" {
 #endif
 
 #define LM_DEDUP_WAL_VERSION 1u
+#define LM_DEDUP_TAG_SIZE 32u
 
 typedef struct lm_dedup_params {
   const char *wal_path;      /* NULL: in memory only.  Copied at create. */
@@ -83,6 +88,12 @@ typedef struct lm_dedup_params {
   size_t initial_capacity;   /* slots to start with; default 1024 */
   uint64_t max_entries;      /* 0: unlimited; else the most distinct hashes kept */
   size_t wal_buffer_hashes;  /* hashes buffered per WAL record; default 4096 (64 KiB), max 65536 */
+  /* Opaque bytes naming the configuration the log belongs to (e.g. the settings
+   * of the stage that computes the hashes); all zero by default.  Written into
+   * the header of a new WAL; opening an existing WAL whose header holds other
+   * bytes gives LM_EINVAL and changes nothing (lm_dedup_wal_inspect reads the
+   * stored tag).  In-memory mode ignores it.  Copied at create. */
+  uint8_t tag[LM_DEDUP_TAG_SIZE];
 } lm_dedup_params;
 
 typedef struct lm_dedup_stats {
@@ -112,7 +123,7 @@ lm_status lm_dedup_params_default(lm_dedup_params *p);
 /* Create a deduplicator; with a WAL path, open (or create) the log there and
  * recover its state (snapshot + replay, torn tail cut).  params NULL = defaults.
  * Errors: LM_EIO (errno kept), LM_ECORRUPT, LM_EVERSION, LM_EINVAL (bad params
- * or a WAL written with another seed), LM_ENOMEM, LM_ETOOBIG (the log holds
+ * or a WAL written with another seed or tag), LM_ENOMEM, LM_ETOOBIG (the log holds
  * more than max_entries).  Ownership: *out is the caller's; lm_dedup_destroy. */
 lm_status lm_dedup_create(const lm_dedup_params *params, lm_dedup **out);
 
@@ -170,6 +181,48 @@ lm_status lm_dedup_stats_get(const lm_dedup *d, lm_dedup_stats *out);
 /* Visit every held hash in table order (for tests and export).  fn returns
  * non-zero to stop. */
 lm_status lm_dedup_foreach(const lm_dedup *d, int (*fn)(void *ctx, lm_hash128_t h), void *ctx);
+
+/* ------------------------------------------------ read-only WAL access
+ *
+ * For tools and for re-partitioning a log without opening a deduplicator: no
+ * lock is taken and the file is never changed, so a log held open by a live
+ * deduplicator may be read (a record being appended reads as the end).
+ * Thread-safety: the functions share no state; any thread may call them. */
+
+typedef struct lm_dedup_wal_info {
+  int magic_ok;                   /* 1 if the file starts with the WAL magic */
+  uint32_t version;               /* format version stored in the header */
+  uint32_t header_size;           /* header size stored in the header */
+  uint64_t seed;                  /* hash seed stored in the header */
+  uint8_t tag[LM_DEDUP_TAG_SIZE]; /* tag stored in the header (zeros: none) */
+  uint64_t lsn_end;               /* the valid records hold LSNs [0, lsn_end) */
+  uint64_t records;               /* number of those records */
+  uint64_t valid_bytes;           /* header + those records */
+  uint64_t file_bytes;            /* size of the file (more than valid_bytes:
+                                     a torn tail, damage, or a record being written) */
+} lm_dedup_wal_info;
+
+/* Read the header of the WAL at `path` and walk its record headers (magic,
+ * header CRC, count, LSN sequence, payload present; payload CRCs are checked by
+ * lm_dedup_wal_read_hashes, not here) up to the first one that fails.
+ * *info is zeroed, then filled as far as the file allows.
+ * Errors: LM_EINVAL (NULL argument), LM_EIO (errno kept; e.g. ENOENT),
+ * LM_ECORRUPT (shorter than a header, no magic (magic_ok 0), or a damaged
+ * header: magic_ok 1), LM_EVERSION (another format version: info->version
+ * says which; seed and tag are not filled).  Ownership: nothing retained. */
+lm_status lm_dedup_wal_inspect(const char *path, lm_dedup_wal_info *info);
+
+/* The first `limit_lsn` admitted hashes of the WAL at `path`, in LSN order,
+ * into out[0..limit_lsn) (caller-owned; may be NULL when limit_lsn is 0).
+ * Every record read is fully checked (header, LSN sequence, payload CRC).
+ * *n_read (may be NULL) receives how many hashes were stored.
+ * Returns LM_OK when all limit_lsn were read; LM_ERANGE when the file ends
+ * (or a record is incomplete) before that: the log lost committed records;
+ * LM_ECORRUPT for a record that fails a check before limit_lsn (or a damaged
+ * header); LM_EVERSION, LM_EIO, LM_EINVAL as lm_dedup_wal_inspect.  The header's
+ * seed and tag are not compared with anything: check them with
+ * lm_dedup_wal_inspect. */
+lm_status lm_dedup_wal_read_hashes(const char *path, uint64_t limit_lsn, lm_hash128_t *out, uint64_t *n_read);
 
 #ifdef __cplusplus
 }
