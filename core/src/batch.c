@@ -87,81 +87,255 @@ lm_status lm_docs_validate(const lm_docs *d) {
   return LM_OK;
 }
 
+/* ---- lm_batch_plan ---- */
+
+#include <stdatomic.h>
+
+void lm_batch_plan_init(lm_batch_plan *p) {
+  if (p) memset(p, 0, sizeof *p);
+}
+
+void lm_batch_plan_free(lm_batch_plan *p) {
+  if (!p) return;
+  free(p->start);
+  memset(p, 0, sizeof *p);
+}
+
+static size_t sat_add(size_t a, size_t b) { return a > SIZE_MAX - b ? SIZE_MAX : a + b; }
+
+lm_status lm_batch_plan_make(lm_batch_plan *p, const int64_t *prefix, size_t n, const lm_exec *exec,
+                             size_t max_items) {
+  if (!p || !prefix) return LM_EINVAL;
+  if (!max_items) max_items = 256;
+  size_t total = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (prefix[i + 1] < prefix[i]) return LM_EINVAL;
+    total = sat_add(total, sat_add((size_t)(prefix[i + 1] - prefix[i]), LM_BATCH_ITEM_COST));
+  }
+  size_t workers = 1;
+  if (exec && exec->num_threads > 1) {
+    workers = (size_t)exec->num_threads;
+    if (workers > 256) workers = 256;
+    size_t by = exec->min_items_per_thread ? n / exec->min_items_per_thread : total / LM_BATCH_MIN_THREAD_BYTES;
+    if (by < workers) workers = by ? by : 1;
+  }
+  size_t target = total / (workers * 8);
+  if (target > LM_BATCH_MAX_RANGE_BYTES) target = LM_BATCH_MAX_RANGE_BYTES;
+  if (!(exec && exec->min_items_per_thread) && target < LM_BATCH_MIN_RANGE_BYTES) target = LM_BATCH_MIN_RANGE_BYTES;
+  if (!target) target = 1;
+  /* worst case one range per item */
+  lm_status s = lm_grow_array((void **)&p->start, &p->cap, n + 2, sizeof(size_t), 64);
+  if (s) return s;
+  size_t nr = 0, cur_w = 0, cur_n = 0;
+  p->start[0] = 0;
+  for (size_t i = 0; i < n; i++) {
+    size_t w = sat_add((size_t)(prefix[i + 1] - prefix[i]), LM_BATCH_ITEM_COST);
+    if (cur_n && (cur_w > target - (w < target ? w : target) || cur_n >= max_items)) {
+      p->start[++nr] = i; /* close the range before this item */
+      cur_w = cur_n = 0;
+    }
+    cur_w = sat_add(cur_w, w);
+    cur_n++;
+  }
+  if (cur_n || n == 0) p->start[++nr] = n;
+  if (n == 0) nr = 0;
+  p->nranges = nr;
+  p->nworkers = workers < nr ? workers : (nr ? nr : 1);
+  return LM_OK;
+}
+
+static _Atomic(lm_batch_range_hook) g_hook;
+static void *_Atomic g_hook_arg;
+
+void lm_batch_set_test_hook(lm_batch_range_hook hook, void *arg) {
+  atomic_store(&g_hook_arg, arg);
+  atomic_store(&g_hook, hook);
+}
+
+typedef struct {
+  const lm_batch_plan *p;
+  lm_batch_range_fn fn;
+  void *ctx;
+  lm_batch_range_hook hook;
+  void *hook_arg;
+} plan_task_ctx;
+
+static lm_status plan_task(void *vctx, size_t worker, size_t r) {
+  plan_task_ctx *x = (plan_task_ctx *)vctx;
+  if (x->hook) x->hook(x->hook_arg, worker, r);
+  return x->fn(x->ctx, worker, r, x->p->start[r], x->p->start[r + 1]);
+}
+
+lm_status lm_batch_plan_run(const lm_batch_plan *p, lm_batch_range_fn fn, void *ctx) {
+  if (!p || !fn) return LM_EINVAL;
+  plan_task_ctx x = {p, fn, ctx, atomic_load(&g_hook), atomic_load(&g_hook_arg)};
+  return lm_parallel_tasks(p->nworkers, p->nranges, plan_task, &x);
+}
+
+/* ---- lm_batch_pool ---- */
+
+lm_status lm_batch_pool_get(lm_batch_pool *p, size_t n) {
+  if (!p) return LM_EINVAL;
+  if (n > p->n) {
+    if (n > SIZE_MAX / sizeof(lm_bytebuf)) return LM_EOVERFLOW;
+    lm_bytebuf *a = (lm_bytebuf *)realloc(p->arenas, n * sizeof *a);
+    if (!a) return LM_ENOMEM;
+    memset(a + p->n, 0, (n - p->n) * sizeof *a);
+    p->arenas = a;
+    p->n = n;
+  }
+  for (size_t i = 0; i < p->n; i++) p->arenas[i].len = 0;
+  return LM_OK;
+}
+
+void lm_batch_pool_trim(lm_batch_pool *p, size_t keep_bytes) {
+  if (!p) return;
+  size_t kept = 0, last = 0;
+  for (size_t i = 0; i < p->n; i++) {
+    lm_bytebuf *a = &p->arenas[i];
+    if (!a->cap) continue;
+    if (a->cap > keep_bytes / 4 || a->cap > keep_bytes - kept) {
+      lm_bytebuf_free(a);
+    } else {
+      kept += a->cap;
+      last = i + 1;
+    }
+  }
+  if (last < p->n) { /* drop the empty tail of the array too */
+    if (last == 0) {
+      free(p->arenas);
+      p->arenas = NULL;
+    } else {
+      lm_bytebuf *a = (lm_bytebuf *)realloc(p->arenas, last * sizeof *a);
+      if (a) p->arenas = a;
+    }
+    p->n = last;
+  }
+}
+
+size_t lm_batch_pool_bytes(const lm_batch_pool *p) {
+  if (!p) return 0;
+  size_t b = p->n * sizeof(lm_bytebuf);
+  for (size_t i = 0; i < p->n; i++) b += p->arenas[i].cap;
+  return b;
+}
+
+void lm_batch_pool_free(lm_batch_pool *p) {
+  if (!p) return;
+  for (size_t i = 0; i < p->n; i++) lm_bytebuf_free(&p->arenas[i]);
+  free(p->arenas);
+  memset(p, 0, sizeof *p);
+}
+
 /* ---- lm_batch_run ---- */
 
 typedef struct {
   const lm_batch_stage *vt;
+  const lm_batch_opts *opts;
   void *stage;
   const lm_docs *docs;
   int32_t *reasons;
   size_t *out_len;    /* per document: bytes it appended to its range's arena */
   lm_bytebuf *arenas; /* per range */
   uint8_t *counters;  /* per range: counters_size bytes */
-  size_t grain;
+  void **scratch;     /* per worker (created lazily) */
+  int pre;            /* the counting pass */
 } run_ctx;
 
-static lm_status run_ranges(void *vctx, size_t begin, size_t end) {
+static lm_status run_range(void *vctx, size_t worker, size_t r, size_t d0, size_t d1) {
   run_ctx *x = (run_ctx *)vctx;
   const lm_batch_stage *vt = x->vt;
-  void *scratch = NULL;
-  lm_status st = vt->scratch_create ? vt->scratch_create(x->stage, &scratch) : LM_OK;
-  if (st) return st;
-  for (size_t r = begin; r < end && !st; r++) {
-    lm_bytebuf *arena = &x->arenas[r];
-    void *counters = x->counters + r * vt->counters_size;
-    size_t d0 = r * x->grain, d1 = d0 + x->grain;
-    if (d1 > x->docs->n) d1 = x->docs->n;
-    for (size_t d = d0; d < d1; d++) {
-      const uint8_t *t = x->docs->data + x->docs->offsets[d];
-      size_t n = (size_t)(x->docs->offsets[d + 1] - x->docs->offsets[d]);
-      size_t before = arena->len;
-      st = vt->doc(x->stage, scratch, t, n, arena, counters, &x->reasons[d]);
-      if (st) break;
-      x->out_len[d] = arena->len - before;
-    }
+  lm_status st = LM_OK;
+  if (vt->scratch_create && !x->scratch[worker]) {
+    st = vt->scratch_create(x->stage, &x->scratch[worker]);
+    if (st) return st;
   }
-  if (vt->scratch_destroy) vt->scratch_destroy(scratch);
+  void *scratch = x->scratch[worker];
+  void *counters = x->counters + r * vt->counters_size;
+  const int64_t *off = x->docs->offsets;
+  if (x->pre) {
+    for (size_t d = d0; d < d1 && !st; d++)
+      st = x->opts->pre_doc(x->stage, scratch, x->docs->data + off[d], (size_t)(off[d + 1] - off[d]), counters);
+    return st;
+  }
+  lm_bytebuf *arena = &x->arenas[r];
+  for (size_t d = d0; d < d1; d++) {
+    size_t before = arena->len;
+    st = vt->doc(x->stage, scratch, x->docs->data + off[d], (size_t)(off[d + 1] - off[d]), arena, counters,
+                 &x->reasons[d]);
+    if (st) break;
+    x->out_len[d] = arena->len - before;
+  }
   return st;
 }
 
 lm_status lm_batch_run(const lm_batch_stage *vt, void *stage, const lm_docs *docs, lm_batch_result *out,
                        const lm_exec *exec) {
+  return lm_batch_run_ex(vt, NULL, stage, docs, out, exec);
+}
+
+lm_status lm_batch_run_ex(const lm_batch_stage *vt, const lm_batch_opts *opts, void *stage, const lm_docs *docs,
+                          lm_batch_result *out, const lm_exec *exec) {
   if (!vt || !vt->doc || !vt->merge || !out) return LM_EINVAL;
+  if (!vt->scratch_create != !vt->scratch_destroy) return LM_EINVAL;
+  if (opts && !opts->pre_doc != !opts->pre_done) return LM_EINVAL;
   lm_status st = lm_docs_validate(docs);
   if (st) return st;
   size_t n = docs->n;
-  st = lm_batch_result_begin(out, n, docs->data_len);
+  st = lm_batch_result_begin(out, n, (size_t)(docs->offsets[n] - docs->offsets[0]) + 16);
   if (st) return st;
   if (n == 0) return LM_OK;
-  size_t grain = vt->grain ? vt->grain : 64;
-  size_t nr = n / grain + (n % grain != 0);
-  if (vt->counters_size && nr > SIZE_MAX / vt->counters_size) return LM_EOVERFLOW;
-  run_ctx x = {vt, stage, docs, out->reasons, (size_t *)malloc(n * sizeof(size_t)),
-               (lm_bytebuf *)calloc(nr, sizeof(lm_bytebuf)),
-               (uint8_t *)calloc(vt->counters_size ? nr : 1, vt->counters_size ? vt->counters_size : 1), grain};
-  if (x.out_len && x.arenas && x.counters) {
-    lm_exec ex = exec ? *exec : (lm_exec){1, 0};
-    if (ex.min_items_per_thread == 0) ex.min_items_per_thread = 4;
-    st = lm_parallel_for(&ex, nr, run_ranges, &x);
-    for (size_t r = 0; r < nr && !st; r++) { /* ordered gather */
+  lm_batch_plan plan;
+  lm_batch_plan_init(&plan);
+  st = lm_batch_plan_make(&plan, docs->offsets, n, exec, vt->grain);
+  if (st) return st;
+  size_t nr = plan.nranges, cs = vt->counters_size;
+  lm_batch_pool local = {NULL, 0};
+  lm_batch_pool *pool = opts && opts->pool ? opts->pool : &local;
+  if (cs && nr > SIZE_MAX / cs) {
+    lm_batch_plan_free(&plan);
+    return LM_EOVERFLOW;
+  }
+  run_ctx x = {vt, opts, stage, docs, out->reasons, (size_t *)malloc(n * sizeof(size_t)), NULL,
+               (uint8_t *)calloc(cs ? nr : 1, cs ? cs : 1), (void **)calloc(plan.nworkers, sizeof(void *)), 0};
+  st = lm_batch_pool_get(pool, nr);
+  if (!st && (!x.out_len || !x.counters || !x.scratch)) st = LM_ENOMEM;
+  if (!st) {
+    x.arenas = pool->arenas;
+    if (opts && opts->pre_doc && nr > 1) { /* counting pass, then the stage prepares each range's counters */
+      x.pre = 1;
+      st = lm_batch_plan_run(&plan, run_range, &x);
+      x.pre = 0;
+      if (!st) opts->pre_done(stage, x.counters, nr);
+    }
+    if (!st) st = lm_batch_plan_run(&plan, run_range, &x);
+  }
+  if (!st) { /* ordered gather: one copy into the output */
+    size_t total = 0;
+    for (size_t r = 0; r < nr; r++) total += x.arenas[r].len;
+    uint8_t *dst = NULL;
+    st = lm_batch_result_reserve_data(out, total, &dst);
+    (void)dst;
+    for (size_t r = 0; r < nr && !st; r++) {
       const lm_bytebuf *a = &x.arenas[r];
-      size_t d0 = r * grain, d1 = d0 + grain, pos = 0;
-      if (d1 > n) d1 = n;
-      for (size_t d = d0; d < d1 && !st; d++) {
-        if (out->reasons[d] != LM_REASON_KEPT) continue;
+      size_t pos = 0;
+      for (size_t d = plan.start[r]; d < plan.start[r + 1] && !st; d++) {
         /* a->data is NULL when the range kept only empty texts (NULL + 0 is UB) */
-        st = lm_batch_result_push(out, (int64_t)d, a->data ? a->data + pos : NULL, x.out_len[d]);
+        if (out->reasons[d] == LM_REASON_KEPT)
+          st = lm_batch_result_push(out, (int64_t)d, a->data ? a->data + pos : NULL, x.out_len[d]);
         pos += x.out_len[d];
       }
     }
-    if (!st)
-      for (size_t r = 0; r < nr; r++) vt->merge(stage, x.counters + r * vt->counters_size);
-  } else {
-    st = LM_ENOMEM;
   }
-  if (x.arenas)
-    for (size_t r = 0; r < nr; r++) lm_bytebuf_free(&x.arenas[r]);
-  free(x.arenas);
+  if (!st)
+    for (size_t r = 0; r < nr; r++) vt->merge(stage, x.counters + r * cs);
+  if (x.scratch && vt->scratch_destroy)
+    for (size_t w = 0; w < plan.nworkers; w++)
+      if (x.scratch[w]) vt->scratch_destroy(x.scratch[w]);
+  if (pool == &local) lm_batch_pool_free(&local);
+  else lm_batch_pool_trim(pool, opts->keep_bytes ? opts->keep_bytes : LM_BATCH_RETAIN_BYTES);
+  lm_batch_plan_free(&plan);
+  free(x.scratch);
   free(x.counters);
   free(x.out_len);
   return st;

@@ -2,6 +2,7 @@
 #include "luminamoon/parallel.h"
 
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -62,5 +63,81 @@ lm_status lm_parallel_for(const lm_exec *exec, size_t n, lm_range_fn fn, void *c
     if (first == LM_OK) first = tasks[i].result;
   }
   (void)spawn; /* the work was still done; a failed spawn is not an error */
+  return first;
+}
+
+/* ---- lm_parallel_tasks: workers pull task numbers from one atomic counter ---- */
+
+#include <stdatomic.h>
+
+typedef struct {
+  lm_task_fn fn;
+  void *ctx;
+  size_t ntasks;
+  atomic_size_t next;   /* next task to hand out */
+  atomic_size_t failed; /* lowest failed task (SIZE_MAX: none) */
+} lm_pool_run;
+
+typedef struct {
+  lm_pool_run *run;
+  size_t worker;
+  lm_status first; /* status of this worker's failed task */
+  size_t first_task;
+} lm_worker;
+
+static void *lm_worker_main(void *arg) {
+  lm_worker *w = (lm_worker *)arg;
+  lm_pool_run *r = w->run;
+  for (;;) {
+    if (atomic_load_explicit(&r->failed, memory_order_relaxed) != SIZE_MAX) break;
+    size_t t = atomic_fetch_add_explicit(&r->next, 1, memory_order_relaxed);
+    if (t >= r->ntasks) break;
+    lm_status s = r->fn(r->ctx, w->worker, t);
+    if (s != LM_OK) {
+      w->first = s;
+      w->first_task = t;
+      size_t cur = atomic_load_explicit(&r->failed, memory_order_relaxed);
+      while (t < cur && !atomic_compare_exchange_weak_explicit(&r->failed, &cur, t, memory_order_relaxed,
+                                                               memory_order_relaxed)) {
+      }
+      break;
+    }
+  }
+  return NULL;
+}
+
+lm_status lm_parallel_tasks(size_t nworkers, size_t ntasks, lm_task_fn fn, void *ctx) {
+  if (!fn) return LM_EINVAL;
+  if (ntasks == 0) return LM_OK;
+  if (nworkers > LM_MAX_THREADS) nworkers = LM_MAX_THREADS;
+  if (nworkers > ntasks) nworkers = ntasks;
+  if (nworkers <= 1) {
+    for (size_t t = 0; t < ntasks; t++) {
+      lm_status s = fn(ctx, 0, t);
+      if (s) return s;
+    }
+    return LM_OK;
+  }
+  lm_pool_run run;
+  run.fn = fn;
+  run.ctx = ctx;
+  run.ntasks = ntasks;
+  atomic_init(&run.next, 0);
+  atomic_init(&run.failed, SIZE_MAX);
+  lm_worker ws[LM_MAX_THREADS];
+  pthread_t tids[LM_MAX_THREADS];
+  int started[LM_MAX_THREADS];
+  for (size_t i = 0; i < nworkers; i++) ws[i] = (lm_worker){&run, i, LM_OK, SIZE_MAX};
+  for (size_t i = 1; i < nworkers; i++) started[i] = pthread_create(&tids[i], NULL, lm_worker_main, &ws[i]) == 0;
+  lm_worker_main(&ws[0]);
+  for (size_t i = 1; i < nworkers; i++)
+    if (started[i]) pthread_join(tids[i], NULL);
+  lm_status first = LM_OK;
+  size_t first_task = SIZE_MAX;
+  for (size_t i = 0; i < nworkers; i++)
+    if (ws[i].first != LM_OK && ws[i].first_task < first_task) {
+      first = ws[i].first;
+      first_task = ws[i].first_task;
+    }
   return first;
 }

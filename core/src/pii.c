@@ -28,8 +28,7 @@ lm_status lm_pii_params_default(lm_pii_params *p, lm_pii_mode mode) {
 
 void lm_pii_destroy(lm_pii_masker *m) {
   if (!m) return;
-  for (size_t k = 0; k < m->nscratch; k++) lm_pii_buf_free(&m->scratch[k]);
-  free(m->scratch);
+  lm_batch_pool_free(&m->pool);
   for (int t = 0; t < LM_PII_TYPE_COUNT; t++) {
     if (m->repl[t])
       for (size_t k = 0; k < m->nrepl[t]; k++) free(m->repl[t][k]);
@@ -101,25 +100,10 @@ lm_status lm_pii_create(const lm_pii_params *params, lm_pii_masker **out) {
   return LM_OK;
 }
 
-void lm_pii_buf_free(lm_pii_buf *b) {
-  if (!b) return;
-  free(b->data);
-  b->data = NULL;
-  b->len = b->cap = 0;
-}
-
-static int buf_reserve(lm_pii_buf *b, size_t extra) {
-  if (extra <= b->cap - b->len) return 0;
-  if (extra > SIZE_MAX - b->len) return -1;
-  return lm_grow_array((void **)&b->data, &b->cap, b->len + extra, 1, 256) == LM_OK ? 0 : -1;
-}
+void lm_pii_buf_free(lm_pii_buf *b) { lm_bytebuf_free(b); }
 
 static int buf_append(lm_pii_buf *b, const void *src, size_t len) {
-  if (!len) return 0;
-  if (buf_reserve(b, len)) return -1;
-  memcpy(b->data + b->len, src, len);
-  b->len += len;
-  return 0;
+  return len && lm_bytebuf_append(b, src, len, 256) != LM_OK ? -1 : 0;
 }
 
 /* ------------------------------------------------------------- masking */
@@ -265,168 +249,109 @@ lm_status lm_pii_find(const lm_pii_masker *m, const uint8_t *text, size_t len, l
 
 /* -------------------------------------------------------------- batch */
 
+/* lm_pii_run on the core's batch runner (lm_batch_run_ex): one range's
+ * counters are its counts plus, when the replacement cycle runs across
+ * documents, the position its first document starts from (relative to the
+ * masker's cycle at the batch start), found by a counting pass. */
 typedef struct {
-  lm_pii_buf buf;
-  size_t *lens;                      /* per document of the chunk */
-  uint64_t cyc[LM_PII_TYPE_COUNT];   /* start positions for the chunk */
   lm_pii_counts counts;
-} chunk_state;
+  uint64_t base[LM_PII_TYPE_COUNT];
+} pii_range_counters;
 
-typedef struct {
-  const lm_pii_masker *m;
-  const lm_docs *docs;
-  chunk_state *chunks;
-  size_t nchunks;
-  int count_only;
-} run_ctx;
-
-static void chunk_range(size_t n, size_t nchunks, size_t c, size_t *b, size_t *e) {
-  *b = n / nchunks * c + (c < n % nchunks ? c : n % nchunks);
-  *e = *b + n / nchunks + (c < n % nchunks ? 1 : 0);
-}
-
-static lm_status run_chunks(void *vctx, size_t cb, size_t ce) {
-  run_ctx *r = (run_ctx *)vctx;
-  for (size_t c = cb; c < ce; c++) {
-    chunk_state *cs = &r->chunks[c];
-    size_t b, e;
-    chunk_range(r->docs->n, r->nchunks, c, &b, &e);
-    uint64_t cyc[LM_PII_TYPE_COUNT];
-    memcpy(cyc, cs->cyc, sizeof cyc);
-    for (size_t i = b; i < e; i++) {
-      int64_t o0 = r->docs->offsets[i], o1 = r->docs->offsets[i + 1];
-      lm_pii_counts dc;
-      size_t before = cs->buf.len;
-      if (r->m->max_doc_bytes && (size_t)(o1 - o0) > r->m->max_doc_bytes) {
-        if (!r->count_only) cs->lens[i - b] = SIZE_MAX; /* refused: dropped, not passed through */
-        cs->counts.docs_too_large += 1;
-        continue;
-      }
-      lm_status s = lm_pii_mask_doc(r->m, r->docs->data + o0, (size_t)(o1 - o0), cyc, &cs->buf, &dc);
-      if (s) return s;
-      if (r->count_only) {
-        cs->buf.len = before;
-      } else {
-        cs->lens[i - b] = cs->buf.len - before;
-      }
-      for (int t = 0; t < LM_PII_TYPE_COUNT; t++) {
-        cs->counts.matches[t] += dc.matches[t];
-        if (r->m->cycle_across_documents) cyc[t] += dc.matches[t];
-      }
-      cs->counts.docs += 1;
-      cs->counts.docs_changed += dc.docs_changed;
-      cs->counts.bytes_in += dc.bytes_in;
-      cs->counts.bytes_out += dc.bytes_out;
-    }
-  }
-  return LM_OK;
-}
-
-lm_status lm_pii_run(lm_pii_masker *m, const lm_docs *docs, lm_batch_result *out, const lm_exec *exec) {
-  if (!m || !out) return LM_EINVAL;
-  lm_status s = lm_docs_validate(docs);
-  if (s) return s;
-  size_t n = docs->n;
-  size_t in_bytes = (size_t)(docs->offsets[n] - docs->offsets[0]);
-  s = lm_batch_result_begin(out, n, in_bytes + 16);
-  if (s) return s;
-  if (!n) return LM_OK;
-
-  size_t threads = 1;
-  if (exec && exec->num_threads > 1) {
-    size_t grain = exec->min_items_per_thread ? exec->min_items_per_thread : 16384;
-    threads = (size_t)exec->num_threads;
-    if (n / grain < threads) threads = n / grain ? n / grain : 1;
-  }
-  size_t nchunks = threads;
-  chunk_state *chunks = (chunk_state *)calloc(nchunks, sizeof *chunks);
-  if (!chunks) return LM_ENOMEM;
-  if (m->nscratch < nchunks) { /* output buffers are reused across calls (no page faults per batch) */
-    lm_pii_buf *ns = (lm_pii_buf *)realloc(m->scratch, nchunks * sizeof *ns);
-    if (!ns) {
-      free(chunks);
-      return LM_ENOMEM;
-    }
-    memset(ns + m->nscratch, 0, (nchunks - m->nscratch) * sizeof *ns);
-    m->scratch = ns;
-    m->nscratch = nchunks;
-  }
-  for (size_t c = 0; c < nchunks; c++) {
-    chunks[c].buf = m->scratch[c];
-    chunks[c].buf.len = 0;
-  }
-  lm_exec ex = {(int)threads, 1};
-  run_ctx rc = {m, docs, chunks, nchunks, 0};
-
+static int pii_cycling(const lm_pii_masker *m) {
   int cycling = 0;
   if (m->cycle_across_documents)
     for (int t = 0; t < LM_PII_TYPE_COUNT; t++) cycling |= ((m->types >> t) & 1) && m->nrepl[t] > 1;
-  if (cycling && nchunks > 1) {
-    /* pass 1: per-chunk match counts, so each chunk knows where its cycle starts */
-    rc.count_only = 1;
-    s = lm_parallel_for(&ex, nchunks, run_chunks, &rc);
-    uint64_t acc[LM_PII_TYPE_COUNT];
-    memcpy(acc, m->cycle, sizeof acc);
-    for (size_t c = 0; c < nchunks && !s; c++) {
-      uint64_t got[LM_PII_TYPE_COUNT];
-      for (int t = 0; t < LM_PII_TYPE_COUNT; t++) got[t] = chunks[c].counts.matches[t];
-      memcpy(chunks[c].cyc, acc, sizeof acc);
-      for (int t = 0; t < LM_PII_TYPE_COUNT; t++) acc[t] += got[t];
-      memset(&chunks[c].counts, 0, sizeof chunks[c].counts);
-    }
-    rc.count_only = 0;
-  } else {
-    for (size_t c = 0; c < nchunks; c++)
-      if (cycling) memcpy(chunks[c].cyc, m->cycle, sizeof m->cycle);
+  return cycling;
+}
+
+/* One document with its range's counters; count_only: the output goes to `out` and is dropped. */
+static lm_status pii_doc_common(const lm_pii_masker *m, const uint8_t *text, size_t len, lm_bytebuf *out,
+                                int count_only, pii_range_counters *rc, int32_t *reason) {
+  if (m->max_doc_bytes && len > m->max_doc_bytes) { /* refused: dropped, not passed through */
+    rc->counts.docs_too_large += 1;
+    *reason = LM_REASON_TOO_LARGE;
+    return LM_OK;
   }
-  for (size_t c = 0; c < nchunks && !s; c++) {
-    size_t b, e;
-    chunk_range(n, nchunks, c, &b, &e);
-    chunks[c].lens = (size_t *)malloc((e - b ? e - b : 1) * sizeof(size_t));
-    if (!chunks[c].lens) s = LM_ENOMEM;
+  uint64_t cyc[LM_PII_TYPE_COUNT];
+  int cycling = pii_cycling(m);
+  for (int t = 0; t < LM_PII_TYPE_COUNT; t++) cyc[t] = cycling ? m->cycle[t] + rc->base[t] + rc->counts.matches[t] : 0;
+  size_t before = out->len;
+  lm_pii_counts dc;
+  lm_status s = lm_pii_mask_doc(m, text, len, cyc, out, &dc);
+  if (s || count_only) out->len = before;
+  if (s) return s;
+  for (int t = 0; t < LM_PII_TYPE_COUNT; t++) rc->counts.matches[t] += dc.matches[t];
+  rc->counts.docs += 1;
+  rc->counts.docs_changed += dc.docs_changed;
+  rc->counts.bytes_in += dc.bytes_in;
+  rc->counts.bytes_out += dc.bytes_out;
+  *reason = LM_REASON_KEPT;
+  return LM_OK;
+}
+
+static lm_status pii_doc(const void *stage, void *scratch, const uint8_t *text, size_t len, lm_bytebuf *arena,
+                         void *counters, int32_t *reason) {
+  (void)scratch;
+  return pii_doc_common((const lm_pii_masker *)stage, text, len, arena, 0, (pii_range_counters *)counters, reason);
+}
+
+static lm_status pii_pre_doc(const void *stage, void *scratch, const uint8_t *text, size_t len, void *counters) {
+  int32_t reason;
+  return pii_doc_common((const lm_pii_masker *)stage, text, len, (lm_bytebuf *)scratch, 1,
+                        (pii_range_counters *)counters, &reason);
+}
+
+/* per-worker scratch: the counting pass's throw-away output buffer */
+static lm_status pii_scratch_create(const void *stage, void **scratch) {
+  (void)stage;
+  *scratch = calloc(1, sizeof(lm_bytebuf));
+  return *scratch ? LM_OK : LM_ENOMEM;
+}
+
+static void pii_scratch_destroy(void *scratch) {
+  lm_bytebuf_free((lm_bytebuf *)scratch);
+  free(scratch);
+}
+
+static void pii_pre_done(void *stage, void *counters, size_t nranges) {
+  (void)stage;
+  pii_range_counters *rc = (pii_range_counters *)counters;
+  uint64_t acc[LM_PII_TYPE_COUNT] = {0};
+  for (size_t r = 0; r < nranges; r++) {
+    memcpy(rc[r].base, acc, sizeof acc);
+    for (int t = 0; t < LM_PII_TYPE_COUNT; t++) acc[t] += rc[r].counts.matches[t];
+    memset(&rc[r].counts, 0, sizeof rc[r].counts);
   }
-  if (!s) s = lm_parallel_for(&ex, nchunks, run_chunks, &rc);
-  if (!s) {
-    size_t total = 0;
-    for (size_t c = 0; c < nchunks; c++) total += chunks[c].buf.len;
-    uint8_t *dst;
-    s = lm_batch_result_reserve_data(out, total, &dst);
-    for (size_t c = 0; c < nchunks && !s; c++) {
-      size_t b, e, off = 0;
-      chunk_range(n, nchunks, c, &b, &e);
-      for (size_t i = b; i < e && !s; i++) {
-        size_t len = chunks[c].lens[i - b];
-        if (len == SIZE_MAX) {
-          out->reasons[i] = LM_REASON_TOO_LARGE;
-          continue;
-        }
-        if (len) memcpy(out->data + out->data_len, chunks[c].buf.data + off, len);
-        off += len;
-        out->reasons[i] = LM_REASON_KEPT;
-        s = lm_batch_result_commit(out, (int64_t)i, len);
-      }
-    }
+}
+
+static void pii_merge(void *stage, const void *counters) {
+  lm_pii_masker *m = (lm_pii_masker *)stage;
+  const lm_pii_counts *c = &((const pii_range_counters *)counters)->counts;
+  lm_pii_counts *tot = &m->counters;
+  for (int t = 0; t < LM_PII_TYPE_COUNT; t++) tot->matches[t] += c->matches[t];
+  tot->docs += c->docs;
+  tot->docs_too_large += c->docs_too_large;
+  tot->docs_changed += c->docs_changed;
+  tot->bytes_in += c->bytes_in;
+  tot->bytes_out += c->bytes_out;
+  /* the cycle advances by the batch's matches (merge runs after the whole batch, in range order) */
+  if (pii_cycling(m))
+    for (int t = 0; t < LM_PII_TYPE_COUNT; t++) m->cycle[t] += c->matches[t];
+}
+
+static const lm_batch_stage k_pii_stage = {64, sizeof(pii_range_counters), pii_scratch_create, pii_scratch_destroy,
+                                           pii_doc, pii_merge};
+
+lm_status lm_pii_run(lm_pii_masker *m, const lm_docs *docs, lm_batch_result *out, const lm_exec *exec) {
+  if (!m || !out) return LM_EINVAL;
+  /* The masker's arenas are kept between calls (no fresh page faults per batch), trimmed to a bound. */
+  lm_batch_opts o = {NULL, NULL, &m->pool, 0};
+  if (pii_cycling(m)) {
+    o.pre_doc = pii_pre_doc;
+    o.pre_done = pii_pre_done;
   }
-  if (!s) {
-    lm_pii_counts *tot = &m->counters;
-    for (size_t c = 0; c < nchunks; c++) {
-      for (int t = 0; t < LM_PII_TYPE_COUNT; t++) {
-        tot->matches[t] += chunks[c].counts.matches[t];
-        if (cycling) m->cycle[t] += chunks[c].counts.matches[t];
-      }
-      tot->docs += chunks[c].counts.docs;
-      tot->docs_too_large += chunks[c].counts.docs_too_large;
-      tot->docs_changed += chunks[c].counts.docs_changed;
-      tot->bytes_in += chunks[c].counts.bytes_in;
-      tot->bytes_out += chunks[c].counts.bytes_out;
-    }
-  }
-  for (size_t c = 0; c < nchunks; c++) {
-    m->scratch[c] = chunks[c].buf; /* keep the (possibly grown) buffer */
-    free(chunks[c].lens);
-  }
-  free(chunks);
-  return s;
+  return lm_batch_run_ex(&k_pii_stage, &o, m, docs, out, exec);
 }
 
 lm_status lm_pii_get_counters(const lm_pii_masker *m, lm_pii_counts *out) {

@@ -15,8 +15,7 @@ struct lm_pii_masker {
   size_t nrepl[LM_PII_TYPE_COUNT];
   lm_pii_counts counters;              /* cumulative, lm_pii_run only */
   uint64_t cycle[LM_PII_TYPE_COUNT];   /* next replacement position, lm_pii_run only */
-  lm_pii_buf *scratch;                 /* per-chunk output buffers kept between lm_pii_run calls */
-  size_t nscratch;
+  lm_batch_pool pool;                  /* lm_pii_run's per-range arenas, kept between calls (bounded) */
 };
 
 /* Called for each match in increasing, non-overlapping order.  Returns 0 to go

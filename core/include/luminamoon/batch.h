@@ -40,6 +40,7 @@ enum {
   LM_REASON_DUPLICATE = 1,  /* StreamDeduplicator: seen before */
   LM_REASON_EMPTY = 2,      /* nothing left after cleaning */
   LM_REASON_TOO_LARGE = 3,  /* larger than the configured document limit */
+  LM_REASON_NEAR_DUPLICATE = 4, /* NearDeduplicator: a band key seen before */
   LM_REASON_QUALITY_BASE = 16
 };
 
@@ -74,8 +75,8 @@ lm_status lm_docs_validate(const lm_docs *d);
 /* ---- the batch runner shared by the per-document stages ----
  *
  * lm_batch_run validates `docs`, starts `out` (lm_batch_result_begin), cuts the
- * documents into ranges of `grain` documents, runs the ranges on
- * lm_parallel_for (exec as given; min_items_per_thread 0 means 4 ranges), each
+ * documents into ranges by bytes (lm_batch_plan below: at most `grain`
+ * documents each), runs the ranges with dynamic scheduling (exec as given), each
  * range writing its kept texts into its own lm_bytebuf arena and its own
  * counters, then gathers the kept texts into `out` in document order and,
  * only when everything succeeded, merges each range's counters, in range
@@ -84,7 +85,7 @@ lm_status lm_docs_validate(const lm_docs *d);
  *
  * Ownership: the runner allocates and frees the arenas, the per-range
  * counters (counters_size bytes each, zeroed) and the scratch (created once
- * per lm_parallel_for call, i.e. per thread).  `stage` is passed through.
+ * per worker thread that runs a range).  `stage` is passed through.
  * Thread-safety: `doc` runs concurrently on different documents with distinct
  * scratch, arena and counters; it must only read `stage`.  `merge` runs in the
  * calling thread.
@@ -92,7 +93,7 @@ lm_status lm_docs_validate(const lm_docs *d);
  * first error a callback returned, LM_ENOMEM / LM_EOVERFLOW from allocation.
  * On an error `out` holds an unspecified prefix and no counter is merged. */
 typedef struct lm_batch_stage {
-  size_t grain;         /* documents per range (0: 64) */
+  size_t grain;         /* at most this many documents per range (0: 256) */
   size_t counters_size; /* bytes of one range's counters (may be 0) */
   /* Optional (both NULL or both set): per-thread scratch for `doc`. */
   lm_status (*scratch_create)(const void *stage, void **scratch);
@@ -107,6 +108,109 @@ typedef struct lm_batch_stage {
 
 lm_status lm_batch_run(const lm_batch_stage *vt, void *stage, const lm_docs *docs, lm_batch_result *out,
                        const lm_exec *exec);
+
+/* ---- ranges by bytes, dynamic scheduling ----
+ *
+ * lm_batch_plan cuts n items (documents, or the survivors of an earlier phase)
+ * into contiguous ranges by weight, where item i weighs its byte size
+ * prefix[i+1] - prefix[i] plus LM_BATCH_ITEM_COST (a fixed per-document cost),
+ * and picks the number of workers:
+ *   workers = exec->num_threads (<= 1: one; at most 256), then
+ *     with exec->min_items_per_thread > 0: at most n / min_items_per_thread;
+ *     with 0 (the default): at most total weight / LM_BATCH_MIN_THREAD_BYTES;
+ *   target range weight = total / (workers * 8) (so each worker gets ~8 ranges
+ *     to balance), at most LM_BATCH_MAX_RANGE_BYTES and, by default, at least
+ *     LM_BATCH_MIN_RANGE_BYTES; a range holds at most `max_items` items (0: 256)
+ *     and at least one; a document heavier than the target gets a range of its
+ *     own (large documents: small ranges);
+ *   workers is then at most the number of ranges.
+ * lm_batch_plan_run hands the ranges to the workers with lm_parallel_tasks
+ * (one atomic range counter: a worker that finishes early takes the next
+ * range).  Which worker runs a range is not deterministic; results written per
+ * range (or per item) and gathered in range order are.
+ *
+ * Ownership: the plan owns `start` (grown as needed, reused across plans);
+ * zero it to start (or lm_batch_plan_init), free with lm_batch_plan_free.
+ * Thread-safety: one plan per thread; lm_batch_plan_run only reads it.
+ * Errors: LM_EINVAL (NULL plan or prefix, or a decreasing prefix), LM_ENOMEM. */
+#define LM_BATCH_ITEM_COST 64
+#define LM_BATCH_MIN_THREAD_BYTES ((size_t)64 << 10)
+#define LM_BATCH_MIN_RANGE_BYTES ((size_t)16 << 10)
+#define LM_BATCH_MAX_RANGE_BYTES ((size_t)1 << 20)
+
+typedef struct lm_batch_plan {
+  size_t nranges;
+  size_t *start;   /* nranges + 1 entries: range r is items [start[r], start[r+1]) */
+  size_t cap;      /* capacity of start, in entries */
+  size_t nworkers; /* 1 .. 256 */
+} lm_batch_plan;
+
+void lm_batch_plan_init(lm_batch_plan *p);
+void lm_batch_plan_free(lm_batch_plan *p);
+lm_status lm_batch_plan_make(lm_batch_plan *p, const int64_t *prefix, size_t n, const lm_exec *exec,
+                             size_t max_items);
+/* fn(ctx, worker, range, begin, end) for every range; errors as lm_parallel_tasks. */
+typedef lm_status (*lm_batch_range_fn)(void *ctx, size_t worker, size_t range, size_t begin, size_t end);
+lm_status lm_batch_plan_run(const lm_batch_plan *p, lm_batch_range_fn fn, void *ctx);
+
+/* ---- arenas kept between batches, with a bound ----
+ *
+ * An lm_batch_pool keeps the per-range output arenas of a stage or pipeline
+ * from one batch to the next (no fresh page faults per batch).  After a batch,
+ * lm_batch_pool_trim frees arenas until the capacity kept is at most
+ * `keep_bytes` (arenas above keep_bytes / 4 each are always freed): one batch
+ * of huge documents does not leave its memory resident for the life of the
+ * object.  lm_batch_pool_bytes reports the bytes kept (arena capacities plus
+ * the array).
+ * Ownership: the pool owns its arenas; zero it to start, free with
+ * lm_batch_pool_free.  Thread-safety: lm_batch_pool_get in one thread; the
+ * arenas it returns may then be used by one thread each. */
+typedef struct lm_batch_pool {
+  lm_bytebuf *arenas;
+  size_t n; /* arenas allocated (zeroed when new) */
+} lm_batch_pool;
+
+#define LM_BATCH_RETAIN_BYTES ((size_t)16 << 20) /* default keep_bytes */
+
+/* Make at least `n` arenas available (new ones zeroed; existing keep their
+ * memory) and set every arena's len to 0.  LM_ENOMEM / LM_EOVERFLOW. */
+lm_status lm_batch_pool_get(lm_batch_pool *p, size_t n);
+void lm_batch_pool_trim(lm_batch_pool *p, size_t keep_bytes);
+size_t lm_batch_pool_bytes(const lm_batch_pool *p);
+void lm_batch_pool_free(lm_batch_pool *p);
+
+/* ---- lm_batch_run_ex: lm_batch_run with options ----
+ *
+ * Ranges are cut by bytes (lm_batch_plan, at most vt->grain documents each)
+ * and scheduled dynamically; scratch is created once per worker (lazily, by
+ * the worker that needs it) and destroyed at the end of the call.
+ *   pre_doc / pre_done (both NULL or both set): a counting pass that runs
+ *     before the main pass when the batch has more than one range: pre_doc
+ *     sees every document with its range's counters (zeroed first); then
+ *     pre_done(stage, counters, nranges) runs in the calling thread with all
+ *     ranges' counters in range order and prepares them for the main pass
+ *     (e.g. the position each range starts from: PII replacement cycling),
+ *     which sees them as pre_done left them.  With one range the main pass
+ *     starts from zeroed counters.
+ *   pool: the arenas are taken from it and left in it (trimmed to
+ *     keep_bytes, 0: LM_BATCH_RETAIN_BYTES); NULL: allocated and freed here.
+ * Output, reasons and merged counters do not depend on the thread count. */
+typedef struct lm_batch_opts {
+  lm_status (*pre_doc)(const void *stage, void *scratch, const uint8_t *text, size_t len, void *counters);
+  void (*pre_done)(void *stage, void *counters, size_t nranges);
+  lm_batch_pool *pool;
+  size_t keep_bytes;
+} lm_batch_opts;
+
+lm_status lm_batch_run_ex(const lm_batch_stage *vt, const lm_batch_opts *opts, void *stage, const lm_docs *docs,
+                          lm_batch_result *out, const lm_exec *exec);
+
+/* Test hook (tests only; NULL by default): called at the start of every range
+ * that lm_batch_plan_run runs, from the worker running it.  Set it only while
+ * no batch runs.  Lets a test check deterministically that several workers
+ * ran ranges (e.g. by making worker 0 wait for another worker). */
+typedef void (*lm_batch_range_hook)(void *arg, size_t worker, size_t range);
+void lm_batch_set_test_hook(lm_batch_range_hook hook, void *arg);
 
 #ifdef __cplusplus
 }

@@ -27,6 +27,20 @@ typedef struct lm_exec {
 typedef lm_status (*lm_range_fn)(void *ctx, size_t begin, size_t end);
 lm_status lm_parallel_for(const lm_exec *exec, size_t n, lm_range_fn fn, void *ctx);
 
+/* Dynamic scheduling: fn(ctx, worker, task) once for every task in [0, ntasks).
+ * Up to `nworkers` workers (clamped to [1, 256] and to ntasks) take tasks in
+ * increasing order from one shared atomic counter, so a worker that finishes a
+ * cheap task early takes the next one (load balancing whatever the tasks'
+ * costs).  Worker 0 is the calling thread; workers 1.. are threads started for
+ * this call (a worker whose thread cannot be started simply takes no tasks).
+ * `worker` (< nworkers) lets fn keep per-worker state without locks: tasks of
+ * one worker run one after another in one thread.
+ * After a task fails no further task is handed out; the result is the status of
+ * the lowest-numbered failed task (LM_OK when all ran).  LM_EINVAL when fn is
+ * NULL.  Reentrant; fn must be safe to run on distinct tasks concurrently. */
+typedef lm_status (*lm_task_fn)(void *ctx, size_t worker, size_t task);
+lm_status lm_parallel_tasks(size_t nworkers, size_t ntasks, lm_task_fn fn, void *ctx);
+
 /* The number of online CPUs (>= 1). */
 int lm_cpu_count(void);
 

@@ -125,13 +125,10 @@ typedef struct lm_pii_match {
   lm_pii_type type;
 } lm_pii_match;
 
-/* A growable byte buffer for lm_pii_mask_doc.  Owned by the caller: zero it
- * to start (or {NULL, 0, 0}); the core grows `data` with realloc; release it
- * with lm_pii_buf_free. */
-typedef struct lm_pii_buf {
-  uint8_t *data;
-  size_t len, cap;
-} lm_pii_buf;
+/* The growable byte buffer of lm_pii_mask_doc: the core's lm_bytebuf (see
+ * bytebuf.h).  Owned by the caller: zero it to start (or {NULL, 0, 0}); the
+ * core grows `data`; release it with lm_pii_buf_free (or lm_bytebuf_free). */
+typedef lm_bytebuf lm_pii_buf;
 
 typedef struct lm_pii_masker lm_pii_masker;
 

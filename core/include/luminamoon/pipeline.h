@@ -8,11 +8,12 @@
  * dedup state it leaves (table, LSN, WAL) are identical to the modular chain
  * lm_cleaner_run -> lm_quality_run -> lm_dedup_run -> lm_pii_run over the same
  * batches, for any thread count.  A batch runs in three phases:
- *   1. parallel over ranges of documents: clean, quality-check and hash
+ *   1. parallel over ranges of documents (cut by bytes, handed out to the
+ *      threads dynamically: lm_batch_plan): clean, quality-check and hash
  *      (XXH3-128 with the deduplicator's seed) into per-range arenas;
  *   2. serial, in input order: admission into the deduplicator;
- *   3. parallel: PII masking of the survivors (or a plain copy with PII off),
- *      gathered into the output arena in input order.
+ *   3. parallel over ranges of survivors: PII masking (or a plain copy with
+ *      PII off), gathered into the output in input order.
  *
  * Counters: the fused pipeline keeps its own counters per stage (the stage
  * objects' own counters are those of their batch calls and are not touched);
@@ -93,6 +94,21 @@ lm_status lm_fused_reset_counters(lm_fused *f);
  * Not concurrently with lm_fused_run.  LM_EINVAL if f or the array is NULL. */
 lm_status lm_fused_get_pii_cycle(const lm_fused *f, uint64_t *out);
 lm_status lm_fused_set_pii_cycle(lm_fused *f, const uint64_t *in);
+
+/* Memory the pipeline keeps between batches (its per-range arenas and the
+ * bookkeeping of its per-worker quality scratches; the scratches themselves
+ * are not counted).  After every batch the arenas are trimmed to at most
+ * LM_BATCH_RETAIN_BYTES per phase (no arena above a quarter of that is kept)
+ * and quality scratches that checked a document above 256 KiB are freed, so
+ * one batch of huge documents does not stay resident.  LM_EINVAL on NULL. */
+lm_status lm_fused_retained_bytes(const lm_fused *f, size_t *out);
+
+/* How the last lm_fused_run cut its work (for tests and benchmarks): the
+ * ranges of phase 1 and the workers planned for them. */
+typedef struct lm_fused_run_info {
+  size_t ranges1, workers1;
+} lm_fused_run_info;
+lm_status lm_fused_last_run(const lm_fused *f, lm_fused_run_info *out);
 
 #ifdef __cplusplus
 }
