@@ -226,6 +226,7 @@ at::Tensor hash128(const at::Tensor &offsets_in, const at::Tensor &data, uint64_
 }  // namespace
 
 void register_stages(py::module_ &m);  // stages.cpp
+void bind_minhash(py::module_ &m);  // minhash.cpp
 
 }  // namespace luminamoon
 
@@ -240,4 +241,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("cpu_count", &lm_cpu_count);
   m.def("hash128", &hash128, py::arg("offsets"), py::arg("data"), py::arg("seed") = 0);
   register_stages(m);
+  bind_minhash(m);
 }

@@ -16,9 +16,11 @@ from .stages import (ChainPipeline, CorruptError, DedupFullError, FormatVersionE
                      FusedPipeline, PIIMasker, QualityFilter, StageResult, StreamDeduplicator, TextCleaner,
                      hash128, reason_name)
 from .state import StateCorruptError, StateTracker  # noqa: F401
+from .minhash import MinHash  # noqa: F401  (also registers the fake kernel of torch.ops.luminamoon.minhash)
 
 __all__ = ["StringTensor", "ops"]
 __all__ += ["TextCleaner", "QualityFilter", "PIIMasker", "StreamDeduplicator", "FusedPipeline", "ChainPipeline",
             "StageResult", "reason_name", "hash128", "StateTracker", "StateCorruptError", "CorruptError",
             "FormatVersionError", "DedupFullError"]
+__all__ += ["MinHash"]
 __version__ = "0.1.0"
