@@ -227,6 +227,7 @@ at::Tensor hash128(const at::Tensor &offsets_in, const at::Tensor &data, uint64_
 
 void register_stages(py::module_ &m);  // stages.cpp
 void bind_minhash(py::module_ &m);  // minhash.cpp
+void bind_near_dedup(py::module_ &m);  // bind_near_dedup.cpp
 
 }  // namespace luminamoon
 
@@ -242,4 +243,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("hash128", &hash128, py::arg("offsets"), py::arg("data"), py::arg("seed") = 0);
   register_stages(m);
   bind_minhash(m);
+  bind_near_dedup(m);
 }

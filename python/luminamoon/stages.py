@@ -32,6 +32,7 @@ __all__ = [
     "QualityFilter",
     "PIIMasker",
     "StreamDeduplicator",
+    "NearDeduplicator",
     "FusedPipeline",
     "ChainPipeline",
     "reason_name",
@@ -39,6 +40,7 @@ __all__ = [
     "REASON_DUPLICATE",
     "REASON_EMPTY",
     "REASON_TOO_LARGE",
+    "REASON_NEAR_DUPLICATE",
     "REASON_QUALITY_BASE",
     "QUALITY_RULES",
     "QUALITY_RULE_SETS",
@@ -52,6 +54,7 @@ REASON_KEPT = 0
 REASON_DUPLICATE = 1
 REASON_EMPTY = 2
 REASON_TOO_LARGE = 3
+REASON_NEAR_DUPLICATE = 4
 REASON_QUALITY_BASE = 16
 
 CorruptError = _C.CorruptError
@@ -67,7 +70,7 @@ QUALITY_RULE_SETS: dict = {
 }
 PII_TYPES: tuple = tuple(_C.pii_types())
 _BASE_REASONS = {REASON_KEPT: "kept", REASON_DUPLICATE: "duplicate", REASON_EMPTY: "empty",
-                 REASON_TOO_LARGE: "too_large"}
+                 REASON_TOO_LARGE: "too_large", REASON_NEAR_DUPLICATE: "near_duplicate"}
 _RULE_BY_ID = {rid: name for name, rid in QUALITY_RULES.items()}
 
 
@@ -500,6 +503,179 @@ class StreamDeduplicator(_Stage):
             return "StreamDeduplicator(<not created>)"
         return (f"StreamDeduplicator(wal_path={self.path!r}, seed={self.seed}, lsn={self.lsn}"
                 f"{', closed' if self.closed else ''})")
+
+
+class NearDeduplicator(_Stage):
+    """Near-duplicate removal in the stream: MinHash LSH band keys (issue 12), like StreamDeduplicator.
+
+    Each document's MinHash signature (``luminamoon.MinHash``: datatrove's
+    ``MinhashDedupSignature``; ``seed``, ``n_grams``, ``num_buckets`` bands of
+    ``hashes_per_bucket`` rows, ``precision`` 64 or 32) is cut into bands; band
+    ``b``'s key is XXH3-128 of the band's values (little-endian, 8 or 4 bytes
+    each) with seed ``b``, its top 8 bits replaced by ``b`` (keys of different
+    bands never match).  A document is dropped with reason ``near_duplicate``
+    when ANY of its band keys was seen earlier in the stream (an earlier batch,
+    or earlier in the same batch); the first occurrence is kept.  A document
+    with fewer words than ``n_grams`` has no signature (as in datatrove): it is
+    kept and adds no keys.
+
+    Which keys are inserted: those of EVERY document that reaches the stage,
+    dropped ones too.  Why: (1) datatrove clusters by union-find over bucket
+    collisions, so A~B and B~C put C in A's cluster even when C shares no band
+    with A; inserting only the kept documents' keys would keep C, inserting
+    B's keys drops it, as datatrove does.  (2) Each key's check-and-insert is
+    then independent of its document's decision (the decision is an OR over
+    the keys), so ``DistributedPipeline(near_dedup="global")`` sends each key
+    to the rank that owns it (``lo mod world_size``) exactly as exact global
+    dedup sends document hashes, and elastic N->M resume re-partitions keys
+    the same way.  Remaining difference from datatrove's offline clusters: the
+    stream keeps the *first* document of a cluster it has seen so far and
+    cannot drop an earlier document when a later one links two clusters.
+
+    The band index is an exact-dedup table (``lsn`` counts distinct band keys;
+    ``wal_path``, ``sync``, ``truncate``, ``snapshot``, ``max_entries`` with the
+    all-or-nothing ``DedupFullError`` behave as in StreamDeduplicator).  The
+    MinHash configuration is recorded in the WAL header: reopening it with
+    another seed / n_grams / num_buckets / hashes_per_bucket / precision raises
+    ValueError naming the differing setting.  Memory: one 16-byte slot per
+    distinct key in a 50-80% full table, ``num_buckets`` keys per new document
+    (see ``stats['table_bytes']``).
+
+    >>> with NearDeduplicator() as nd:
+    ...     r = nd(["the quick brown fox jumps over the lazy dog today",
+    ...             "The quick brown fox jumps over the lazy dog today!", "something else entirely here ok"])
+    >>> [reason_name(c) for c in r.reasons.tolist()]
+    ['kept', 'near_duplicate', 'kept']
+    """
+
+    _what = "NearDeduplicator"
+
+    def __init__(self, wal_path: Union[str, os.PathLike, None] = None, *, seed: int = 1, n_grams: int = 5,
+                 num_buckets: int = 14, hashes_per_bucket: int = 8, precision: int = 64, max_entries: int = 0,
+                 num_threads: Optional[int] = None, **params):
+        super().__init__(num_threads)
+        if wal_path is not None and not isinstance(wal_path, (str, os.PathLike)):
+            raise TypeError(f"NearDeduplicator: wal_path must be None, a str or a PathLike, "
+                            f"got {type(wal_path).__name__}")
+        if isinstance(precision, int) and not isinstance(precision, bool) and precision not in (32, 64):
+            raise ValueError(f"NearDeduplicator: precision must be 32 or 64, got {precision}")
+        cfg = dict(seed=seed, n_grams=n_grams, num_buckets=num_buckets, hashes_per_bucket=hashes_per_bucket,
+                   precision=precision)
+        self._config = dict(params, wal_path=wal_path, max_entries=max_entries, **cfg)
+        self._obj = _C.NearDeduplicator(dict(self._config))
+
+    def __getstate__(self):
+        raise TypeError("a NearDeduplicator holds a band index and an open log and cannot be pickled; "
+                        "create one per process (each with its own WAL path)")
+
+    @property
+    def counters(self) -> dict:
+        return self._obj.stats()
+
+    def reset_counters(self) -> None:
+        raise NotImplementedError("the near deduplicator's counters are its stats; they cannot be reset")
+
+    @property
+    def config(self) -> dict:
+        """The MinHash configuration: seed, n_grams, num_buckets, hashes_per_bucket, precision."""
+        return self._obj.config
+
+    @property
+    def lsn(self) -> int:
+        """The number of distinct band keys admitted (the state is 'the first lsn admissions')."""
+        return self._obj.lsn()
+
+    def sync(self) -> int:
+        """Write the buffered keys and fdatasync the log; returns the durable LSN."""
+        return self._obj.sync()
+
+    def truncate(self, lsn: int) -> None:
+        """Cut the log and the band index back to the state at ``lsn`` (durably)."""
+        self._obj.truncate(lsn)
+
+    def snapshot(self) -> None:
+        """Write a snapshot of the band index next to the log (path + '.snap')."""
+        self._obj.snapshot()
+
+    @property
+    def stats(self) -> dict:
+        """The band index: entries (distinct keys), table_bytes, bytes_per_entry, lsn, durable_lsn, ..."""
+        return self._obj.stats()
+
+    def keys(self, texts):
+        """(keys int64 [N * num_buckets, 2], has_keys bool [N]): the band keys of each document
+        (rows i*B .. i*B+B-1), without admitting anything; zero rows where has_keys is False."""
+        st = _as_string_tensor(texts)
+        return self._obj.keys(st.offsets, st.data, self.num_threads)
+
+    def signature_keys(self, signatures: torch.Tensor):
+        """The band keys of precomputed signatures (``MinHash(...).signatures(texts)`` with the
+        same configuration): (keys [N * num_buckets, 2], has_keys bool [N])."""
+        if not isinstance(signatures, torch.Tensor):
+            raise TypeError(f"signatures must be a torch.Tensor, got {type(signatures).__name__}")
+        return self._obj.signature_keys(signatures)
+
+    def check_keys(self, keys: torch.Tensor, has_keys: torch.Tensor) -> torch.Tensor:
+        """Admit the keys of N documents in order (as ``keys()`` returns them); bool [N]: near duplicate."""
+        for name, t in (("keys", keys), ("has_keys", has_keys)):
+            if not isinstance(t, torch.Tensor):
+                raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        return self._obj.check_keys(keys, has_keys)
+
+    def check_insert_hashes(self, keys: torch.Tensor) -> torch.Tensor:
+        """Admit raw band keys (int64 [M, 2]); bool [M]: new (the distributed owner's side)."""
+        if not isinstance(keys, torch.Tensor):
+            raise TypeError(f"keys must be a torch.Tensor, got {type(keys).__name__}")
+        return self._obj.check_insert_hashes(keys)
+
+    def decisions(self, texts_iter, batch_size: int = 4096):
+        """Run the stage over an iterable of str (a corpus) and return bool [N]: True where the
+        document is a near duplicate, as the stream decides (for comparing with offline clusters).
+        Admits the keys into this deduplicator."""
+        out = []
+        batch = []
+        for t in texts_iter:
+            batch.append(t)
+            if len(batch) == batch_size:
+                out.append(self(batch).reasons == REASON_NEAR_DUPLICATE)
+                batch = []
+        if batch:
+            out.append(self(batch).reasons == REASON_NEAR_DUPLICATE)
+        return torch.cat(out) if out else torch.zeros(0, dtype=torch.bool)
+
+    def __len__(self) -> int:
+        return int(self._obj.stats()["entries"])
+
+    @property
+    def closed(self) -> bool:
+        return self._obj.closed
+
+    @property
+    def path(self) -> Optional[str]:
+        return self._obj.path
+
+    def close(self) -> None:
+        """Sync and close the log (idempotent)."""
+        self._obj.close()
+
+    def __enter__(self) -> "NearDeduplicator":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        if self._obj is None:
+            return "NearDeduplicator(<not created>)"
+        c = self.config
+        return (f"NearDeduplicator(wal_path={self.path!r}, seed={c['seed']}, n_grams={c['n_grams']}, "
+                f"num_buckets={c['num_buckets']}, hashes_per_bucket={c['hashes_per_bucket']}, "
+                f"precision={c['precision']}, lsn={self.lsn}{', closed' if self.closed else ''})")
+
+
+def near_dedup_wal_config(path) -> Optional[dict]:
+    """The MinHash configuration recorded in a NearDeduplicator's WAL (None: not one)."""
+    return _C.near_dedup_wal_config(os.fspath(path))
 
 
 def hash128(texts, seed: int = 0) -> torch.Tensor:
