@@ -163,13 +163,7 @@ lm_status lm_quality_scratch_create(lm_quality_scratch **out) {
 void lm_quality_scratch_destroy(lm_quality_scratch *s) {
   if (!s) return;
   lmq_tokbuf_free(&s->tb);
-  lmq_tokbuf_free(&s->lb);
-  free(s->w);
   free(s->wb);
-  free(s->sb);
-  free(s->wo);
-  free(s->so);
-  free(s->wc);
   free(s->text);
   free(s->line);
   lmq_set_free(&s->set);
@@ -182,11 +176,17 @@ lm_status lm_quality_words(const lm_quality *q, lm_quality_scratch *s, const uin
   if (len > 0xFFFFFFF0u) return LM_ETOOBIG;
   if (lmq_words(q, s, text, len)) return LM_ENOMEM;
   for (size_t i = 0; i < s->nw && i < cap; i++) {
-    spans[2 * i] = s->tb.tok[s->w[i]].off;
-    spans[2 * i + 1] = s->tb.tok[s->w[i]].len;
+    spans[2 * i] = s->tb.tok[i].off;
+    spans[2 * i + 1] = s->tb.tok[i].len;
   }
   *n_words = s->nw;
   return LM_OK;
+}
+
+size_t lm_quality_scratch_bytes(const lm_quality_scratch *s) {
+  if (!s) return 0;
+  return lmq_tokbuf_bytes(&s->tb) + s->cap_wb + s->cap_text + s->cap_line +
+         s->set.cap * (sizeof(uint64_t) + 3 * sizeof(uint32_t));
 }
 
 /* ---- batch ---- */

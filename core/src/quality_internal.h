@@ -109,11 +109,13 @@ enum {
   LMQ_T_STOP = 1u << 5       /* equals one of the stop words (set by the rules) */
 };
 
+/* One token: 8 bytes; its attributes (LMQ_T_*) are in the parallel byte array
+ * lmq_tokbuf.attr, and its code-point length is computed when needed
+ * (lmq_cp_count), so a document where every byte is a token costs 9 bytes of
+ * token memory per input byte. */
 typedef struct {
   uint32_t off;   /* byte offset in the text */
   uint32_t len;   /* bytes */
-  uint32_t ncp;   /* code points (Python len) */
-  uint32_t attr;  /* LMQ_T_* */
 } lmq_tok;
 
 typedef struct {
@@ -124,23 +126,40 @@ typedef struct {
 int lmq_special_index_build(lmq_special_index *ix);
 void lmq_special_index_free(lmq_special_index *ix);
 
-/* Per-thread scratch reused across documents. */
+/* Per-thread scratch reused across documents.
+ * With `sink` set, tokens are not stored: each is passed to sink(sink_ctx, off, len, attr)
+ * in order (a non-zero return aborts lmq_tokenize with -1). */
 typedef struct {
   lmq_tok *tok;
-  size_t ntok, cap_tok;
-  uint32_t *cp, *bo, *fl; /* code points of one span, byte offsets, flags */
+  uint8_t *attr;          /* LMQ_T_* of tok[k] */
+  size_t ntok, cap_tok;   /* tok and attr both have cap_tok elements */
+  uint32_t *cp, *bo, *fl; /* code points of one non-ASCII span, byte offsets, flags */
   size_t cap_cp;
-  uint32_t *pre, *suf;    /* affix stacks (pairs of cp indexes) */
-  size_t cap_aff;
+  uint64_t *cut;          /* bitmap over the span's code points: suffix cut points */
+  size_t cap_cut;         /* words */
+  int (*sink)(void *ctx, uint32_t off, uint32_t len, uint32_t attr);
+  void *sink_ctx;
 } lmq_tokbuf;
 
 void lmq_tokbuf_free(lmq_tokbuf *b);
+/* Bytes held by the buffer's arrays (capacity). */
+size_t lmq_tokbuf_bytes(const lmq_tokbuf *b);
 
-/* Tokenize s[0..n) like spaCy's English tokenizer; appends to b->tok (after
- * resetting ntok when `reset`).  Whitespace tokens are kept (flag LMQ_T_WS).
- * `base` is added to every token offset.  Returns 0, or -1 on allocation failure. */
+/* Tokenize s[0..n) like spaCy's English tokenizer; appends to b->tok / b->attr
+ * (after resetting ntok when `reset`), or passes each token to b->sink.
+ * Whitespace tokens are kept (attribute LMQ_T_WS).  `base` is added to every
+ * token offset.  Linear in n: memory is the tokens (9 B each) plus 12 B per
+ * code point of the longest non-ASCII whitespace-free span (none for ASCII).
+ * Returns 0, or -1 on allocation failure. */
 int lmq_tokenize(const lmq_special_index *ix, const uint8_t *s, size_t n, uint32_t base,
                  lmq_tokbuf *b, int reset);
+
+/* Code points (Python len) in s[0..n). */
+static inline size_t lmq_cp_count(const uint8_t *s, size_t n) {
+  size_t c = 0;
+  for (size_t i = 0; i < n; i++) c += (s[i] & 0xC0) != 0x80;
+  return c;
+}
 
 /* ---- the filter object and its scratch (quality.c, quality_rules.c) ---- */
 #include "luminamoon/quality.h"
@@ -156,18 +175,16 @@ typedef struct {
   uint32_t *a;   /* element: start */
   uint32_t *b;   /* element: end (exclusive) */
   uint32_t *cnt; /* occurrences */
-  size_t mask, cap;
+  size_t mask;   /* slots in use: mask + 1 (a power of two <= cap) */
+  size_t cap;    /* slots allocated */
+  size_t count;  /* occupied slots */
 } lmq_set;
 
 struct lm_quality_scratch {
-  lmq_tokbuf tb;          /* tokens of the whole text */
-  lmq_tokbuf lb;          /* tokens of one C4 line */
-  uint32_t *w;            /* indexes of the word (non-whitespace) tokens */
-  size_t nw, cap_w;
-  uint8_t *wb, *sb;       /* words concatenated; words joined by ' ' */
-  size_t cap_wb, cap_sb;
-  uint32_t *wo, *so, *wc; /* per word: offsets into wb / sb, code-point prefix sums (nw + 1) */
-  size_t cap_wo;
+  lmq_tokbuf tb;          /* tokens of the whole text; after lmq_words only the words */
+  size_t nw;              /* words: tb.tok[0..nw) */
+  uint8_t *wb;            /* words concatenated (Gopher repetition n-grams) */
+  size_t cap_wb;
   uint8_t *text;          /* C4's rewritten text */
   size_t cap_text;
   uint8_t *line;          /* one C4 line with citations removed */
@@ -175,7 +192,8 @@ struct lm_quality_scratch {
   lmq_set set;
 };
 
-/* Fill s->w / s->nw with the words of text (tokens in s->tb).  0 or -1 (ENOMEM). */
+/* Tokenize text into s->tb and keep only the words (non-whitespace tokens):
+ * s->tb.tok[0..s->nw).  0 or -1 (ENOMEM). */
 int lmq_words(const lm_quality *q, lm_quality_scratch *s, const uint8_t *text, size_t len);
 void lmq_set_free(lmq_set *st);
 

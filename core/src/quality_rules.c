@@ -23,40 +23,102 @@ void lmq_set_free(lmq_set *st) {
   memset(st, 0, sizeof *st);
 }
 
-static int set_reset(lmq_set *st, size_t n) {
+static int set_alloc(lmq_set *st, size_t cap) {
+  st->h = (uint64_t *)calloc(cap, sizeof(uint64_t));
+  st->a = (uint32_t *)malloc(cap * sizeof(uint32_t));
+  st->b = (uint32_t *)malloc(cap * sizeof(uint32_t));
+  st->cnt = (uint32_t *)malloc(cap * sizeof(uint32_t));
+  if (!st->h || !st->a || !st->b || !st->cnt) {
+    lmq_set_free(st);
+    return -1;
+  }
+  st->cap = cap;
+  st->mask = cap - 1;
+  st->count = 0;
+  return 0;
+}
+
+/* Empty the set, expecting about `hint` elements (it grows past that as
+ * needed: its memory follows the distinct elements, not the text).  Keeps
+ * the allocation unless it is far larger than the hint. */
+#define SET_MAX_HINT ((size_t)1 << 16)
+static int set_reset(lmq_set *st, size_t hint) {
+  if (hint > SET_MAX_HINT) hint = SET_MAX_HINT;
   size_t cap = 16;
-  while (cap < 2 * n + 2) cap <<= 1;
+  while (cap < 2 * hint + 2) cap <<= 1;
+  if (st->cap > 4 * SET_MAX_HINT && st->cap > 4 * cap) lmq_set_free(st); /* shrink after a huge document */
   if (cap > st->cap) {
     lmq_set_free(st);
-    st->h = (uint64_t *)malloc(cap * sizeof(uint64_t));
-    st->a = (uint32_t *)malloc(cap * sizeof(uint32_t));
-    st->b = (uint32_t *)malloc(cap * sizeof(uint32_t));
-    st->cnt = (uint32_t *)malloc(cap * sizeof(uint32_t));
-    if (!st->h || !st->a || !st->b || !st->cnt) {
-      lmq_set_free(st);
-      return -1;
-    }
-    st->cap = cap;
+    return set_alloc(st, cap);
   }
-  st->mask = cap - 1;
+  st->mask = cap - 1; /* use the front of a larger allocation */
+  st->count = 0;
   memset(st->h, 0, cap * sizeof(uint64_t));
   return 0;
 }
 
-/* Insert base[a..b); returns the slot, *seen = 1 when it was already there. */
-static size_t set_add(lmq_set *st, const uint8_t *base, uint32_t a, uint32_t b, int *seen) {
-  uint64_t h = lm_hash64(base + a, b - a, 0) | 1u;
+/* Double the slots in use (load above 1/2). */
+static int set_grow(lmq_set *st) {
+  size_t used = st->mask + 1, cap = 2 * used;
+  lmq_set old = *st;
+  if (cap <= st->cap) { /* the allocation is large enough: rehash through a copy of the used part */
+    lmq_set tmp;
+    memset(&tmp, 0, sizeof tmp);
+    if (set_alloc(&tmp, used)) return -1;
+    memcpy(tmp.h, st->h, used * sizeof(uint64_t));
+    memcpy(tmp.a, st->a, used * sizeof(uint32_t));
+    memcpy(tmp.b, st->b, used * sizeof(uint32_t));
+    memcpy(tmp.cnt, st->cnt, used * sizeof(uint32_t));
+    old = tmp;
+    memset(st->h, 0, cap * sizeof(uint64_t));
+    st->mask = cap - 1;
+  } else {
+    memset(st, 0, sizeof *st);
+    if (set_alloc(st, cap)) {
+      *st = old;
+      return -1;
+    }
+  }
+  size_t count = 0;
+  for (size_t k = 0; k < used; k++) {
+    uint64_t h = old.h[k];
+    if (!h) continue;
+    size_t i = (size_t)(h ^ (h >> 32)) & st->mask;
+    while (st->h[i]) i = (i + 1) & st->mask;
+    st->h[i] = h;
+    st->a[i] = old.a[k];
+    st->b[i] = old.b[k];
+    st->cnt[i] = old.cnt[k];
+    count++;
+  }
+  st->count = count;
+  lmq_set_free(&old);
+  return 0;
+}
+
+/* Find the element with hash h for which eq(ctx, a, b) holds, or insert
+ * (a, b) with count 1.  Returns the slot (SIZE_MAX on ENOMEM); *seen = 1
+ * when it was already there (its count is then incremented). */
+typedef int (*set_eq_fn)(const void *ctx, uint32_t a0, uint32_t b0, uint32_t a, uint32_t b);
+static size_t set_add_eq(lmq_set *st, uint64_t h, uint32_t a, uint32_t b, set_eq_fn eq, const void *ctx, int *seen) {
+  h |= 1u;
   size_t i = (size_t)(h ^ (h >> 32)) & st->mask;
   for (;;) {
     if (st->h[i] == 0) {
+      if (2 * (st->count + 1) > st->mask + 1) {
+        if (set_grow(st)) return SIZE_MAX;
+        i = (size_t)(h ^ (h >> 32)) & st->mask;
+        while (st->h[i]) i = (i + 1) & st->mask;
+      }
       st->h[i] = h;
       st->a[i] = a;
       st->b[i] = b;
       st->cnt[i] = 1;
+      st->count++;
       *seen = 0;
       return i;
     }
-    if (st->h[i] == h && st->b[i] - st->a[i] == b - a && memcmp(base + st->a[i], base + a, b - a) == 0) {
+    if (st->h[i] == h && eq(ctx, st->a[i], st->b[i], a, b)) {
       st->cnt[i]++;
       *seen = 1;
       return i;
@@ -65,11 +127,17 @@ static size_t set_add(lmq_set *st, const uint8_t *base, uint32_t a, uint32_t b, 
   }
 }
 
-static inline size_t cp_count(const uint8_t *s, size_t n) {
-  size_t c = 0;
-  for (size_t i = 0; i < n; i++) c += (s[i] & 0xC0) != 0x80;
-  return c;
+/* Byte strings base[a..b). */
+static int eq_bytes(const void *ctx, uint32_t a0, uint32_t b0, uint32_t a, uint32_t b) {
+  const uint8_t *base = (const uint8_t *)ctx;
+  return b0 - a0 == b - a && memcmp(base + a0, base + a, b - a) == 0;
 }
+
+static size_t set_add(lmq_set *st, const uint8_t *base, uint32_t a, uint32_t b, int *seen) {
+  return set_add_eq(st, lm_hash64(base + a, b - a, 0), a, b, eq_bytes, base, seen);
+}
+
+static inline size_t cp_count(const uint8_t *s, size_t n) { return lmq_cp_count(s, n); }
 
 static inline uint32_t flags_at(const uint8_t *s, size_t n, size_t i, size_t *l) {
   uint32_t cp;
@@ -144,46 +212,50 @@ static int contains_ci(const uint8_t *s, size_t n, const char *lit) {
 
 int lmq_words(const lm_quality *q, lm_quality_scratch *s, const uint8_t *text, size_t len) {
   if (lmq_tokenize(&q->ix, text, len, 0, &s->tb, 1)) return -1;
-  if (grow((void **)&s->w, &s->cap_w, s->tb.ntok + 1, sizeof(uint32_t))) return -1;
-  size_t nw = 0;
-  for (size_t i = 0; i < s->tb.ntok; i++)
-    if (!(s->tb.tok[i].attr & LMQ_T_WS)) s->w[nw++] = (uint32_t)i;
+  /* keep the words only, in place */
+  lmq_tok *tok = s->tb.tok;
+  uint8_t *attr = s->tb.attr;
+  size_t nw = 0, nt = s->tb.ntok;
+  for (size_t i = 0; i < nt; i++)
+    if (!(attr[i] & LMQ_T_WS)) {
+      tok[nw] = tok[i];
+      attr[nw++] = attr[i];
+    }
+  s->tb.ntok = nw;
   s->nw = nw;
   return 0;
 }
 
-/* Build wb (words concatenated), sb (words joined by ' ') and their offsets. */
+/* Build wb: the words concatenated (word k's bytes follow word k-1's). */
 static int build_word_buffers(lm_quality_scratch *s, const uint8_t *text) {
   size_t nw = s->nw, bytes = 0;
-  for (size_t i = 0; i < nw; i++) bytes += s->tb.tok[s->w[i]].len;
-  if (grow((void **)&s->wb, &s->cap_wb, bytes + 1, 1) || grow((void **)&s->sb, &s->cap_sb, bytes + nw + 1, 1) ||
-      grow((void **)&s->wo, &s->cap_wo, nw + 1, sizeof(uint32_t)))
-    return -1;
-  /* so and wc share cap_wo: allocate alongside */
-  size_t cap = s->cap_wo;
-  void *p1 = realloc(s->so, cap * sizeof(uint32_t));
-  if (!p1) return -1;
-  s->so = (uint32_t *)p1;
-  void *p2 = realloc(s->wc, cap * sizeof(uint32_t));
-  if (!p2) return -1;
-  s->wc = (uint32_t *)p2;
-  uint32_t wo = 0, so = 0, wc = 0;
+  const lmq_tok *w = s->tb.tok;
+  for (size_t i = 0; i < nw; i++) bytes += w[i].len;
+  if (grow((void **)&s->wb, &s->cap_wb, bytes + 1, 1)) return -1;
+  size_t o = 0;
   for (size_t i = 0; i < nw; i++) {
-    const lmq_tok *t = &s->tb.tok[s->w[i]];
-    s->wo[i] = wo;
-    s->so[i] = so;
-    s->wc[i] = wc;
-    memcpy(s->wb + wo, text + t->off, t->len);
-    memcpy(s->sb + so, text + t->off, t->len);
-    wo += t->len;
-    so += t->len;
-    s->sb[so++] = ' ';
-    wc += t->ncp;
+    memcpy(s->wb + o, text + w[i].off, w[i].len);
+    o += w[i].len;
   }
-  s->wo[nw] = wo;
-  s->so[nw] = so;
-  s->wc[nw] = wc;
   return 0;
+}
+
+/* " ".join(words[i:i+n]) n-grams: an element is (offset in wb, index of its
+ * first word); two are equal when their words are, one by one. */
+typedef struct {
+  const uint8_t *wb;
+  const lmq_tok *w;
+  size_t ng;
+} joined_ctx;
+
+static int eq_joined(const void *ctx, uint32_t a0, uint32_t i0, uint32_t a, uint32_t i) {
+  const joined_ctx *j = (const joined_ctx *)ctx;
+  size_t bytes = 0;
+  for (size_t k = 0; k < j->ng; k++) {
+    if (j->w[i0 + k].len != j->w[i + k].len) return 0;
+    bytes += j->w[i + k].len;
+  }
+  return memcmp(j->wb + a0, j->wb + a, bytes) == 0;
 }
 
 /* ---- GopherRepetitionFilter ---- */
@@ -200,13 +272,13 @@ static int gopher_repetition(const lm_quality *q, lm_quality_scratch *s, const u
     size_t a = 0, b = n;
     py_strip(t, &a, &b);
     size_t npara = 0, dup = 0, dupc = 0;
-    if (set_reset(&s->set, (b - a) / 2 + 1)) return -1;
+    if (set_reset(&s->set, (b - a) / 256 + 8)) return -1;
     size_t i = a;
     for (;;) { /* re.split(r"\n{2,}") */
       size_t e = i;
       while (e < b && !(t[e] == '\n' && e + 1 < b && t[e + 1] == '\n')) e++;
       npara++;
-      set_add(&s->set, t, (uint32_t)i, (uint32_t)e, &seen);
+      if (set_add(&s->set, t, (uint32_t)i, (uint32_t)e, &seen) == SIZE_MAX) return -1;
       if (seen) dup++, dupc += cp_count(t + i, e - i);
       if (e >= b) break;
       while (e < b && t[e] == '\n') e++;
@@ -223,12 +295,12 @@ static int gopher_repetition(const lm_quality *q, lm_quality_scratch *s, const u
   }
   if (ON(q, LM_Q_GR_DUP_LINE_FRAC) || ON(q, LM_Q_GR_DUP_LINE_CHAR_FRAC)) {
     size_t nl = 0, dup = 0, dupc = 0, i = 0;
-    if (set_reset(&s->set, n / 2 + 1)) return -1;
+    if (set_reset(&s->set, n / 64 + 8)) return -1;
     for (;;) { /* re.split("\n+") */
       size_t e = i;
       while (e < n && t[e] != '\n') e++;
       nl++;
-      set_add(&s->set, t, (uint32_t)i, (uint32_t)e, &seen);
+      if (set_add(&s->set, t, (uint32_t)i, (uint32_t)e, &seen) == SIZE_MAX) return -1;
       if (seen) dup++, dupc += cp_count(t + i, e - i);
       if (e >= n) break;
       while (e < n && t[e] == '\n') e++;
@@ -252,37 +324,61 @@ static int gopher_repetition(const lm_quality *q, lm_quality_scratch *s, const u
   }
   if (build_word_buffers(s, t)) return -1;
   size_t nw = s->nw;
+  const lmq_tok *w = s->tb.tok;
+  const uint8_t *wb = s->wb;
+  /* top n-grams (n = 2..4): the most frequent " ".join of n words; ties go to
+   * the first seen (Counter.most_common) */
   for (int k = 0; k < 3; k++) {
     size_t ng = (size_t)k + 2;
     if (!ON(q, LM_Q_GR_TOP_2_GRAM + k) || nw < ng) continue;
     if (set_reset(&s->set, nw)) return -1;
-    uint32_t best_cnt = 0, best_first = 0, best_len = 0;
+    joined_ctx jc = {wb, w, ng};
+    uint32_t best_cnt = 0, best_first = 0, best_word = 0;
+    uint32_t a = 0, e = 0; /* wb span of words [i, i + ng) */
+    for (size_t t2 = 0; t2 < ng; t2++) e += w[t2].len;
     for (size_t i = 0; i + ng <= nw; i++) {
-      size_t slot = set_add(&s->set, s->sb, s->so[i], s->so[i + ng] - 1, &seen);
+      if (i) {
+        a += w[i - 1].len;
+        e += w[i + ng - 1].len;
+      }
+      size_t slot = set_add_eq(&s->set, lm_hash64(wb + a, e - a, 0), a, (uint32_t)i, eq_joined, &jc, &seen);
+      if (slot == SIZE_MAX) return -1;
       uint32_t c = s->set.cnt[slot], first = s->set.a[slot];
       if (c > best_cnt || (c == best_cnt && first < best_first)) {
         best_cnt = c;
         best_first = first;
-        best_len = s->wc[i + ng] - s->wc[i] + (uint32_t)(ng - 1);
+        best_word = s->set.b[slot];
       }
     }
-    if ((double)best_len * best_cnt / text_cp > p->gr_top_ngram_frac[k]) {
+    size_t bytes = 0;
+    for (size_t t2 = 0; t2 < ng; t2++) bytes += w[best_word + t2].len;
+    double best_len = (double)cp_count(wb + best_first, bytes) + (double)(ng - 1);
+    if (best_len * best_cnt / text_cp > p->gr_top_ngram_frac[k]) {
       *reason = LM_Q_GR_TOP_2_GRAM + k;
       return 0;
     }
   }
+  /* duplicated n-grams (n = 5..10): "".join of n words, greedy left to right */
   for (int k = 0; k < 6; k++) {
     size_t ng = (size_t)k + 5;
     if (!ON(q, LM_Q_GR_DUP_5_GRAMS + k)) continue;
     if (set_reset(&s->set, nw)) return -1;
     size_t rep = 0, i = 0;
+    uint32_t a = 0, e = 0; /* wb span of words [i, i + ng) */
+    if (nw >= ng)
+      for (size_t t2 = 0; t2 < ng; t2++) e += w[t2].len;
     while (nw >= ng && i < nw - ng + 1) {
-      set_add(&s->set, s->wb, s->wo[i], s->wo[i + ng], &seen);
+      if (set_add(&s->set, wb, a, e, &seen) == SIZE_MAX) return -1;
       if (seen) {
-        rep += s->wc[i + ng] - s->wc[i];
+        rep += cp_count(wb + a, e - a);
         i += ng;
+        a = e;
+        if (i < nw - ng + 1)
+          for (size_t t2 = 0; t2 < ng; t2++) e += w[i + t2].len;
       } else {
+        a += w[i].len;
         i++;
+        if (i < nw - ng + 1) e += w[i + ng - 1].len;
       }
     }
     if ((double)rep / text_cp > p->gr_dup_ngram_frac[k]) {
@@ -306,9 +402,10 @@ static int gopher_quality(const lm_quality *q, lm_quality_scratch *s, const uint
   size_t nw = s->nw, nsym = 0, symlen = 0, nalpha = 0;
   unsigned stop = 0;
   for (size_t i = 0; i < nw; i++) {
-    const lmq_tok *w = &s->tb.tok[s->w[i]];
-    if (w->attr & LMQ_T_NONSYMBOL) nsym++, symlen += w->ncp;
-    if (w->attr & LMQ_T_ALPHA) nalpha++;
+    const lmq_tok *w = &s->tb.tok[i];
+    uint8_t at = s->tb.attr[i];
+    if (at & LMQ_T_NONSYMBOL) nsym++, symlen += cp_count(t + w->off, w->len);
+    if (at & LMQ_T_ALPHA) nalpha++;
     if (w->len <= 4)
       for (int k = 0; k < 8; k++)
         if (strlen(k_stop[k]) == w->len && memcmp(k_stop[k], t + w->off, w->len) == 0) stop |= 1u << k;
@@ -408,17 +505,43 @@ static size_t remove_citations(const uint8_t *s, size_t n, uint8_t *out) {
   return o;
 }
 
-static size_t count_sentences(const lm_quality *q, lm_quality_scratch *s, const uint8_t *line, size_t n, int *err) {
-  if (lmq_tokenize(&q->ix, line, n, 0, &s->lb, 1)) { *err = 1; return 0; }
-  if (s->lb.ntok == 0) return 1; /* datatrove's split gives one part for no spans */
-  size_t count = 1;
-  int seen = 0;
-  for (size_t i = 0; i < s->lb.ntok; i++) {
-    uint32_t a = s->lb.tok[i].attr;
-    if (seen && !(a & LMQ_T_ALLPUNCT) && !(a & LMQ_T_SENTP)) { count++; seen = 0; }
-    else if (a & LMQ_T_SENTP) seen = 1;
+/* Sentences of one C4 line: datatrove splits the line with spaCy's
+ * Sentencizer; a new sentence starts at the first token that is neither
+ * punctuation nor a sentence-final character after one.  Tokens are counted
+ * as they come (nothing stored). */
+typedef struct {
+  size_t ntok, count;
+  int seen;
+} sent_state;
+
+static int sent_sink(void *ctx, uint32_t off, uint32_t len, uint32_t a) {
+  (void)off;
+  (void)len;
+  sent_state *st = (sent_state *)ctx;
+  st->ntok++;
+  if (st->seen && !(a & LMQ_T_ALLPUNCT) && !(a & LMQ_T_SENTP)) {
+    st->count++;
+    st->seen = 0;
+  } else if (a & LMQ_T_SENTP) {
+    st->seen = 1;
   }
-  return count;
+  return 0;
+}
+
+static size_t count_sentences(const lm_quality *q, lm_quality_scratch *s, const uint8_t *line, size_t n, int *err) {
+  sent_state st = {0, 1, 0};
+  lmq_tokbuf *b = &s->tb;
+  int (*old_sink)(void *, uint32_t, uint32_t, uint32_t) = b->sink;
+  void *old_ctx = b->sink_ctx;
+  b->sink = sent_sink;
+  b->sink_ctx = &st;
+  size_t keep = b->ntok;
+  int r = lmq_tokenize(&q->ix, line, n, 0, b, 0);
+  b->sink = old_sink;
+  b->sink_ctx = old_ctx;
+  b->ntok = keep;
+  if (r) { *err = 1; return 0; }
+  return st.count; /* no tokens: datatrove's split gives one part */
 }
 
 static const char *const k_policy[6] = {"terms of use", "privacy policy", "cookie policy", "uses cookies",
@@ -500,7 +623,7 @@ static int fineweb(const lm_quality *q, lm_quality_scratch *s, const uint8_t *t,
                    int *reason) {
   const lm_quality_params *p = &q->p;
   size_t nl = 0, punct = 0, shortl = 0, newlines = 0, dupc = 0;
-  if (set_reset(&s->set, n / 2 + 1)) return -1;
+  if (set_reset(&s->set, n / 64 + 8)) return -1;
   size_t i = 0;
   for (;;) {
     size_t e = i;
@@ -513,7 +636,7 @@ static int fineweb(const lm_quality *q, lm_quality_scratch *s, const uint8_t *t,
       size_t ncp = cp_count(t + i, e - i);
       if (ncp <= p->fw_short_line_length) shortl++;
       int seen;
-      set_add(&s->set, t, (uint32_t)i, (uint32_t)e, &seen);
+      if (set_add(&s->set, t, (uint32_t)i, (uint32_t)e, &seen) == SIZE_MAX) return -1;
       if (seen) dupc += ncp;
     }
     if (e >= n) break;

@@ -63,30 +63,59 @@ static const lmq_special *special_find(const lmq_special_index *ix, const uint8_
 void lmq_tokbuf_free(lmq_tokbuf *b) {
   if (!b) return;
   free(b->tok);
+  free(b->attr);
   free(b->cp);
   free(b->bo);
   free(b->fl);
-  free(b->pre);
-  free(b->suf);
-  memset(b, 0, sizeof *b);
+  free(b->cut);
+  b->tok = NULL;
+  b->attr = NULL;
+  b->cp = b->bo = b->fl = NULL;
+  b->cut = NULL;
+  b->ntok = b->cap_tok = b->cap_cp = b->cap_cut = 0;
 }
 
-static int grow(void **p, size_t *cap, size_t need, size_t elem) {
-  return lm_grow_array(p, cap, need, elem, 64) == LM_OK ? 0 : -1;
+size_t lmq_tokbuf_bytes(const lmq_tokbuf *b) {
+  return b->cap_tok * (sizeof(lmq_tok) + 1) + b->cap_cp * 3 * sizeof(uint32_t) + b->cap_cut * sizeof(uint64_t);
 }
 
-/* ---- the state of one span being tokenized ---- */
+/* ---- the state of one span being tokenized ----
+ * A span is addressed by code-point index.  An ASCII span is read in place
+ * (code point k is byte k); a span with other characters is decoded into
+ * b->cp / b->bo / b->fl first. */
 typedef struct {
   const lmq_special_index *ix;
-  const uint8_t *s; /* the text */
+  const uint8_t *s; /* the span's bytes */
   uint32_t base;    /* offset of s in the document */
   lmq_tokbuf *b;
   const uint32_t *cp, *bo, *fl;
+  int ascii;
+  /* find_suffix's currency/unit matches for the end sfx_j (the end rarely
+   * moves while prefixes are split off): bit k of sfx_mask = a literal of k
+   * code points ends at sfx_j with a digit before it */
+  size_t sfx_j;
+  uint64_t sfx_mask;
 } span_ctx;
 
-static int push_tok_raw(lmq_tokbuf *b, uint32_t off, uint32_t len, uint32_t ncp, uint32_t attr) {
-  if (b->ntok == b->cap_tok && grow((void **)&b->tok, &b->cap_tok, b->ntok + 1, sizeof(lmq_tok))) return -1;
-  b->tok[b->ntok++] = (lmq_tok){off, len, ncp, attr};
+static inline uint32_t CP(const span_ctx *c, size_t k) { return c->ascii ? (uint32_t)c->s[k] : c->cp[k]; }
+static inline uint32_t FL(const span_ctx *c, size_t k) { return c->ascii ? lmq_ascii_flags[c->s[k]] : c->fl[k]; }
+static inline uint32_t BO(const span_ctx *c, size_t k) { return c->ascii ? (uint32_t)k : c->bo[k]; }
+
+static int push_tok_raw(lmq_tokbuf *b, uint32_t off, uint32_t len, uint32_t attr) {
+  if (b->sink) return b->sink(b->sink_ctx, off, len, attr) ? -1 : 0;
+  if (b->ntok == b->cap_tok) {
+    /* tok and attr grow together: both hold cap_tok elements */
+    size_t cap = b->cap_tok ? b->cap_tok * 2 : 256;
+    void *q = realloc(b->tok, cap * sizeof(lmq_tok));
+    if (!q) return -1;
+    b->tok = (lmq_tok *)q;
+    q = realloc(b->attr, cap);
+    if (!q) return -1;
+    b->attr = (uint8_t *)q;
+    b->cap_tok = cap;
+  }
+  b->tok[b->ntok] = (lmq_tok){off, len};
+  b->attr[b->ntok++] = (uint8_t)attr;
   return 0;
 }
 
@@ -94,27 +123,27 @@ static int push_tok_raw(lmq_tokbuf *b, uint32_t off, uint32_t len, uint32_t ncp,
 static int push_cps(span_ctx *c, size_t i, size_t j) {
   uint32_t attr = LMQ_T_ALLPUNCT;
   for (size_t k = i; k < j; k++) {
-    uint32_t f = c->fl[k];
+    uint32_t f = FL(c, k);
     if (!(f & LMQ_F_PUNCTSET)) attr |= LMQ_T_NONSYMBOL;
     if (f & LMQ_F_PYALPHA) attr |= LMQ_T_ALPHA;
     if (!(f & LMQ_F_ISPUNCT)) attr &= ~(uint32_t)LMQ_T_ALLPUNCT;
   }
-  if (j - i == 1 && (c->fl[i] & LMQ_F_SENT_PUNCT)) attr |= LMQ_T_SENTP;
-  return push_tok_raw(c->b, c->base + c->bo[i], c->bo[j] - c->bo[i], (uint32_t)(j - i), attr);
+  if (j - i == 1 && (FL(c, i) & LMQ_F_SENT_PUNCT)) attr |= LMQ_T_SENTP;
+  return push_tok_raw(c->b, c->base + BO(c, i), BO(c, j) - BO(c, i), attr);
 }
 
 static const lmq_special *special_cps(span_ctx *c, size_t i, size_t j) {
   if (j <= i) return NULL;
-  return special_find(c->ix, c->s + c->bo[i], c->bo[j] - c->bo[i]);
+  return special_find(c->ix, c->s + BO(c, i), BO(c, j) - BO(c, i));
 }
 
 /* The tokens of a special case covering code points [i, j). */
 static int push_special(span_ctx *c, const lmq_special *sp, size_t i, size_t j) {
   size_t k = i;
   for (int t = 0; t < sp->ntok; t++) {
-    uint32_t end_byte = c->bo[k] + sp->toklen[t];
+    uint32_t end_byte = BO(c, k) + sp->toklen[t];
     size_t e = k;
-    while (e < j && c->bo[e] < end_byte) e++;
+    while (e < j && BO(c, e) < end_byte) e++;
     if (push_cps(c, k, e)) return -1;
     k = e;
   }
@@ -123,32 +152,48 @@ static int push_special(span_ctx *c, const lmq_special *sp, size_t i, size_t j) 
 
 static inline int is_d(uint32_t cp) { return cp >= '0' && cp <= '9'; }
 
-/* Does the UTF-8 literal `lit` equal code points [p, j)?  Returns its code-point length or 0. */
-static size_t lit_at_end(span_ctx *c, size_t lo, size_t j, const char *lit) {
+/* Does the UTF-8 literal `lit` equal code points [p, j) for some p?  Returns
+ * its code-point length j - p, or 0. */
+static size_t lit_at_end(span_ctx *c, size_t j, const char *lit) {
   size_t nb = strlen(lit);
-  uint32_t endb = c->bo[j];
+  uint32_t endb = BO(c, j);
   if (nb > endb) return 0;
   uint32_t startb = endb - (uint32_t)nb;
   /* find the code point where startb begins */
   size_t p = j;
-  while (p > lo && c->bo[p] > startb) p--;
-  if (c->bo[p] != startb || p == j) return 0;
+  while (p > 0 && BO(c, p) > startb) p--;
+  if (BO(c, p) != startb || p == j) return 0;
   if (memcmp(c->s + startb, lit, nb) != 0) return 0;
   return j - p;
 }
 
 static size_t find_prefix(span_ctx *c, size_t i, size_t j) {
-  uint32_t ch = c->cp[i];
-  if (ch == '+') return (i + 1 < j && is_d(c->cp[i + 1])) ? 0 : 1;
-  if (c->fl[i] & LMQ_F_PREFIX_CHAR) return 1;
-  if (ch == '.' && i + 1 < j && c->cp[i + 1] == '.') {
+  uint32_t ch = CP(c, i);
+  if (ch == '+') return (i + 1 < j && is_d(CP(c, i + 1))) ? 0 : 1;
+  if (FL(c, i) & LMQ_F_PREFIX_CHAR) return 1;
+  if (ch == '.' && i + 1 < j && CP(c, i + 1) == '.') {
     size_t k = i;
-    while (k < j && c->cp[k] == '.') k++;
+    while (k < j && CP(c, k) == '.') k++;
     return k - i;
   }
-  if (ch == 'U' && j - i >= 3 && c->cp[i + 1] == 'S' && c->cp[i + 2] == '$') return 3;
-  if ((ch == 'C' || ch == 'A') && j - i >= 2 && c->cp[i + 1] == '$') return 2;
+  if (ch == 'U' && j - i >= 3 && CP(c, i + 1) == 'S' && CP(c, i + 2) == '$') return 3;
+  if ((ch == 'C' || ch == 'A') && j - i >= 2 && CP(c, i + 1) == '$') return 2;
   return 0;
+}
+
+/* The currency / unit literals ending at j with a digit before them, as a
+ * mask of their code-point lengths (independent of the span's start). */
+static uint64_t unit_matches(span_ctx *c, size_t j) {
+  uint64_t m = 0;
+  for (int pass = 0; pass < 2; pass++) {
+    const char *const *lits = pass ? lmq_units : lmq_currency;
+    size_t nl = pass ? lmq_n_units : lmq_n_currency;
+    for (size_t u = 0; u < nl; u++) {
+      size_t k = lit_at_end(c, j, lits[u]);
+      if (k && k < 64 && j - k >= 1 && is_d(CP(c, j - k - 1))) m |= (uint64_t)1 << k;
+    }
+  }
+  return m;
 }
 
 /* Length (code points) of the suffix of [i, j): the leftmost position from
@@ -156,39 +201,42 @@ static size_t find_prefix(span_ctx *c, size_t i, size_t j) {
 static size_t find_suffix(span_ctx *c, size_t i, size_t j) {
   if (j <= i) return 0;
   size_t best = j; /* leftmost start found */
-  const uint32_t *cp = c->cp, *fl = c->fl;
   size_t n = j - i;
-  if (fl[j - 1] & LMQ_F_SUFFIX_CHAR) best = j - 1;
-  if (n >= 2 && cp[j - 1] == 0x2026 && cp[j - 2] == 0x2026) best = j - 2;
-  if (cp[j - 1] == '.') {
-    if (n >= 2 && cp[j - 2] == '.') {
+  uint32_t last = CP(c, j - 1), prev = n >= 2 ? CP(c, j - 2) : 0;
+  if (FL(c, j - 1) & LMQ_F_SUFFIX_CHAR) best = j - 1;
+  if (n >= 2 && last == 0x2026 && prev == 0x2026) best = j - 2;
+  if (last == '.') {
+    if (n >= 2 && prev == '.') {
       size_t k = j - 1;
-      while (k > i && cp[k - 1] == '.') k--;
+      while (k > i && CP(c, k - 1) == '.') k--;
       if (k < best) best = k;
     }
-    if (n >= 2 && (fl[j - 2] & LMQ_F_DOT_SUFFIX_LB) && j - 1 < best) best = j - 1;
-    if (n >= 3 && (fl[j - 2] & LMQ_F_SP_UPPER) && (fl[j - 3] & LMQ_F_SP_UPPER) && j - 1 < best) best = j - 1;
-    if (n >= 3 && cp[j - 3] == 0xB0 && j - 1 < best) {
-      uint32_t u = cp[j - 2];
+    if (n >= 2 && (FL(c, j - 2) & LMQ_F_DOT_SUFFIX_LB) && j - 1 < best) best = j - 1;
+    if (n >= 3 && (FL(c, j - 2) & LMQ_F_SP_UPPER) && (FL(c, j - 3) & LMQ_F_SP_UPPER) && j - 1 < best) best = j - 1;
+    if (n >= 3 && CP(c, j - 3) == 0xB0 && j - 1 < best) {
+      uint32_t u = prev;
       if (u == 'F' || u == 'f' || u == 'C' || u == 'c' || u == 'K' || u == 'k') best = j - 1;
     }
   }
-  if (n >= 2 && (cp[j - 1] == 's' || cp[j - 1] == 'S') && (cp[j - 2] == '\'' || cp[j - 2] == 0x2019) &&
-      j - 2 < best)
-    best = j - 2;
-  if (n >= 2 && cp[j - 1] == '+' && is_d(cp[j - 2]) && j - 1 < best) best = j - 1;
+  if (n >= 2 && (last == 's' || last == 'S') && (prev == '\'' || prev == 0x2019) && j - 2 < best) best = j - 2;
+  if (n >= 2 && last == '+' && is_d(prev) && j - 1 < best) best = j - 1;
   /* (?<=[0-9])(?:CURRENCY|UNITS)$ : only worth trying when a digit is near the end */
   int digit_near = 0;
   for (size_t k = (j - i > 6 ? j - 6 : i); k < j; k++)
-    if (is_d(cp[k])) digit_near = 1;
+    if (is_d(CP(c, k))) digit_near = 1;
   if (digit_near) {
-    for (int pass = 0; pass < 2; pass++) {
-      const char *const *lits = pass ? lmq_units : lmq_currency;
-      size_t nl = pass ? lmq_n_units : lmq_n_currency;
-      for (size_t u = 0; u < nl; u++) {
-        size_t k = lit_at_end(c, i, j, lits[u]);
-        if (k && j - k > i && is_d(cp[j - k - 1]) && j - k < best) best = j - k;
-      }
+    /* the literals are matched once per end j: a run of prefixes split off
+     * in front of the same end ("((((1") does not repeat the 146 tests */
+    if (c->sfx_j != j) {
+      c->sfx_j = j;
+      c->sfx_mask = unit_matches(c, j);
+    }
+    /* a literal of k code points needs its digit inside [i, j): j - k - 1 >= i */
+    uint64_t m = c->sfx_mask;
+    if (n < 64) m &= ((uint64_t)1 << n) - 1; /* k <= n - 1 */
+    if (m) {
+      size_t k = 63 - (size_t)__builtin_clzll(m); /* the longest: leftmost start */
+      if (j - k < best) best = j - k;
     }
   }
   return j - best;
@@ -204,14 +252,14 @@ static int ip_ok(span_ctx *c, size_t p, size_t j, size_t *end) {
   size_t k = p;
   for (int o = 0; o < 4; o++) {
     if (o) {
-      if (k >= j || c->cp[k] != '.') return 0;
+      if (k >= j || CP(c, k) != '.') return 0;
       k++;
     }
     size_t s = k;
     int v = 0;
-    while (k < j && is_d(c->cp[k]) && k - s < 3) v = v * 10 + (int)(c->cp[k++] - '0');
-    if (k == s || (k < j && is_d(c->cp[k]))) return 0;
-    if (k - s > 1 && c->cp[s] == '0' && (o == 0 || o == 3)) return 0;
+    while (k < j && is_d(CP(c, k)) && k - s < 3) v = v * 10 + (int)(CP(c, k++) - '0');
+    if (k == s || (k < j && is_d(CP(c, k)))) return 0;
+    if (k - s > 1 && CP(c, s) == '0' && (o == 0 || o == 3)) return 0;
     oct[o] = v;
   }
   if (oct[0] < 1 || oct[0] > 223 || oct[3] < 1 || oct[3] > 254 || oct[1] > 255 || oct[2] > 255) return 0;
@@ -223,58 +271,55 @@ static int ip_ok(span_ctx *c, size_t p, size_t j, size_t *end) {
 }
 
 static int url_rest(span_ctx *c, size_t k, size_t j) {
-  const uint32_t *cp = c->cp;
-  if (k < j && cp[k] == ':') {
+  if (k < j && CP(c, k) == ':') {
     size_t s = k + 1, e = s;
-    while (e < j && is_d(cp[e])) e++;
+    while (e < j && is_d(CP(c, e))) e++;
     if (e - s >= 2 && e - s <= 5) k = e;
   }
   if (k == j) return 1;
-  return cp[k] == '/' || cp[k] == '?' || cp[k] == '#';
+  return CP(c, k) == '/' || CP(c, k) == '?' || CP(c, k) == '#';
 }
 
 static int host_at(span_ctx *c, size_t p, size_t j) {
-  const uint32_t *cp = c->cp;
   size_t ipend;
   if (ip_ok(c, p, j, &ipend) && url_rest(c, ipend, j)) return 1;
   size_t e = p;
-  while (e < j && (is_url_host_char(cp[e]) || cp[e] == '_' || cp[e] == '-' || cp[e] == '.')) e++;
+  while (e < j && (is_url_host_char(CP(c, e)) || CP(c, e) == '_' || CP(c, e) == '-' || CP(c, e) == '.')) e++;
   /* TLD: after the last '.', all ALPHA_LOWER, 2..63 long */
   size_t dot = e;
-  while (dot > p && cp[dot - 1] != '.') dot--;
+  while (dot > p && CP(c, dot - 1) != '.') dot--;
   if (dot == p) return 0;
   size_t tl = e - dot;
   if (tl < 2 || tl > 63) return 0;
   for (size_t k = dot; k < e; k++)
-    if (!(c->fl[k] & LMQ_F_SP_LOWER)) return 0;
+    if (!(FL(c, k) & LMQ_F_SP_LOWER)) return 0;
   /* labels in [p, dot-1) separated by '.' */
   size_t s = p;
   size_t last = dot - 1;
   while (s < last) {
     size_t t = s;
-    while (t < last && cp[t] != '.') t++;
+    while (t < last && CP(c, t) != '.') t++;
     size_t len = t - s;
     if (len < 1 || len > 64) return 0;
-    if (!is_url_host_char(cp[s]) || !is_url_host_char(cp[t - 1])) return 0;
+    if (!is_url_host_char(CP(c, s)) || !is_url_host_char(CP(c, t - 1))) return 0;
     s = t + 1;
   }
   if (s != last + 1 && s != last) return 0;
-  if (s == last && last > p && cp[last - 1] == '.') return 0; /* empty label */
+  if (s == last && last > p && CP(c, last - 1) == '.') return 0; /* empty label */
   if (last == p) return 0; /* no label */
   return url_rest(c, e, j);
 }
 
 static int url_match(span_ctx *c, size_t i, size_t j) {
-  const uint32_t *cp = c->cp;
   size_t starts[2] = {i, i};
   int nstarts = 1;
   /* optional scheme [\w+\-.]{2,}:// */
   for (size_t k = i; k + 2 < j; k++) {
-    if (cp[k] == ':' && cp[k + 1] == '/' && cp[k + 2] == '/') {
+    if (CP(c, k) == ':' && CP(c, k + 1) == '/' && CP(c, k + 2) == '/') {
       int ok = k - i >= 2;
       for (size_t q = i; q < k && ok; q++)
-        ok = cp[q] == '+' || cp[q] == '-' || cp[q] == '.' || cp[q] == '_' || is_d(cp[q]) ||
-             (c->fl[q] & LMQ_F_PYALPHA);
+        ok = CP(c, q) == '+' || CP(c, q) == '-' || CP(c, q) == '.' || CP(c, q) == '_' || is_d(CP(c, q)) ||
+             (FL(c, q) & LMQ_F_PYALPHA);
       if (ok) starts[nstarts++] = k + 3;
       break;
     }
@@ -284,7 +329,7 @@ static int url_match(span_ctx *c, size_t i, size_t j) {
     if (host_at(c, p, j)) return 1;
     /* optional user[:pass]@ : any '@' with a non-empty part before it */
     for (size_t k = p + 1; k < j; k++)
-      if (cp[k] == '@' && host_at(c, k + 1, j)) return 1;
+      if (CP(c, k) == '@' && host_at(c, k + 1, j)) return 1;
   }
   return 0;
 }
@@ -294,22 +339,21 @@ static const uint8_t k_hyph_len[7] = {1, 1, 1, 2, 3, 2, 1};
 
 /* One infix match at p of [i, j), or 0. */
 static size_t infix_at(span_ctx *c, size_t i, size_t p, size_t j) {
-  const uint32_t *cp = c->cp, *fl = c->fl;
-  uint32_t ch = cp[p];
-  if (ch == '.' && p + 1 < j && cp[p + 1] == '.') {
+  uint32_t ch = CP(c, p);
+  if (ch == '.' && p + 1 < j && CP(c, p + 1) == '.') {
     size_t k = p;
-    while (k < j && cp[k] == '.') k++;
+    while (k < j && CP(c, k) == '.') k++;
     return k - p;
   }
-  if (ch == 0x2026 || (fl[p] & LMQ_F_ICON)) return 1;
+  if (ch == 0x2026 || (FL(c, p) & LMQ_F_ICON)) return 1;
   if (p == i) return 0; /* the rest need a lookbehind inside the string */
-  uint32_t prev = cp[p - 1], pf = fl[p - 1];
+  uint32_t prev = CP(c, p - 1), pf = FL(c, p - 1);
   int has_next = p + 1 < j;
   if (is_d(prev) && (ch == '+' || ch == '-' || ch == '*' || ch == '^') && has_next &&
-      (is_d(cp[p + 1]) || cp[p + 1] == '-'))
+      (is_d(CP(c, p + 1)) || CP(c, p + 1) == '-'))
     return 1;
-  if (ch == '.' && (pf & LMQ_F_INFIX_DOT_LB) && has_next && (fl[p + 1] & LMQ_F_INFIX_DOT_LA)) return 1;
-  if (ch == ',' && (pf & LMQ_F_SP_ALPHA) && has_next && (fl[p + 1] & LMQ_F_SP_ALPHA)) return 1;
+  if (ch == '.' && (pf & LMQ_F_INFIX_DOT_LB) && has_next && (FL(c, p + 1) & LMQ_F_INFIX_DOT_LA)) return 1;
+  if (ch == ',' && (pf & LMQ_F_SP_ALPHA) && has_next && (FL(c, p + 1) & LMQ_F_SP_ALPHA)) return 1;
   if ((pf & LMQ_F_SP_ALPHA) || is_d(prev)) {
     for (int h = 0; h < 7; h++) {
       size_t L = k_hyph_len[h];
@@ -317,12 +361,12 @@ static size_t infix_at(span_ctx *c, size_t i, size_t p, size_t j) {
       int ok = 1;
       for (size_t q = 0; q < L && ok; q++) {
         uint32_t want = h == 4 ? '-' : k_hyph[h][q];
-        ok = cp[p + q] == want;
+        ok = CP(c, p + q) == want;
       }
-      if (ok && (fl[p + L] & LMQ_F_SP_ALPHA)) return L;
+      if (ok && (FL(c, p + L) & LMQ_F_SP_ALPHA)) return L;
     }
     if ((ch == ':' || ch == '<' || ch == '>' || ch == '=' || ch == '/') && has_next &&
-        (fl[p + 1] & LMQ_F_SP_ALPHA))
+        (FL(c, p + 1) & LMQ_F_SP_ALPHA))
       return 1;
   }
   return 0;
@@ -351,69 +395,83 @@ static int attach_core(span_ctx *c, size_t i, size_t j) {
   return 0;
 }
 
-/* Tokenize one non-whitespace span of code points [0, n). */
+static inline void cut_set(uint64_t *m, size_t k) { m[k >> 6] |= (uint64_t)1 << (k & 63); }
+
+/* The next cut point after k (k < n), or n. */
+static size_t cut_next(const uint64_t *m, size_t k, size_t n) {
+  k++;
+  if (k >= n) return n;
+  size_t w = k >> 6;
+  uint64_t v = m[w] & (~(uint64_t)0 << (k & 63));
+  size_t nwords = (n + 63) >> 6;
+  while (!v) {
+    if (++w >= nwords) return n;
+    v = m[w];
+  }
+  size_t r = (w << 6) + (size_t)__builtin_ctzll(v);
+  return r < n ? r : n;
+}
+
+/* Tokenize one non-whitespace span of code points [0, n): spaCy's
+ * _split_affixes loop, then the core.  Prefix tokens are emitted as they are
+ * split off (they come first, in order); suffix cut points are marked in a
+ * bitmap and emitted after the core, so the memory is one bit per code point. */
 static int tokenize_span(span_ctx *c, size_t n) {
   lmq_tokbuf *b = c->b;
   size_t i = 0, j = n;
-  size_t npre = 0, nsuf = 0;
-  if (2 * n + 2 > b->cap_aff) {
-    size_t cap = 2 * n + 64;
-    void *q1 = realloc(b->pre, cap * sizeof(uint32_t));
-    if (!q1) return -1;
-    b->pre = (uint32_t *)q1;
-    void *q2 = realloc(b->suf, cap * sizeof(uint32_t));
-    if (!q2) return -1;
-    b->suf = (uint32_t *)q2;
-    b->cap_aff = cap;
+  size_t nwords = (n + 64) >> 6;
+  if (nwords > b->cap_cut) {
+    size_t cap = nwords + 16;
+    void *q = realloc(b->cut, cap * sizeof(uint64_t));
+    if (!q) return -1;
+    b->cut = (uint64_t *)q;
+    b->cap_cut = cap;
   }
+  memset(b->cut, 0, nwords * sizeof(uint64_t));
+  c->sfx_j = (size_t)-1;
   size_t last = (size_t)-1;
   while (j > i && j - i != last) {
     if (special_cps(c, i, j)) break;
     last = j - i;
     size_t pre = find_prefix(c, i, j);
     if (pre && i + pre < j && special_cps(c, i + pre, j)) {
-      b->pre[npre++] = (uint32_t)i;
-      b->pre[npre++] = (uint32_t)(i + pre);
+      if (push_cps(c, i, i + pre)) return -1;
       i += pre;
       break;
     }
     size_t suf = find_suffix(c, i + pre, j);
     if (suf && j - suf > i && special_cps(c, i, j - suf)) {
-      b->suf[nsuf++] = (uint32_t)(j - suf);
-      b->suf[nsuf++] = (uint32_t)j;
       j -= suf;
+      cut_set(b->cut, j);
       break;
     }
     if (pre && suf && pre + suf <= j - i) {
-      b->pre[npre++] = (uint32_t)i;
-      b->pre[npre++] = (uint32_t)(i + pre);
-      b->suf[nsuf++] = (uint32_t)(j - suf);
-      b->suf[nsuf++] = (uint32_t)j;
+      if (push_cps(c, i, i + pre)) return -1;
       i += pre;
       j -= suf;
+      cut_set(b->cut, j);
     } else if (pre) {
-      b->pre[npre++] = (uint32_t)i;
-      b->pre[npre++] = (uint32_t)(i + pre);
+      if (push_cps(c, i, i + pre)) return -1;
       i += pre;
     } else if (suf) {
-      b->suf[nsuf++] = (uint32_t)(j - suf);
-      b->suf[nsuf++] = (uint32_t)j;
       j -= suf;
+      cut_set(b->cut, j);
     }
     if (j > i && special_cps(c, i, j)) break;
   }
-  for (size_t k = 0; k < npre; k += 2)
-    if (push_cps(c, b->pre[k], b->pre[k + 1])) return -1;
   if (attach_core(c, i, j)) return -1;
-  for (size_t k = nsuf; k > 0; k -= 2)
-    if (push_cps(c, b->suf[k - 2], b->suf[k - 1])) return -1;
+  for (size_t k = j; k < n;) {
+    size_t e = cut_next(b->cut, k, n);
+    if (push_cps(c, k, e)) return -1;
+    k = e;
+  }
   return 0;
 }
 
 int lmq_tokenize(const lmq_special_index *ix, const uint8_t *s, size_t n, uint32_t base,
                  lmq_tokbuf *b, int reset) {
   if (reset) b->ntok = 0;
-  span_ctx c = {ix, s, base, b, NULL, NULL, NULL};
+  span_ctx c = {ix, s, base, b, NULL, NULL, NULL, 0, (size_t)-1, 0};
   size_t i = 0;
   while (i < n) {
     /* whitespace run */
@@ -428,13 +486,13 @@ int lmq_tokenize(const lmq_special_index *ix, const uint8_t *s, size_t n, uint32
     if (i > ws_start) {
       size_t from = ws_start, ncp = ws_cps;
       if (ws_start > 0 && s[ws_start] == ' ') from++, ncp--;
-      if (ncp && push_tok_raw(b, base + (uint32_t)from, (uint32_t)(i - from), (uint32_t)ncp, LMQ_T_WS))
+      if (ncp && push_tok_raw(b, base + (uint32_t)from, (uint32_t)(i - from), LMQ_T_WS))
         return -1;
     }
     if (i >= n) break;
     /* non-whitespace span: ASCII-letters fast path */
     size_t st = i;
-    int letters = 1;
+    int letters = 1, ascii = 1;
     while (i < n) {
       uint8_t ch = s[i];
       if (ch < 0x80) {
@@ -445,20 +503,27 @@ int lmq_tokenize(const lmq_special_index *ix, const uint8_t *s, size_t n, uint32
         size_t l = lmq_decode(s, n, i, &cp);
         if (lmq_flags(cp) & LMQ_F_SPACE) break;
         letters = 0;
+        ascii = 0;
         i += l;
       }
     }
     if (letters) {
       const lmq_special *sp = special_find(ix, s + st, i - st);
       if (!sp) {
-        if (push_tok_raw(b, base + (uint32_t)st, (uint32_t)(i - st), (uint32_t)(i - st),
-                         LMQ_T_NONSYMBOL | LMQ_T_ALPHA))
+        if (push_tok_raw(b, base + (uint32_t)st, (uint32_t)(i - st), LMQ_T_NONSYMBOL | LMQ_T_ALPHA))
           return -1;
         continue;
       }
     }
-    /* decode the span */
     size_t nb = i - st;
+    c.s = s + st;
+    c.base = base + (uint32_t)st;
+    if (ascii) { /* read in place: code point k is byte k */
+      c.ascii = 1;
+      if (tokenize_span(&c, nb)) return -1;
+      continue;
+    }
+    /* decode the span */
     if (nb + 1 > b->cap_cp) {
       size_t cap = nb + 256;
       void *q0 = realloc(b->cp, cap * sizeof(uint32_t));
@@ -482,8 +547,7 @@ int lmq_tokenize(const lmq_special_index *ix, const uint8_t *s, size_t n, uint32
       q += l;
     }
     b->bo[k] = (uint32_t)nb;
-    c.s = s + st;
-    c.base = base + (uint32_t)st;
+    c.ascii = 0;
     c.cp = b->cp;
     c.bo = b->bo;
     c.fl = b->fl;

@@ -178,6 +178,12 @@ lm_status lm_quality_reset_counters(lm_quality *q);
 /* Per-thread working memory, reusable across documents.  Owned by the caller. */
 lm_status lm_quality_scratch_create(lm_quality_scratch **out);
 void lm_quality_scratch_destroy(lm_quality_scratch *s);
+/* Bytes the scratch holds allocated (its buffers' capacities; 0 for NULL).
+ * After a document of n bytes: 9 B per token (at most one per byte), a copy
+ * of the words and C4's two line buffers (n each), 12 B per code point of the
+ * longest whitespace-free non-ASCII span, and 40-80 B per distinct paragraph,
+ * line or word n-gram of the hash set (not per byte). */
+size_t lm_quality_scratch_bytes(const lm_quality_scratch *s);
 
 typedef struct lm_quality_doc_result {
   int32_t reason;      /* LM_REASON_KEPT, LM_REASON_TOO_LARGE or LM_REASON_QUALITY_BASE + rule id */
