@@ -12,7 +12,9 @@ Environment: LM_CHILD_PII_MODE=datatrove masks PII in datatrove mode (its replac
 cycle must survive the kills); LM_CHILD_COMMIT_FIRST=1 commits while the first batch
 of each run is being produced (nothing received yet: the commit must be the start
 or the last commit); with LM_CHILD_DIE_AFTER_FIRST_COMMIT=1 too, the child then kills
-itself with SIGKILL (so the next run resumes from that commit).
+itself with SIGKILL (so the next run resumes from that commit).  LM_CHILD_NEAR_DEDUP=1 turns
+near-duplicate removal on (NearDeduplicator, beside exact dedup) and the quality filter off (so
+that many documents reach the near stage).
 """
 import itertools
 import json
@@ -31,6 +33,9 @@ def main() -> None:
     prefetch = int(sys.argv[6]) if len(sys.argv) > 6 else 4
     pii_mode = os.environ.get("LM_CHILD_PII_MODE")
     stages = {"pii": {"mode": pii_mode}} if pii_mode else None
+    near = os.environ.get("LM_CHILD_NEAR_DEDUP") == "1"
+    if near:
+        stages = dict(stages or {}, quality=False)
     commit_first = os.environ.get("LM_CHILD_COMMIT_FIRST") == "1"
     in_batch, go = threading.Event(), threading.Event()
     pause_at = random.randrange(batch_size)
@@ -51,7 +56,7 @@ def main() -> None:
                 go.wait(30)
 
     with ResumablePipeline(PausingSource(corpus), batch_size=batch_size, prefetch_batches=prefetch,
-                           state_dir=state_dir, stages=stages) as pipe:
+                           state_dir=state_dir, stages=stages, near_dedup=near) as pipe:
         committed = (pipe.resume_extra or {}).get("out_bytes", 0)
         with open(out_path, "ab") as f:
             f.truncate(committed)

@@ -20,9 +20,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 CHILD = os.path.join(HERE, "resume_child.py")
 
 
-def make_corpus(path, n=3000, seed=0, pii=False):
+def make_corpus(path, n=3000, seed=0, pii=False, near=False):
     """The shared corpus's first n documents when present, else generated text; with duplicates.
-    pii: every third document also names an e-mail address and a public IPv4 address."""
+    pii: every third document also names an e-mail address and a public IPv4 address.
+    near: also near duplicates (an earlier document with one word changed and a line appended)."""
     rng = random.Random(seed)
     docs = []
     if CORPUS.exists():
@@ -42,6 +43,11 @@ def make_corpus(path, n=3000, seed=0, pii=False):
         docs = [d + (f"\nWrite to maintainer{i}@lists.example.org or reach 8.8.{i % 250}.{i % 200 + 1} today."
                      if i % 3 == 0 else "") for i, d in enumerate(docs)]
     docs += [docs[rng.randrange(len(docs))] for _ in range(n // 5)]  # exact duplicates, later in the stream
+    if near:
+        for _ in range(n // 5):
+            words = docs[rng.randrange(n)].split(" ")
+            words[rng.randrange(len(words))] = "changed"
+            docs.append(" ".join(words) + "\nShared on a mirror.")
     rng.shuffle(docs)
     write_jsonl(path, ({"id": f"doc-{i}", "text": t} for i, t in enumerate(docs)))
     return docs
@@ -115,6 +121,20 @@ def test_sigkill_crash_loop_datatrove_pii_and_commit_before_first_batch(tmp_path
                            die_after_first_commit=True)
     assert not any("@lists.example.org" in ln for ln in want)  # masked, with the cycle's second string too:
     assert any("firstname.lastname@example.org" in ln for ln in want)
+    assert len(got) == len(want)
+    assert got == want
+
+
+def test_sigkill_crash_loop_exact_and_near_dedup(tmp_path):
+    """Issue 12 acceptance 4: exact and near dedup both on; the band index's WAL is synced with
+    every commit and cut back on resume, so the output equals an uninterrupted run."""
+    corpus = tmp_path / "corpus.jsonl"
+    make_corpus(corpus, n=2000, near=True)
+    got, want = crash_loop(tmp_path, corpus, int(os.environ.get("LM_CRASH_KILLS", "20")) // 2 or 1,
+                           env={"LM_CHILD_NEAR_DEDUP": "1"})
+    reasons = [r for ln in want for r in json.loads(ln)["reasons"]]
+    assert reasons.count(luminamoon.stages.REASON_NEAR_DUPLICATE) > 100  # the near stage really drops
+    assert reasons.count(luminamoon.stages.REASON_DUPLICATE) > 100
     assert len(got) == len(want)
     assert got == want
 

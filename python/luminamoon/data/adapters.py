@@ -122,6 +122,7 @@ class _Resources:
         self.lock = threading.RLock()
         self.prefetch: Optional[Prefetcher] = None
         self.dedup = None
+        self.near = None
         self.state = None
         self.lock_fd = -1
         self.own_dir: Optional[str] = None
@@ -134,6 +135,7 @@ class _Resources:
         first = _run_all([lambda: self.prefetch is not None and self.prefetch.stop()])
         with self.lock:
             later = _run_all([lambda: self.dedup is not None and self.dedup.close(),
+                              lambda: self.near is not None and self.near.close(),
                               lambda: self.state is not None and self.state.close()])
         first = first or later
         unlock_state_dir(self.lock_fd)
@@ -161,8 +163,9 @@ class _Producer:
     the ResumablePipeline itself (see ``_Resources``)."""
 
     def __init__(self, source: Source, pipeline: Any, dedup: Any, batch_size: int, text_key: str,
-                 res: _Resources) -> None:
+                 res: _Resources, near: Any = None, near_after: bool = False) -> None:
         self.source, self.pipeline, self.dedup = source, pipeline, dedup
+        self.near, self.near_after = near, near_after  # near_after: run the near stage after the pipeline
         self.batch_size, self.text_key, self.res = batch_size, text_key, res
         self.start = {"batch_index": 0, "sample_index": 0, "epoch": 0}
 
@@ -194,9 +197,17 @@ class _Producer:
                 r = self.pipeline(st)
                 out, reasons, src_idx = r.texts, r.reasons, r.source_index
                 cycle = _get_cycle(self.pipeline)
+            if self.near_after:  # a custom pipeline (or none): the near stage on its outputs
+                r = self.near(out)
+                reasons = reasons.clone()
+                reasons[src_idx] = torch.where(r.reasons != 0, r.reasons, reasons[src_idx])
+                out, src_idx = r.texts, src_idx[r.source_index]
             lsn = self.dedup.lsn if self.dedup is not None else 0
+            near_lsn = self.near.lsn if self.near is not None else None
         coord = {"version": _STATE_VERSION, "source": pos, "batch_index": index + 1,
                  "sample_index": sample_index + len(texts), "epoch": self.start["epoch"], "wal_lsn": lsn}
+        if near_lsn is not None:
+            coord["near_wal_lsn"] = near_lsn
         if cycle is not None:
             coord["pii_cycle"] = cycle
         return Batch(index, out, reasons, src_idx, records, len(texts), bytes_in, coord)
@@ -270,6 +281,16 @@ class ResumablePipeline:
             iteration raises ValueError saying the table is full —,
             ``initial_capacity``, ``wal_buffer_hashes``).  ``dedup_stats`` reports
             the table's entries and bytes.
+        near_dedup: near-duplicate removal across batches and restarts
+            (``luminamoon.NearDeduplicator``: MinHash LSH band keys, reason
+            ``near_duplicate``; its WAL is ``state_dir/near_dedup.wal``, synced
+            and truncated with every commit exactly like the exact dedup WAL):
+            False (default), True, or a dict of NearDeduplicator arguments
+            (``seed``, ``n_grams``, ``num_buckets``, ``hashes_per_bucket``,
+            ``precision``, ``max_entries``, ``initial_capacity``,
+            ``wal_buffer_hashes``).  It runs after exact dedup and before PII;
+            with a callable pipeline (or None) it runs on the pipeline's outputs.
+            ``near_dedup_stats`` reports the band index.
         stages: keyword arguments for ``FusedPipeline``/``ChainPipeline``
             (``cleaner=``, ``quality=``, ``pii=``).
         batch_size: input records per batch.
@@ -304,7 +325,8 @@ class ResumablePipeline:
     def __init__(self, source: Union[Source, Iterable[Any]], pipeline: Union[str, Callable, None] = "fused", *,
                  dedup: Union[bool, Dict[str, Any]] = True, stages: Optional[Dict[str, Any]] = None, batch_size: int = 1024,
                  prefetch_batches: int = 2, state_dir: Optional[str] = None, text_key: str = "text",
-                 num_threads: Optional[int] = None, max_prefetch_bytes: Optional[int] = DEFAULT_MAX_PREFETCH_BYTES):
+                 num_threads: Optional[int] = None, max_prefetch_bytes: Optional[int] = DEFAULT_MAX_PREFETCH_BYTES,
+                 near_dedup: Union[bool, Dict[str, Any]] = False):
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
         if not isinstance(prefetch_batches, int) or isinstance(prefetch_batches, bool) or prefetch_batches < 0:
@@ -321,6 +343,11 @@ class ResumablePipeline:
                             f"got {type(dedup).__name__}")
         if isinstance(dedup, dict) and "wal_path" in dedup:
             raise ValueError("dedup: wal_path is chosen by the pipeline (state_dir/dedup.wal); leave it out")
+        if not isinstance(near_dedup, (bool, dict)):
+            raise TypeError(f"near_dedup must be a bool or a dict of NearDeduplicator arguments, "
+                            f"got {type(near_dedup).__name__}")
+        if isinstance(near_dedup, dict) and "wal_path" in near_dedup:
+            raise ValueError("near_dedup: wal_path is chosen by the pipeline (state_dir/near_dedup.wal); leave it out")
         if not isinstance(source, Source):
             if isinstance(source, (str, bytes)) or not hasattr(source, "__iter__") and not callable(source):
                 raise TypeError(f"source must be a luminamoon.data source or an iterable of records, "
@@ -358,22 +385,39 @@ class ResumablePipeline:
         self.commits = 0
         self._start = {"batch_index": 0, "sample_index": 0, "epoch": 0}
         self.dedup = None
+        self.near_dedup = None
         self._pipeline = None
         try:
             if self._own_dir:
                 res.own_dir = self.state_dir
             res.lock_fd = lock_state_dir(self.state_dir)  # 1. one process per folder
             dedup_kw = dict(dedup) if isinstance(dedup, dict) else {}
+            near_kw = dict(near_dedup) if isinstance(near_dedup, dict) else {}
+            near_cfg = None
+            if near_dedup is not False:  # bad near-dedup arguments raise here, before any file changes
+                probe = _stages.NearDeduplicator(**{k: v for k, v in near_kw.items()
+                                                   if k not in ("max_entries", "initial_capacity",
+                                                                "wal_buffer_hashes")})
+                near_cfg = probe.config
+                probe.close()
             self._run = self._run_record(pipeline, stage_objs, dedup, dedup_kw)
+            self._run["near_dedup"] = near_cfg
             side = self._load_committed()  # 2. the committed state, checked, before any file changes
             if dedup is not False:  # 3. the dedup log, cut back to the commit
                 self.dedup = res.dedup = _stages.StreamDeduplicator(
                     wal_path=os.path.join(self.state_dir, "dedup.wal"), **dedup_kw)
+            if near_dedup is not False:  # 3b. the near-dedup band index's log, likewise
+                self.near_dedup = res.near = _stages.NearDeduplicator(
+                    wal_path=os.path.join(self.state_dir, "near_dedup.wal"), **near_kw)
             self._pipeline = self._make_pipeline(pipeline, stage_objs)
-            self._producer = _Producer(self.source, self._pipeline, self.dedup, batch_size, text_key, res)
+            near_after = self.near_dedup is not None and pipeline not in ("fused", "chain")
+            self._producer = _Producer(self.source, self._pipeline, self.dedup, batch_size, text_key, res,
+                                       self.near_dedup, near_after)
             if side is None:
                 if self.dedup is not None and self.dedup.lsn:
                     self.dedup.truncate(0)  # hashes admitted before any commit are forgotten
+                if self.near_dedup is not None and self.near_dedup.lsn:
+                    self.near_dedup.truncate(0)
             else:
                 self._apply(side)
         except BaseException:
@@ -387,6 +431,8 @@ class ResumablePipeline:
         self._origin = self._last if self._last is not None else {
             "version": _STATE_VERSION, "source": json.loads(json.dumps(self.source.position())), "wal_lsn": 0,
             **self._start}
+        if self.near_dedup is not None and self._last is None:
+            self._origin["near_wal_lsn"] = 0
 
     # ------------------------------------------------------------- building
     def _stage_objects(self, pipeline, stage_kwargs) -> Dict[str, Any]:
@@ -421,6 +467,7 @@ class ResumablePipeline:
         cls = self._stages_mod.FusedPipeline if pipeline == "fused" else self._stages_mod.ChainPipeline
         kw = dict(stage_objs)
         kw["dedup"] = self.dedup if self.dedup is not None else False
+        kw["near_dedup"] = self.near_dedup
         if self.num_threads is not None:
             kw["num_threads"] = self.num_threads
         return cls(**kw)
@@ -444,6 +491,13 @@ class ResumablePipeline:
             held.append(f"dedup.wal ({wal_bytes} bytes)")
         if os.path.exists(wal + ".snap"):
             held.append("dedup.wal.snap")
+        near = os.path.join(self.state_dir, "near_dedup.wal")
+        try:
+            near_bytes = os.path.getsize(near)
+        except OSError:
+            near_bytes = 0
+        if near_bytes > _WAL_HEADER:
+            held.append(f"near_dedup.wal ({near_bytes} bytes)")
         if held:
             raise OSError(f"state_dir {self.state_dir!r} has no state file but holds {', '.join(sorted(held)[:4])}"
                           f"{' ...' if len(held) > 4 else ''}: the folder is incomplete (was 'state' moved or "
@@ -499,10 +553,16 @@ class ResumablePipeline:
             if self.dedup.lsn < lsn:
                 raise OSError(f"the dedup WAL in {self.state_dir!r} holds {self.dedup.lsn} hashes but the "
                               f"committed state needs {lsn}: the log lost committed records")
+        near_lsn = int(side.get("near_wal_lsn", 0))
+        if self.near_dedup is not None and self.near_dedup.lsn < near_lsn:
+            raise OSError(f"the near-dedup WAL in {self.state_dir!r} holds {self.near_dedup.lsn} band keys but "
+                          f"the committed state needs {near_lsn}: the log lost committed records")
         if side.get("source") is not None:
             self.source.seek(side["source"])
         if self.dedup is not None:
             self.dedup.truncate(lsn)
+        if self.near_dedup is not None:
+            self.near_dedup.truncate(near_lsn)
         self._start = {k: int(side[k]) for k in ("batch_index", "sample_index", "epoch")}
         self._producer.start = dict(self._start)
         coord = {k: v for k, v in side.items() if k not in ("extra", "run", "state_dir")}
@@ -548,6 +608,12 @@ class ResumablePipeline:
         """The deduplicator's table: ``entries``, ``table_bytes``, ``bytes_per_entry``,
         ``max_entries`` (0: unbounded), the WAL's LSNs and size (None without dedup)."""
         return None if self.dedup is None else self.dedup.stats
+
+    @property
+    def near_dedup_stats(self) -> Optional[Dict[str, Any]]:
+        """The near-dedup band index: ``entries`` (distinct band keys), ``table_bytes``, the WAL's
+        LSNs and size (None without near dedup)."""
+        return None if self.near_dedup is None else self.near_dedup.stats
 
     @property
     def prefetch_stats(self) -> Dict[str, Any]:
@@ -605,6 +671,10 @@ class ResumablePipeline:
             durable = self.dedup.sync()  # 1. the WAL up to (at least) the batch's LSN
             if durable < int(side["wal_lsn"]):
                 raise OSError(f"dedup WAL durable at {durable} < committed LSN {side['wal_lsn']}")
+        if self.near_dedup is not None:
+            durable = self.near_dedup.sync()  # 1b. the near-dedup WAL likewise
+            if durable < int(side.get("near_wal_lsn", 0)):
+                raise OSError(f"near-dedup WAL durable at {durable} < committed LSN {side['near_wal_lsn']}")
         raw = json.dumps(side, sort_keys=True).encode()
         commit_id = self._commit_id + 1
         atomic_write(self._sidecar_path(commit_id), raw)  # 2. the sidecar, atomically
@@ -642,7 +712,11 @@ class ResumablePipeline:
             raise ValueError(f"state is missing {sorted(missing)}")
         if state.get("version", _STATE_VERSION) != _STATE_VERSION:
             raise ValueError(f"state has format version {state.get('version')}, expected {_STATE_VERSION}")
-        for k in ("batch_index", "sample_index", "epoch", "wal_lsn"):
+        if self.near_dedup is not None and "near_wal_lsn" not in state:
+            raise ValueError("state is missing ['near_wal_lsn'] (taken without near dedup)")
+        for k in ("batch_index", "sample_index", "epoch", "wal_lsn", "near_wal_lsn"):
+            if k not in state:
+                continue
             v = state[k]
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise ValueError(f"state[{k!r}] must be an int >= 0, got {v!r}")
