@@ -718,11 +718,10 @@ def _resolve(value, cls, name: str):
 
 
 class _Pipeline:
-    def __init__(self, cleaner, quality, dedup, pii, num_threads):
+    def __init__(self, cleaner, quality, dedup, pii, num_threads, near_dedup=None):
         self._num_threads = _threads_arg(num_threads)
         self._cleaner, _ = _resolve(cleaner, TextCleaner, "cleaner")
         self._quality, _ = _resolve(quality, QualityFilter, "quality")
-        self._dedup, self._owns_dedup = _resolve(dedup, StreamDeduplicator, "dedup")
         self._pii, _ = _resolve(pii, PIIMasker, "pii")
         if self._dedup is not None and self._dedup.closed:
             raise ValueError(f"{type(self).__name__}: the StreamDeduplicator is closed")
@@ -731,12 +730,18 @@ class _Pipeline:
     def num_threads(self) -> int:
         return self._num_threads or torch.get_num_threads()
 
+        self._near, self._owns_near = None, False
+        self._dedup, self._owns_dedup = None, False
     @property
     def cleaner(self) -> Optional[TextCleaner]:
         return self._cleaner
 
+        self._dedup, self._owns_dedup = _resolve(dedup, StreamDeduplicator, "dedup")
     @property
     def quality(self) -> Optional[QualityFilter]:
+        self._near, self._owns_near = _resolve(near_dedup, NearDeduplicator, "near_dedup")
+        if self._near is not None and self._near.closed:
+            raise ValueError(f"{type(self).__name__}: the NearDeduplicator is closed")
         return self._quality
 
     @property
@@ -749,7 +754,7 @@ class _Pipeline:
         return self._pii
 
     def close(self) -> None:
-        """Close the deduplicator if this pipeline created it."""
+        """Close the deduplicators this pipeline created."""
         if self._dedup is not None and self._owns_dedup:
             self._dedup.close()
 
@@ -759,10 +764,17 @@ class _Pipeline:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    @property
+    def near_dedup(self) -> Optional[NearDeduplicator]:
+        """The NearDeduplicator (shared with whoever passed it in), or None."""
+        return self._near
+
     def __getstate__(self):
-        if self._dedup is not None:
-            raise TypeError(f"a {type(self).__name__} with a StreamDeduplicator cannot be pickled; "
-                            "build it in each process")
+        if self._dedup is not None or self._near is not None:
+            raise TypeError(f"a {type(self).__name__} with a StreamDeduplicator or NearDeduplicator cannot be "
+                            "pickled; build it in each process")
+        if self._near is not None and self._owns_near:
+            self._near.close()
         return {"cleaner": self._cleaner or False, "quality": self._quality or False, "dedup": False,
                 "pii": self._pii or False, "num_threads": self._num_threads}
 
@@ -771,7 +783,7 @@ class _Pipeline:
 
     def __repr__(self) -> str:
         on = [n for n, s in (("clean", self._cleaner), ("quality", self._quality), ("dedup", self._dedup),
-                             ("pii", self._pii)) if s is not None]
+                             ("near_dedup", self._near), ("pii", self._pii)) if s is not None]
         return f"{type(self).__name__}({' -> '.join(on) or 'identity'})"
 
 
@@ -789,23 +801,56 @@ class FusedPipeline(_Pipeline):
     ['<EMAIL> is here']
     """
 
-    def __init__(self, cleaner=True, quality=True, dedup=True, pii=True, num_threads: Optional[int] = None):
-        super().__init__(cleaner, quality, dedup, pii, num_threads)
+    def __init__(self, cleaner=True, quality=True, dedup=True, pii=True, num_threads: Optional[int] = None,
+                 near_dedup=None):
+        super().__init__(cleaner, quality, dedup, pii, num_threads, near_dedup)
         o = lambda s: None if s is None else s._obj  # noqa: E731
-        self._obj = _C.FusedPipeline(o(self._cleaner), o(self._quality), o(self._dedup), o(self._pii))
+        self._pii_obj = None
+        self._near_drops = 0
+        if self._near is None:
+            self._obj = _C.FusedPipeline(o(self._cleaner), o(self._quality), o(self._dedup), o(self._pii))
+        else:
+            # near dedup sits between exact dedup and PII: clean -> quality -> dedup in one C pass,
+            # the NearDeduplicator on the survivors, then PII (its own pass, its own cycle)
+            self._obj = _C.FusedPipeline(o(self._cleaner), o(self._quality), o(self._dedup), None)
+            if self._pii is not None:
+                self._pii_obj = _C.FusedPipeline(None, None, None, o(self._pii))
 
     def _run_raw(self, offsets: torch.Tensor, data: torch.Tensor):
-        return self._obj.run(offsets, data, self.num_threads)
+        nt = self.num_threads
+        if self._near is None:
+            return self._obj.run(offsets, data, nt)
+        off, data, src, reasons = self._obj.run(offsets, data, nt)
+        off, data, src2, rea = self._near._obj.run(off, data, nt)
+        reasons[src] = torch.where(rea != 0, rea, reasons[src])
+        self._near_drops += int((rea != 0).sum())
+        src = src[src2]
+        if self._pii_obj is not None:
+            off, data, src3, rea = self._pii_obj.run(off, data, nt)
+            reasons[src] = torch.where(rea != 0, rea, reasons[src])
+            src = src[src3]
+        return off, data, src, reasons
 
     def __call__(self, texts) -> StageResult:
         st = _as_string_tensor(texts)
-        off, data, src, reasons = self._obj.run(st.offsets, st.data, self.num_threads)
+        off, data, src, reasons = self._run_raw(st.offsets, st.data)
         return StageResult(_texts_from(off, data), reasons, src)
 
     @property
     def counters(self) -> dict:
         """docs_in/out, bytes, drops per stage, and each stage's counters as its batch call counts them."""
-        return self._obj.counters()
+        c = self._obj.counters()
+        if self._near is None:
+            return c
+        c["dropped_near_duplicate"] = self._near_drops
+        c["docs_out"] -= self._near_drops
+        if self._pii_obj is not None:
+            c2 = self._pii_obj.counters()
+            c["pii"] = c2["pii"]
+            c["dropped_pii"] = c2["dropped_pii"]
+            c["docs_out"] -= c2["dropped_pii"]
+            c["bytes_out"] = c2["bytes_out"]
+        return c
 
     def reset_counters(self) -> None:
         """Zero the counters and the PII replacement cycle."""
@@ -815,12 +860,21 @@ class FusedPipeline(_Pipeline):
     def pii_cycle(self) -> list:
         """The pipeline's own PII replacement cycle positions (see ``PIIMasker.pii_cycle``);
         assign a saved list to continue it after a resume."""
-        return self._obj.get_pii_cycle()
+        return (self._pii_obj or self._obj).get_pii_cycle()
 
     @pii_cycle.setter
     def pii_cycle(self, value) -> None:
-        self._obj.set_pii_cycle(_cycle_arg(value))
+        (self._pii_obj or self._obj).set_pii_cycle(_cycle_arg(value))
 
+        self._near_drops = 0
+        if self._pii_obj is not None:
+            self._pii_obj.reset_counters()
+
+    @property
+    def retained_bytes(self) -> int:
+        """Bytes the pipeline keeps between batches (its per-range arenas; bounded after every batch:
+        at most 16 MiB per phase, whatever the batch held)."""
+        return self._obj.retained_bytes()
 
 class ChainPipeline(_Pipeline):
     """The modular chain: clean -> quality -> dedup -> PII as four separate batch calls.
@@ -833,9 +887,11 @@ class ChainPipeline(_Pipeline):
     [0, 2]
     """
 
-    def __init__(self, cleaner=True, quality=True, dedup=True, pii=True, num_threads: Optional[int] = None):
-        super().__init__(cleaner, quality, dedup, pii, num_threads)
-        self._stages = [s for s in (self._cleaner, self._quality, self._dedup, self._pii) if s is not None]
+    def __init__(self, cleaner=True, quality=True, dedup=True, pii=True, num_threads: Optional[int] = None,
+                 near_dedup=None):
+        super().__init__(cleaner, quality, dedup, pii, num_threads, near_dedup)
+        self._stages = [s for s in (self._cleaner, self._quality, self._dedup, self._near, self._pii)
+                        if s is not None]
 
     def _run_raw(self, offsets: torch.Tensor, data: torch.Tensor):
         n = offsets.numel() - 1
@@ -861,7 +917,7 @@ class ChainPipeline(_Pipeline):
         """Each stage's own counters, by stage."""
         out = {}
         for name, s in (("clean", self._cleaner), ("quality", self._quality), ("dedup", self._dedup),
-                        ("pii", self._pii)):
+                        ("near_dedup", self._near), ("pii", self._pii)):
             if s is not None:
                 out[name] = s.counters
         return out
