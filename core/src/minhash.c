@@ -508,7 +508,7 @@ lm_status lm_minhash_shingles(const lm_minhash *m, lm_minhash_scratch *s, const 
   if (lm_grow_array((void **)&s->w, &s->cap_w, nt + 1, sizeof(uint32_t), 64) != LM_OK) return LM_ENOMEM;
   size_t nw = 0;
   for (size_t i = 0; i < nt; i++)
-    if (!(s->tb.tok[i].attr & LMQ_T_WS) && s->tb.tok[i].len > 0) s->w[nw++] = (uint32_t)i;
+    if (!(s->tb.attr[i] & LMQ_T_WS) && s->tb.tok[i].len > 0) s->w[nw++] = (uint32_t)i;
   size_t ng = m->p.n_grams;
   if (nw < ng) return LM_OK;
   size_t ns = nw - ng + 1;
@@ -554,32 +554,27 @@ lm_status lm_minhash_shingles(const lm_minhash *m, lm_minhash_scratch *s, const 
 
 /* ---------------------------------------------------------- signatures */
 
-lm_status lm_minhash_from_hashes(const uint64_t *a, const uint64_t *b, size_t num_hashes, uint32_t precision,
-                                 const uint64_t *h, size_t n, uint64_t *sig) {
-  if ((!a || !b || !sig) && num_hashes) return LM_EINVAL;
-  if (!h && n) return LM_EINVAL;
-  if (precision != 32 && precision != 64) return LM_EINVAL;
-  for (size_t j = 0; j < num_hashes; j++) sig[j] = LM_MINHASH_EMPTY;
-  if (n == 0) return LM_OK;
+/* x mod (2^61-1) for the minimum: r = (x & P) + (x >> 61) is in [0, P + 7) and congruent to x;
+ * min(r, r - P) (unsigned: r - P wraps to a huge value when r < P) is the reduced value. */
+static void from_hashes_scalar(const uint64_t *a, const uint64_t *b, size_t num_hashes, uint64_t mask,
+                               const uint64_t *h, size_t n, uint64_t *sig) {
   const uint64_t P = LM_MINHASH_PRIME;
-  const uint64_t mask = precision == 32 ? UINT64_C(0xFFFFFFFF) : UINT64_MAX;
-  /* blocks of 16 hash functions kept in registers / L1 across all shingles */
   size_t j0 = 0;
-  for (; j0 + 16 <= num_hashes; j0 += 16) {
-    uint64_t mn[16];
-    for (int k = 0; k < 16; k++) mn[k] = UINT64_MAX;
+  /* blocks of 8 hash functions kept in registers across all shingles */
+  for (; j0 + 8 <= num_hashes; j0 += 8) {
+    uint64_t mn[8];
+    for (int k = 0; k < 8; k++) mn[k] = UINT64_MAX;
     const uint64_t *aa = a + j0, *bb = b + j0;
     for (size_t i = 0; i < n; i++) {
       const uint64_t x = h[i];
-      for (int k = 0; k < 16; k++) {
+      for (int k = 0; k < 8; k++) {
         uint64_t v = x * aa[k] + bb[k];
-        v = (v & P) + (v >> 61);
-        v = v >= P ? v - P : v;
-        v &= mask;
-        mn[k] = v < mn[k] ? v : mn[k];
+        uint64_t r = (v & P) + (v >> 61), r2 = r - P;
+        r = (r2 < r ? r2 : r) & mask;
+        mn[k] = r < mn[k] ? r : mn[k];
       }
     }
-    for (int k = 0; k < 16; k++) sig[j0 + k] = mn[k];
+    for (int k = 0; k < 8; k++) sig[j0 + k] = mn[k];
   }
   for (size_t j = j0; j < num_hashes; j++) {
     uint64_t mn = UINT64_MAX;
@@ -589,7 +584,102 @@ lm_status lm_minhash_from_hashes(const uint64_t *a, const uint64_t *b, size_t nu
     }
     sig[j] = mn;
   }
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(LM_NO_AVX512)
+#include <immintrin.h>
+#define LMH_HAVE_AVX512 1
+/* 8 hash functions per zmm register (AVX-512DQ vpmullq: the low 64 bits of the product, numpy's
+ * wrap-around), 4 registers (32 functions) per pass over the shingles. */
+__attribute__((target("avx512f,avx512dq"))) static void from_hashes_avx512(const uint64_t *a, const uint64_t *b,
+                                                                           size_t num_hashes, uint64_t mask,
+                                                                           const uint64_t *h, size_t n,
+                                                                           uint64_t *sig) {
+  const __m512i P = _mm512_set1_epi64((long long)LM_MINHASH_PRIME);
+  const __m512i M = _mm512_set1_epi64((long long)mask);
+  size_t j0 = 0;
+#define LMH_STEP(A, B, MN)                                                              \
+  do {                                                                                  \
+    __m512i v = _mm512_add_epi64(_mm512_mullo_epi64(x, A), B);                          \
+    __m512i r = _mm512_add_epi64(_mm512_and_si512(v, P), _mm512_srli_epi64(v, 61));     \
+    r = _mm512_and_si512(_mm512_min_epu64(r, _mm512_sub_epi64(r, P)), M);              \
+    MN = _mm512_min_epu64(MN, r);                                                       \
+  } while (0)
+  for (; j0 + 32 <= num_hashes; j0 += 32) {
+    const __m512i a0 = _mm512_loadu_si512(a + j0), a1 = _mm512_loadu_si512(a + j0 + 8);
+    const __m512i a2 = _mm512_loadu_si512(a + j0 + 16), a3 = _mm512_loadu_si512(a + j0 + 24);
+    const __m512i b0 = _mm512_loadu_si512(b + j0), b1 = _mm512_loadu_si512(b + j0 + 8);
+    const __m512i b2 = _mm512_loadu_si512(b + j0 + 16), b3 = _mm512_loadu_si512(b + j0 + 24);
+    __m512i m0 = _mm512_set1_epi64(-1), m1 = m0, m2 = m0, m3 = m0;
+    for (size_t i = 0; i < n; i++) {
+      const __m512i x = _mm512_set1_epi64((long long)h[i]);
+      LMH_STEP(a0, b0, m0);
+      LMH_STEP(a1, b1, m1);
+      LMH_STEP(a2, b2, m2);
+      LMH_STEP(a3, b3, m3);
+    }
+    _mm512_storeu_si512(sig + j0, m0);
+    _mm512_storeu_si512(sig + j0 + 8, m1);
+    _mm512_storeu_si512(sig + j0 + 16, m2);
+    _mm512_storeu_si512(sig + j0 + 24, m3);
+  }
+  for (; j0 + 8 <= num_hashes; j0 += 8) {
+    const __m512i a0 = _mm512_loadu_si512(a + j0), b0 = _mm512_loadu_si512(b + j0);
+    __m512i m0 = _mm512_set1_epi64(-1);
+    for (size_t i = 0; i < n; i++) {
+      const __m512i x = _mm512_set1_epi64((long long)h[i]);
+      LMH_STEP(a0, b0, m0);
+    }
+    _mm512_storeu_si512(sig + j0, m0);
+  }
+#undef LMH_STEP
+  if (j0 < num_hashes) from_hashes_scalar(a + j0, b + j0, num_hashes - j0, mask, h, n, sig + j0);
+}
+
+static int have_avx512(void) {
+  static volatile int cached = -1; /* benign race: every thread computes the same value */
+  int c = cached;
+  if (c < 0) {
+    __builtin_cpu_init();
+    c = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
+    cached = c;
+  }
+  return c;
+}
+#endif
+
+lm_status lmh_from_hashes_impl(const uint64_t *a, const uint64_t *b, size_t num_hashes, uint32_t precision,
+                               const uint64_t *h, size_t n, uint64_t *sig, int impl) {
+  if ((!a || !b || !sig) && num_hashes) return LM_EINVAL;
+  if (!h && n) return LM_EINVAL;
+  if (precision != 32 && precision != 64) return LM_EINVAL;
+  if (n == 0) {
+    for (size_t j = 0; j < num_hashes; j++) sig[j] = LM_MINHASH_EMPTY;
+    return LM_OK;
+  }
+  const uint64_t mask = precision == 32 ? UINT64_C(0xFFFFFFFF) : UINT64_MAX;
+#ifdef LMH_HAVE_AVX512
+  if (impl != 0 && have_avx512()) {
+    from_hashes_avx512(a, b, num_hashes, mask, h, n, sig);
+    return LM_OK;
+  }
+#endif
+  (void)impl;
+  from_hashes_scalar(a, b, num_hashes, mask, h, n, sig);
   return LM_OK;
+}
+
+int lmh_have_simd(void) {
+#ifdef LMH_HAVE_AVX512
+  return have_avx512();
+#else
+  return 0;
+#endif
+}
+
+lm_status lm_minhash_from_hashes(const uint64_t *a, const uint64_t *b, size_t num_hashes, uint32_t precision,
+                                 const uint64_t *h, size_t n, uint64_t *sig) {
+  return lmh_from_hashes_impl(a, b, num_hashes, precision, h, n, sig, 1);
 }
 
 lm_status lm_minhash_doc(const lm_minhash *m, lm_minhash_scratch *s, const uint8_t *text, size_t len,

@@ -37,4 +37,12 @@ static inline const lmh_rec *lmh_lookup(uint32_t cp) {
   return &lmh_recs[lmh_stage2[((uint32_t)lmh_stage1[cp >> 8] << 8) | (cp & 0xFF)]];
 }
 
+/* lm_minhash_from_hashes with a choice of implementation: impl 0 = portable C, 1 = the
+ * fastest the CPU supports (AVX-512DQ when present).  Results are identical. */
+#include "luminamoon/status.h"
+lm_status lmh_from_hashes_impl(const uint64_t *a, const uint64_t *b, size_t num_hashes, uint32_t precision,
+                               const uint64_t *h, size_t n, uint64_t *sig, int impl);
+/* 1 when impl 1 uses SIMD on this CPU. */
+int lmh_have_simd(void);
+
 #endif
