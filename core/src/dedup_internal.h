@@ -24,7 +24,7 @@ typedef struct lm_dtable {
    * larger keys are still in old[mig_pos..old_nslots).  Each insert migrates a
    * few old slots; lm_dt_finish_growth ends it. */
   lm_hash128_t *old;
-  size_t old_cap, old_nslots, mig_pos, old_released;
+  size_t old_cap, old_nslots, mig_pos, old_released, populated;
   lm_hash128_t mig_last;
   int mig_any;
   unsigned char mapped, old_mapped; /* allocated with mmap (released page by page) */

@@ -1,9 +1,14 @@
 // Tests for the StreamDeduplicator table and batch API (luminamoon/dedup.h):
 // exactness against a std::set reference on random data with many duplicates,
-// growth, the memory bound, deletion through truncation, bad arguments.
+// growth, the memory bound, deletion through truncation, bad arguments; and
+// the incremental growth (issue 21): lookups, inserts, deletes (truncation),
+// snapshots and the all-or-nothing max_entries bound while a migration from
+// the old slot array to the new one is in progress.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <random>
 #include <set>
 #include <string>
@@ -13,6 +18,7 @@
 extern "C" {
 #include "luminamoon/dedup.h"
 #include "luminamoon/hash.h"
+#include "../../core/src/dedup_internal.h" /* the table's migration state, lm_dt_check */
 }
 
 namespace {
@@ -281,5 +287,381 @@ TEST(Dedup, HundredMegabyteDocumentAndEmptyOnes) {
   ASSERT_EQ(lm_dedup_run(d, &in, &r, nullptr), LM_OK);
   EXPECT_EQ(r.n_out, 0u);
   lm_batch_result_free(&r);
+  lm_dedup_destroy(d);
+}
+
+// ------------------------------------------------------------ incremental growth
+
+namespace {
+
+lm_hash128_t rnd_key(std::mt19937_64 &rng) {
+  lm_hash128_t h{rng(), rng()};
+  return h;
+}
+
+bool growing(const lm_dedup *d) { return d->t.old != nullptr; }
+
+std::set<Key> table_keys(const lm_dtable *t) {
+  std::set<Key> s;
+  for (size_t i = 0; i < t->nslots; i++)
+    if (t->slots[i].lo | t->slots[i].hi) s.insert({t->slots[i].hi, t->slots[i].lo});
+  if (t->old)
+    for (size_t i = t->mig_pos; i < t->old_nslots; i++)
+      if (t->old[i].lo | t->old[i].hi) s.insert({t->old[i].hi, t->old[i].lo});
+  return s;
+}
+
+std::string tmp_wal(const char *name) {
+  std::string p = ::testing::TempDir() + "lm_dedup_growth_" + name + "_" + std::to_string(getpid()) + ".wal";
+  std::remove(p.c_str());
+  std::remove((p + ".snap").c_str());
+  return p;
+}
+
+}  // namespace
+
+// A random mix of inserts, lookups and deletes on a bare table through several
+// growths, checked against std::set after every operation during a migration
+// (and every 64th otherwise), with the table's invariants (lm_dt_check: both
+// arrays ordered, the boundary respected, the count right).
+TEST(DedupGrowth, RandomOpsDuringMigrationMatchStdSet) {
+  lm_dtable t;
+  ASSERT_EQ(lm_dt_init(&t, 16), 0);
+  std::mt19937_64 rng(21);
+  std::vector<lm_hash128_t> keys;
+  std::set<Key> ref;
+  size_t ops_while_growing = 0, removes_while_growing = 0, growths = 0;
+  bool was_growing = false;
+  for (int op = 0; op < 60000; op++) {
+    bool g = t.old != nullptr;
+    if (g && !was_growing) growths++;
+    was_growing = g;
+    unsigned r = (unsigned)(rng() % 10);
+    if (r < 6 || keys.empty()) {  // insert a new key or an existing one
+      lm_hash128_t h = (!keys.empty() && r == 0) ? keys[rng() % keys.size()] : rnd_key(rng);
+      int want = ref.count({h.hi, h.lo}) ? 0 : 1;
+      ASSERT_EQ(lm_dt_insert(&t, h), want);
+      if (want) {
+        keys.push_back(h);
+        ref.insert({h.hi, h.lo});
+      }
+    } else if (r < 8) {  // delete a held key (below or above the boundary) or an absent one
+      size_t i = (size_t)(rng() % keys.size());
+      lm_hash128_t h = keys[i];
+      int held_now = (int)ref.count({h.hi, h.lo});
+      ASSERT_EQ(lm_dt_remove(&t, h), held_now);
+      ref.erase({h.hi, h.lo});
+      keys[i] = keys.back();
+      keys.pop_back();
+      if (g) removes_while_growing++;
+      ASSERT_EQ(lm_dt_remove(&t, h), 0);
+    } else {  // lookups: a held key and a fresh one
+      lm_hash128_t h = keys[rng() % keys.size()];
+      ASSERT_EQ(lm_dt_contains(&t, h), (int)ref.count({h.hi, h.lo}));
+      ASSERT_EQ(lm_dt_contains(&t, rnd_key(rng)), 0);
+    }
+    if (g) ops_while_growing++;
+    if (g || op % 64 == 0) {
+      ASSERT_EQ(t.count, ref.size());
+      ASSERT_TRUE(lm_dt_check(&t)) << "op " << op;
+    }
+    if (g && op % 16 == 0) {
+      ASSERT_EQ(table_keys(&t), ref) << "op " << op;
+      for (const Key &k : ref) ASSERT_TRUE(lm_dt_contains(&t, lm_hash128_t{k.second, k.first}));
+    }
+  }
+  EXPECT_GE(growths, 5u);
+  EXPECT_GT(ops_while_growing, 1000u);
+  EXPECT_GT(removes_while_growing, 100u);
+  ASSERT_EQ(lm_dt_finish_growth(&t), 0);
+  EXPECT_EQ(t.old, nullptr);
+  EXPECT_TRUE(lm_dt_check(&t));
+  EXPECT_EQ(table_keys(&t), ref);
+  lm_dt_free(&t);
+}
+
+// A table large enough to be mmap'ed: the migrated pages of the old array are
+// given back while migrating (old_released > 0), and keys whose old home lies
+// in that released part are still found (a probe starts at the migration point).
+TEST(DedupGrowth, ReleasedOldPagesAreNeverProbed) {
+  lm_dtable t;
+  ASSERT_EQ(lm_dt_init(&t, 200000), 0);
+  std::mt19937_64 rng(5);
+  std::vector<lm_hash128_t> keys;
+  while (t.old == nullptr) {
+    keys.push_back(rnd_key(rng));
+    ASSERT_EQ(lm_dt_insert(&t, keys.back()), 1);
+  }
+  size_t checked_released = 0;
+  while (t.old != nullptr) {
+    if (t.old_released > 0 && checked_released < 3) {
+      checked_released++;
+      ASSERT_TRUE(lm_dt_check(&t));
+      size_t above = 0;
+      for (const lm_hash128_t &h : keys) {
+        ASSERT_EQ(lm_dt_contains(&t, h), 1);
+        bool in_old = !t.mig_any || h.hi > t.mig_last.hi || (h.hi == t.mig_last.hi && h.lo > t.mig_last.lo);
+        above += in_old;
+      }
+      EXPECT_GT(above, 0u);
+      // delete and re-insert keys of the old array: probes from the migration point
+      for (size_t i = 0; i < keys.size() && i < 2000; i++) {
+        ASSERT_EQ(lm_dt_remove(&t, keys[i]), 1);
+        ASSERT_EQ(lm_dt_contains(&t, keys[i]), 0);
+      }
+      for (size_t i = 0; i < keys.size() && i < 2000; i++) ASSERT_EQ(lm_dt_contains(&t, keys[i]), 0);
+      ASSERT_TRUE(lm_dt_check(&t));
+      for (size_t i = 0; i < keys.size() && i < 2000; i++) ASSERT_EQ(lm_dt_insert(&t, keys[i]), 1);
+      ASSERT_TRUE(lm_dt_check(&t));
+    }
+    keys.push_back(rnd_key(rng));
+    ASSERT_EQ(lm_dt_insert(&t, keys.back()), 1);
+  }
+  EXPECT_GT(checked_released, 0u);
+  ASSERT_TRUE(lm_dt_check(&t));
+  ASSERT_EQ(t.count, keys.size());
+  for (const lm_hash128_t &h : keys) ASSERT_EQ(lm_dt_contains(&t, h), 1);
+  lm_dt_free(&t);
+}
+
+// Keys crowded into one place (the top of the key space) overflow the spare
+// tail: the stop-the-world fallback rebuild, also in the middle of a migration,
+// keeps every key.
+TEST(DedupGrowth, CrowdedKeysDuringMigrationFallBackToARebuild) {
+  lm_dtable t;
+  ASSERT_EQ(lm_dt_init(&t, 1000), 0);
+  std::mt19937_64 rng(8);
+  std::set<Key> ref;
+  while (t.old == nullptr) {
+    lm_hash128_t h = rnd_key(rng);
+    ref.insert({h.hi, h.lo});
+    ASSERT_EQ(lm_dt_insert(&t, h), 1);
+  }
+  for (int i = 0; i < 300; i++) {
+    lm_hash128_t h{rng(), UINT64_MAX - (rng() >> 12)}; /* hi in the top 2^-12 of the space */
+    ref.insert({h.hi, h.lo});
+    ASSERT_EQ(lm_dt_insert(&t, h), 1);
+    ASSERT_TRUE(lm_dt_check(&t)) << i;
+  }
+  EXPECT_EQ(table_keys(&t), ref);
+  EXPECT_EQ(t.count, ref.size());
+  EXPECT_GT(t.cap, 100000u); /* the crowd forced rebuilds far beyond the x1.6 growth */
+  lm_dt_free(&t);
+}
+
+// Through the dedup API: truncating (deleting the hashes admitted after an
+// LSN) while a growth is in progress, to an LSN before the growth started and
+// to one during it; the table then equals the first L admitted hashes.
+TEST(DedupGrowth, TruncateDuringMigration) {
+  std::string path = tmp_wal("truncate");
+  lm_dedup_params p;
+  lm_dedup_params_default(&p);
+  p.wal_path = path.c_str();
+  p.initial_capacity = 1000;
+  p.wal_buffer_hashes = 16;
+  lm_dedup *d = nullptr;
+  ASSERT_EQ(lm_dedup_create(&p, &d), LM_OK);
+  std::mt19937_64 rng(11);
+  std::vector<lm_hash128_t> admitted;
+  auto add = [&](size_t n) {
+    for (size_t i = 0; i < n; i++) {
+      lm_hash128_t h = rnd_key(rng);
+      int nw;
+      ASSERT_EQ(lm_dedup_check_insert_hash(d, h, &nw), LM_OK);
+      ASSERT_EQ(nw, 1);
+      admitted.push_back(h);
+    }
+  };
+  add(790);
+  ASSERT_FALSE(growing(d));
+  uint64_t before_growth;
+  ASSERT_EQ(lm_dedup_sync(d, &before_growth), LM_OK);
+  while (!growing(d)) add(1);
+  add(10);
+  ASSERT_TRUE(growing(d));
+  uint64_t during;
+  ASSERT_EQ(lm_dedup_sync(d, &during), LM_OK);
+  add(5);
+  ASSERT_TRUE(growing(d));
+  // to an LSN inside the growth: removes from both arrays
+  ASSERT_EQ(lm_dedup_truncate(d, during), LM_OK);
+  ASSERT_TRUE(lm_dt_check(&d->t));
+  admitted.resize(during);
+  std::set<Key> want;
+  for (const lm_hash128_t &h : admitted) want.insert({h.hi, h.lo});
+  EXPECT_EQ(held(d), want);
+  // to an LSN before the growth started (the growth may still be in progress)
+  ASSERT_EQ(lm_dedup_truncate(d, before_growth), LM_OK);
+  ASSERT_TRUE(lm_dt_check(&d->t));
+  admitted.resize(before_growth);
+  want.clear();
+  for (const lm_hash128_t &h : admitted) want.insert({h.hi, h.lo});
+  EXPECT_EQ(held(d), want);
+  for (const lm_hash128_t &h : admitted) {
+    int f;
+    ASSERT_EQ(lm_dedup_contains(d, h, &f), LM_OK);
+    ASSERT_EQ(f, 1);
+  }
+  // and it goes on: growth to several times the size, then a reopen replays the same set
+  add(5000);
+  ASSERT_TRUE(lm_dt_check(&d->t));
+  want.clear();
+  for (const lm_hash128_t &h : admitted) want.insert({h.hi, h.lo});
+  EXPECT_EQ(held(d), want);
+  lm_dedup_destroy(d);
+  d = nullptr;
+  ASSERT_EQ(lm_dedup_create(&p, &d), LM_OK);
+  EXPECT_EQ(held(d), want);
+  lm_dedup_destroy(d);
+  std::remove(path.c_str());
+}
+
+// A snapshot taken while a growth is in progress: it ends the growth first (one
+// slot array on disk), the dedup keeps working, and reopening loads the
+// snapshot (no full replay) with the same hashes.
+TEST(DedupGrowth, SnapshotDuringMigration) {
+  std::string path = tmp_wal("snapshot");
+  lm_dedup_params p;
+  lm_dedup_params_default(&p);
+  p.wal_path = path.c_str();
+  p.initial_capacity = 1000;
+  lm_dedup *d = nullptr;
+  ASSERT_EQ(lm_dedup_create(&p, &d), LM_OK);
+  std::mt19937_64 rng(12);
+  std::set<Key> want;
+  int nw;
+  while (!growing(d)) {
+    lm_hash128_t h = rnd_key(rng);
+    ASSERT_EQ(lm_dedup_check_insert_hash(d, h, &nw), LM_OK);
+    want.insert({h.hi, h.lo});
+  }
+  for (int i = 0; i < 5; i++) {
+    lm_hash128_t h = rnd_key(rng);
+    ASSERT_EQ(lm_dedup_check_insert_hash(d, h, &nw), LM_OK);
+    want.insert({h.hi, h.lo});
+  }
+  ASSERT_TRUE(growing(d));
+  ASSERT_EQ(held(d), want);
+  ASSERT_EQ(lm_dedup_snapshot(d), LM_OK);
+  EXPECT_FALSE(growing(d));
+  ASSERT_TRUE(lm_dt_check(&d->t));
+  EXPECT_EQ(held(d), want);
+  lm_dedup_stats st;
+  ASSERT_EQ(lm_dedup_stats_get(d, &st), LM_OK);
+  EXPECT_EQ(st.snapshot_lsn, want.size());
+  for (int i = 0; i < 100; i++) {  // after the snapshot: replayed from the log
+    lm_hash128_t h = rnd_key(rng);
+    ASSERT_EQ(lm_dedup_check_insert_hash(d, h, &nw), LM_OK);
+    want.insert({h.hi, h.lo});
+  }
+  lm_dedup_destroy(d);
+  d = nullptr;
+  ASSERT_EQ(lm_dedup_create(&p, &d), LM_OK);
+  ASSERT_EQ(lm_dedup_stats_get(d, &st), LM_OK);
+  EXPECT_EQ(st.snapshot_loaded, 1);
+  EXPECT_EQ(st.replayed_hashes, 100u);
+  EXPECT_EQ(held(d), want);
+  ASSERT_TRUE(lm_dt_check(&d->t));
+  lm_dedup_destroy(d);
+  std::remove(path.c_str());
+  std::remove((path + ".snap").c_str());
+}
+
+// max_entries reached during a growth: a batch that does not fit is refused
+// whole (LM_ETOOBIG, n_done 0, nothing admitted, the table unchanged), one that
+// fits (with duplicates inside it and of held keys) is admitted whole.
+TEST(DedupGrowth, MaxEntriesAllOrNothingDuringMigration) {
+  lm_dedup *d = mem_dedup(1000, 815);
+  std::mt19937_64 rng(13);
+  std::vector<lm_hash128_t> held_keys;
+  int nw;
+  while (!growing(d)) {
+    held_keys.push_back(rnd_key(rng));
+    ASSERT_EQ(lm_dedup_check_insert_hash(d, held_keys.back(), &nw), LM_OK);
+  }
+  for (int i = 0; i < 3; i++) {
+    held_keys.push_back(rnd_key(rng));
+    ASSERT_EQ(lm_dedup_check_insert_hash(d, held_keys.back(), &nw), LM_OK);
+  }
+  ASSERT_TRUE(growing(d));
+  size_t room = 815 - held_keys.size();
+  ASSERT_GT(room, 4u);
+  std::set<Key> before = held(d);
+  size_t mig_pos = d->t.mig_pos;
+  // room + 1 new distinct hashes, mixed with held ones: refused whole
+  std::vector<lm_hash128_t> batch;
+  for (size_t i = 0; i <= room; i++) {
+    batch.push_back(rnd_key(rng));
+    batch.push_back(held_keys[i * 7 % held_keys.size()]);
+  }
+  std::vector<uint8_t> is_new(batch.size(), 9);
+  size_t done = 123;
+  EXPECT_EQ(lm_dedup_check_insert_hashes(d, batch.data(), batch.size(), is_new.data(), &done), LM_ETOOBIG);
+  EXPECT_EQ(done, 0u);
+  EXPECT_EQ(held(d), before);
+  EXPECT_EQ(d->t.mig_pos, mig_pos);
+  EXPECT_TRUE(growing(d));
+  ASSERT_TRUE(lm_dt_check(&d->t));
+  uint64_t lsn;
+  lm_dedup_lsn(d, &lsn);
+  EXPECT_EQ(lsn, held_keys.size());
+  // exactly `room` new distinct hashes (each twice) plus held ones: admitted whole
+  batch.clear();
+  std::vector<lm_hash128_t> fresh;
+  for (size_t i = 0; i < room; i++) fresh.push_back(rnd_key(rng));
+  for (size_t i = 0; i < room; i++) {
+    batch.push_back(fresh[i]);
+    batch.push_back(held_keys[i]);
+    batch.push_back(fresh[i]);
+  }
+  is_new.assign(batch.size(), 9);
+  EXPECT_EQ(lm_dedup_check_insert_hashes(d, batch.data(), batch.size(), is_new.data(), &done), LM_OK);
+  EXPECT_EQ(done, batch.size());
+  for (size_t i = 0; i < room; i++) {
+    EXPECT_EQ(is_new[3 * i], 1);
+    EXPECT_EQ(is_new[3 * i + 1], 0);
+    EXPECT_EQ(is_new[3 * i + 2], 0);
+  }
+  lm_dedup_lsn(d, &lsn);
+  EXPECT_EQ(lsn, 815u);
+  // full: one more distinct hash is refused, a held one is still a duplicate
+  lm_hash128_t extra = rnd_key(rng);
+  EXPECT_EQ(lm_dedup_check_insert_hash(d, extra, &nw), LM_ETOOBIG);
+  EXPECT_EQ(lm_dedup_check_insert_hash(d, fresh[0], &nw), LM_OK);
+  EXPECT_EQ(nw, 0);
+  ASSERT_TRUE(lm_dt_check(&d->t));
+  EXPECT_EQ(held(d).size(), 815u);
+  lm_dedup_destroy(d);
+}
+
+// Growing to a million entries in batches of 4096: no batch moves more than
+// its share of slots (the bound that keeps the worst batch within a few ms; the
+// timing itself is in bench/bench_adversarial.py): the migration advances by at
+// most LM_DT_MIGRATE_STEP (16, dedup.c) old slots per hash of the batch.
+TEST(DedupGrowth, MigrationWorkPerBatchIsBounded) {
+  lm_dedup *d = mem_dedup();
+  std::mt19937_64 rng(14);
+  std::vector<lm_hash128_t> batch(4096);
+  std::vector<uint8_t> is_new(batch.size());
+  size_t growths = 0;
+  for (int b = 0; b < 256; b++) {
+    for (auto &h : batch) h = rnd_key(rng);
+    size_t pos0 = d->t.old ? d->t.mig_pos : 0;
+    const lm_hash128_t *old0 = d->t.old;
+    size_t cap0 = d->t.cap;
+    ASSERT_EQ(lm_dedup_check_insert_hashes(d, batch.data(), batch.size(), is_new.data(), nullptr), LM_OK);
+    if (d->t.cap != cap0) growths++;
+    if (old0 && d->t.old == old0) {  // the same migration went on: at most 16 slots per hash
+      EXPECT_LE(d->t.mig_pos - pos0, 16u * batch.size());
+    }
+    // once the table is 4x the batch: never more than one growth per batch (no cascading rebuilds)
+    if (cap0 >= 4 * batch.size()) {
+      EXPECT_LE(d->t.cap, cap0 + cap0 * 3 / 5 + 1);
+    }
+  }
+  EXPECT_GE(growths, 5u);
+  lm_dedup_stats st;
+  lm_dedup_stats_get(d, &st);
+  EXPECT_EQ(st.entries, 256u * 4096u);
   lm_dedup_destroy(d);
 }
