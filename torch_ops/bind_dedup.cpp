@@ -8,6 +8,7 @@
 #include "bind_stages.h"
 
 extern "C" {
+#include "luminamoon/crc32c.h"
 #include "luminamoon/hash.h"
 }
 
@@ -74,6 +75,40 @@ lm_hash128_t hash_of(const Dedup &o, py::handle text) {
   throw py::type_error(std::string("text must be str or bytes, got ") + Py_TYPE(text.ptr())->tp_name);
 }
 
+std::string tag_hex(const uint8_t *t) {
+  static const char dig[] = "0123456789abcdef";
+  std::string r;
+  for (unsigned i = 0; i < LM_DEDUP_TAG_SIZE; i++) {
+    r += dig[t[i] >> 4];
+    r += dig[t[i] & 15];
+  }
+  return r;
+}
+
+std::string path_arg(py::handle v, const char *what) {
+  py::object fs = py::module_::import("os").attr("fspath")(v);
+  if (!py::isinstance<py::str>(fs)) throw py::type_error(std::string(what) + ": path must be a str or PathLike");
+  std::string p = fs.cast<std::string>();
+  if (p.empty() || p.find('\0') != std::string::npos)
+    throw py::value_error(std::string(what) + ": path is empty or holds a NUL");
+  return p;
+}
+
+py::dict wal_info_dict(const lm_dedup_wal_info &i, lm_status s) {
+  py::dict d;
+  d["status"] = lm_status_name(s);
+  d["magic_ok"] = bool(i.magic_ok);
+  d["version"] = i.version;
+  d["header_size"] = i.header_size;
+  d["seed"] = i.seed;
+  d["tag"] = py::bytes(reinterpret_cast<const char *>(i.tag), LM_DEDUP_TAG_SIZE);
+  d["lsn_end"] = i.lsn_end;
+  d["records"] = i.records;
+  d["valid_bytes"] = i.valid_bytes;
+  d["file_bytes"] = i.file_bytes;
+  return d;
+}
+
 at::Tensor hashes_arg(const at::Tensor &h) {
   if (h.scalar_type() != at::kLong || h.dim() != 2 || h.size(1) != 2)
     throw py::type_error("hashes must be an int64 tensor of shape [N, 2] (lo, hi)");
@@ -101,7 +136,7 @@ void Dedup::check_open(const char *what) const {
 
 Dedup::Dedup(const py::dict &p) {
   static const char *const known[] = {"wal_path", "seed", "initial_capacity", "max_entries", "wal_buffer_hashes",
-                                      nullptr};
+                                      "tag", nullptr};
   const char *w = "StreamDeduplicator";
   check_keys(p, known, w);
   lm_dedup_params_default(&params);
@@ -120,6 +155,16 @@ Dedup::Dedup(const py::dict &p) {
                           " exceeds the largest table (2^40 slots of 16 bytes)");
   param_u64(p, "max_entries", &params.max_entries, w);
   param_size(p, "wal_buffer_hashes", &params.wal_buffer_hashes, w);
+  if (p.contains("tag") && !p["tag"].is_none()) {
+    py::handle v = p["tag"];
+    if (!PyBytes_Check(v.ptr()))
+      throw py::type_error(std::string("StreamDeduplicator: tag must be bytes (at most 32) or None, got ") +
+                           Py_TYPE(v.ptr())->tp_name);
+    std::string t = v.cast<std::string>();
+    if (t.size() > LM_DEDUP_TAG_SIZE)
+      throw py::value_error("StreamDeduplicator: tag must be at most 32 bytes, got " + std::to_string(t.size()));
+    std::memcpy(params.tag, t.data(), t.size());  // the rest stays zero
+  }
   params.wal_path = path.empty() ? nullptr : path.c_str();
   lm_status s;
   int err = 0;
@@ -137,26 +182,43 @@ Dedup::Dedup(const py::dict &p) {
     throw py::error_already_set();
   }
   if (s == LM_EINVAL && !path.empty()) {
-    // Most likely a WAL written with another seed (dedup.h): say which.
-    unsigned char h[24];
-    FILE *f = std::fopen(path.c_str(), "rb");
-    if (f) {
-      size_t got = std::fread(h, 1, sizeof h, f);
-      std::fclose(f);
-      if (got == sizeof h && std::memcmp(h, "LMDDWAL", 8) == 0) {
-        uint64_t seed = 0;
-        std::memcpy(&seed, h + 16, 8);  // as dedup_wal.c writes it (host order)
-        if (seed != params.seed)
-          throw py::value_error("StreamDeduplicator: the WAL " + path + " was written with seed=" +
-                                std::to_string(seed) + "; open it with that seed (got seed=" +
-                                std::to_string(params.seed) + ")");
-      }
+    // A WAL written with another seed or tag (dedup.h): say which.
+    lm_dedup_wal_info info;
+    if (lm_dedup_wal_inspect(path.c_str(), &info) == LM_OK) {
+      if (info.seed != params.seed)
+        throw py::value_error("StreamDeduplicator: the WAL " + path + " was written with seed=" +
+                              std::to_string(info.seed) + "; open it with that seed (got seed=" +
+                              std::to_string(params.seed) + ")");
+      if (std::memcmp(info.tag, params.tag, LM_DEDUP_TAG_SIZE) != 0)
+        throw py::value_error("StreamDeduplicator: the WAL " + path + " was written with tag=" +
+                              tag_hex(info.tag) + ", this deduplicator has tag=" + tag_hex(params.tag) +
+                              " (another configuration's log; dedup_wal_inspect(path) reads its header)");
     }
   }
   if (s) raise_status(s, "StreamDeduplicator", path, err);
 }
 
 void bind_dedup(py::module_ &m) {
+  m.def(
+      "crc32c",
+      [](py::handle data, uint32_t crc) {
+        Py_buffer view;
+        if (PyObject_GetBuffer(data.ptr(), &view, PyBUF_C_CONTIGUOUS) != 0) {
+          PyErr_Clear();
+          throw py::type_error(std::string("crc32c: data must be a contiguous bytes-like object, got ") +
+                               Py_TYPE(data.ptr())->tp_name);
+        }
+        uint32_t r;
+        {
+          py::gil_scoped_release nogil;
+          r = lm_crc32c_extend(crc, view.buf, size_t(view.len));
+        }
+        PyBuffer_Release(&view);
+        return r;
+      },
+      py::arg("data"), py::arg("crc") = 0,
+      "CRC32C (Castagnoli) of data (bytes-like), continuing the running checksum crc (0 to start).");
+
   m.def(
       "hash128",
       [](const at::Tensor &off, const at::Tensor &data, uint64_t seed) {
@@ -175,6 +237,53 @@ void bind_dedup(py::module_ &m) {
         return out;
       },
       py::arg("offsets"), py::arg("data"), py::arg("seed") = 0);
+
+  m.attr("DEDUP_WAL_VERSION") = LM_DEDUP_WAL_VERSION;
+  m.attr("DEDUP_TAG_SIZE") = LM_DEDUP_TAG_SIZE;
+  // Read-only access to a WAL (dedup.h): no lock, no change to the file.  A
+  // damaged or foreign file is reported in "status" (lm_status_name), not raised,
+  // so that callers can name what differs; an unreadable path raises OSError.
+  m.def(
+      "dedup_wal_inspect",
+      [](py::handle path_obj) {
+        std::string path = path_arg(path_obj, "dedup_wal_inspect");
+        lm_dedup_wal_info info;
+        lm_status s;
+        int err = 0;
+        {
+          py::gil_scoped_release nogil;
+          errno = 0;
+          s = lm_dedup_wal_inspect(path.c_str(), &info);
+          err = errno;
+        }
+        if (s == LM_EIO || s == LM_ENOMEM) raise_status(s, "dedup_wal_inspect", path, err);
+        return wal_info_dict(info, s);
+      },
+      py::arg("path"));
+  // (hashes int64 [n_read, 2] (lo, hi) in LSN order, status name): LM_OK when all
+  // limit_lsn were read, LM_ERANGE when the log holds fewer, LM_ECORRUPT /
+  // LM_EVERSION for a damaged or foreign file (n_read: the valid ones before it).
+  m.def(
+      "dedup_wal_read_hashes",
+      [](py::handle path_obj, int64_t limit_lsn) {
+        std::string path = path_arg(path_obj, "dedup_wal_read_hashes");
+        if (limit_lsn < 0) throw py::value_error("dedup_wal_read_hashes: limit_lsn must be >= 0");
+        auto out = at::empty({limit_lsn, 2}, at::TensorOptions().dtype(at::kLong));
+        static_assert(sizeof(lm_hash128_t) == 16, "hash layout");
+        lm_status s;
+        uint64_t n = 0;
+        int err = 0;
+        {
+          py::gil_scoped_release nogil;
+          errno = 0;
+          s = lm_dedup_wal_read_hashes(path.c_str(), uint64_t(limit_lsn),
+                                       reinterpret_cast<lm_hash128_t *>(out.data_ptr<int64_t>()), &n);
+          err = errno;
+        }
+        if (s == LM_EIO || s == LM_ENOMEM || s == LM_EINVAL) raise_status(s, "dedup_wal_read_hashes", path, err);
+        return py::make_tuple(out.narrow(0, 0, int64_t(n)), lm_status_name(s));
+      },
+      py::arg("path"), py::arg("limit_lsn"));
 
   py::class_<Dedup, std::shared_ptr<Dedup>>(m, "StreamDeduplicator")
       .def(py::init<const py::dict &>(), py::arg("params"))
@@ -270,7 +379,9 @@ void bind_dedup(py::module_ &m) {
            })
       .def_property_readonly("closed", [](Dedup &o) { return o.closed; })
       .def_property_readonly("path", [](Dedup &o) { return o.path.empty() ? py::object(py::none()) : py::str(o.path); })
-      .def_property_readonly("seed", [](Dedup &o) { return o.params.seed; });
+      .def_property_readonly("seed", [](Dedup &o) { return o.params.seed; })
+      .def_property_readonly(
+          "tag", [](Dedup &o) { return py::bytes(reinterpret_cast<const char *>(o.params.tag), LM_DEDUP_TAG_SIZE); });
 }
 
 }  // namespace luminamoon
