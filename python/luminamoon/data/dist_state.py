@@ -13,67 +13,40 @@ Layout of a distributed ``state_dir`` (one folder shared by every rank)::
 
 The sidecars of the last two commits are kept (the state file has two slots).
 
-Reading a WAL (``read_wal_hashes``) follows the format documented in
-``core/include/luminamoon/dedup.h``: a 64-byte header (magic ``LMDDWAL\\0``,
-version, header size, seed, CRC32C at byte 60), then records ``u32 magic
-"LMR1" | u32 count | u64 first_lsn | u32 payload CRC32C | u32 header CRC32C |
-count x 16-byte hashes (lo, hi)``.  The reader only reads: it never takes the
-WAL's lock and never changes the file, so the old checkpoint stays intact until
-a new one supersedes it.  Record headers are CRC-checked here; payload CRCs
-are checked by the native reader when the file is opened by the validation
-step of a resize (``validate_wal``), and here, in Python, for any record that
-opening did not check (those before a snapshot).
+Reading a WAL (``read_wal_hashes``) goes through the core's read-only WAL reader
+(``lm_dedup_wal_inspect`` / ``lm_dedup_wal_read_hashes``, format documented in
+``core/include/luminamoon/dedup.h``): it never takes the WAL's lock and never
+changes the file, so the old checkpoint stays intact until a new one supersedes
+it.  Every record it reads is checked (header CRC, LSN sequence, payload CRC).
 """
 from __future__ import annotations
 
 import json
 import os
 import re
-import struct
 import zlib
 from typing import Any, Callable, Dict, Optional
 
 import numpy as np
 import torch
 
+from .. import _C
 from ._prefetch import atomic_write
 
 __all__ = ["crc32c", "read_wal_hashes", "validate_wal", "atomic_write", "wal_path", "global_sidecar_path",
            "rank_sidecar_path", "WAL_NAME_RE", "owner_of", "restore_dedup", "cleanup"]
 
-_WAL_MAGIC = b"LMDDWAL\0"
-_REC_MAGIC = b"LMR1"
-_WAL_HDR = 64
-_REC_HDR = 24
-_WAL_VERSION = 1
 WAL_NAME_RE = re.compile(r"^dedup-rank(\d+)-of(\d+)\.wal(\.snap(\.tmp)?)?$")
 
 
-def _crc_table():
-    poly = 0x82F63B78
-    t = []
-    for i in range(256):
-        c = i
-        for _ in range(8):
-            c = (c >> 1) ^ poly if c & 1 else c >> 1
-        t.append(c)
-    return t
-
-
-_T = _crc_table()
-
-
 def crc32c(data: bytes, crc: int = 0) -> int:
-    """CRC32C (Castagnoli) in pure Python, for small inputs (record headers).
+    """CRC32C (Castagnoli) of ``data`` (bytes-like), continuing the running checksum ``crc``
+    (the core's ``lm_crc32c_extend``).
 
     >>> hex(crc32c(b"123456789"))
     '0xe3069283'
     """
-    c = crc ^ 0xFFFFFFFF
-    t = _T
-    for b in data:
-        c = t[(c ^ b) & 0xFF] ^ (c >> 8)
-    return c ^ 0xFFFFFFFF
+    return _C.crc32c(data, crc)
 
 
 def wal_path(state_dir: str, rank: int, world_size: int) -> str:
@@ -106,18 +79,6 @@ def load_json_checked(path: str, crc: Optional[int] = None) -> Dict[str, Any]:
     return json.loads(raw)
 
 
-def _snapshot_lsn(path: str) -> int:
-    """The LSN a WAL's snapshot file claims to cover (0 when there is none or it is unreadable)."""
-    try:
-        with open(path + ".snap", "rb") as f:
-            h = f.read(32)
-    except OSError:
-        return 0
-    if len(h) < 32:
-        return 0
-    return struct.unpack_from("<Q", h, 24)[0]
-
-
 def read_wal_hashes(path: str, limit_lsn: int, seed: int = 0) -> torch.Tensor:
     """The first ``limit_lsn`` hashes admitted to the WAL at ``path``, in LSN order: int64 [limit_lsn, 2] (lo, hi).
 
@@ -134,40 +95,24 @@ def read_wal_hashes(path: str, limit_lsn: int, seed: int = 0) -> torch.Tensor:
     """
     if limit_lsn < 0:
         raise ValueError(f"limit_lsn must be >= 0, got {limit_lsn}")
-    out = np.empty((limit_lsn, 2), dtype=np.int64)
-    with open(path, "rb") as f:
-        hdr = f.read(_WAL_HDR)
-        if len(hdr) < _WAL_HDR or hdr[:8] != _WAL_MAGIC:
-            raise OSError(f"{path}: not a dedup WAL")
-        version, hsize, wseed = struct.unpack_from("<IIQ", hdr, 8)
-        if version != _WAL_VERSION or hsize != _WAL_HDR:
-            raise OSError(f"{path}: WAL format version {version} (header {hsize} bytes), expected {_WAL_VERSION}")
-        if struct.unpack_from("<I", hdr, 60)[0] != crc32c(hdr[:60]):
-            raise OSError(f"{path}: WAL header checksum mismatch")
-        if wseed != seed:
-            raise OSError(f"{path}: WAL written with hash seed {wseed}, expected {seed}")
-        snap_lsn = _snapshot_lsn(path)
-        got = 0
-        while got < limit_lsn:
-            off = f.tell()
-            rh = f.read(_REC_HDR)
-            if len(rh) < _REC_HDR:
-                break
-            magic, count, first, pcrc, hcrc = struct.unpack("<4sIQII", rh)
-            if magic != _REC_MAGIC or hcrc != crc32c(rh[:20]) or first != got or count == 0:
-                raise OSError(f"{path}: bad WAL record at byte {off} (expected LSN {got})")
-            payload = f.read(count * 16)
-            if len(payload) < count * 16:
-                break
-            if first < snap_lsn and crc32c(payload) != pcrc:  # not checked by the native open
-                raise OSError(f"{path}: WAL record at byte {off} fails its payload checksum")
-            take = min(count, limit_lsn - got)
-            out[got:got + take] = np.frombuffer(payload, dtype="<i8", count=2 * take).reshape(take, 2)
-            got += take
-    if got < limit_lsn:
+    info = _C.dedup_wal_inspect(path)
+    st = info["status"]
+    if not info["magic_ok"]:
+        raise OSError(f"{path}: not a dedup WAL")
+    if st == "LM_EVERSION":
+        raise OSError(f"{path}: WAL format version {info['version']}, expected {_C.DEDUP_WAL_VERSION}")
+    if st != "LM_OK":
+        raise OSError(f"{path}: WAL header damaged (checksum or size mismatch)")
+    if info["seed"] != seed:
+        raise OSError(f"{path}: WAL written with hash seed {info['seed']}, expected {seed}")
+    out, st = _C.dedup_wal_read_hashes(path, limit_lsn)
+    got = len(out)
+    if st == "LM_ECORRUPT":
+        raise OSError(f"{path}: bad WAL record after LSN {got} (header, LSN sequence or payload checksum)")
+    if st != "LM_OK":
         raise OSError(f"{path} holds {got} hashes, but the committed state needs {limit_lsn}: "
                       "the log lost committed records")
-    return torch.from_numpy(out)
+    return out
 
 
 def validate_wal(path: str, limit_lsn: int, seed: int = 0) -> None:
