@@ -71,6 +71,8 @@ def _build_config(args) -> Dict[str, Any]:
     for stage, flag in (("cleaner", "no_clean"), ("quality", "no_quality"), ("dedup", "no_dedup"), ("pii", "no_pii")):
         if getattr(args, flag, False):
             cfg[stage]["enabled"] = False
+    if getattr(args, "near_dup", None):
+        cfg["near_dup"]["mode"] = args.near_dup
     if getattr(args, "rules", None):
         cfg["quality"]["rules"] = [x for x in args.rules.split(",") if x]
     if getattr(args, "normalize", None):
@@ -129,6 +131,16 @@ def _validate(cfg: Dict[str, Any]) -> None:
         raise ConfigError("dedup.max_entries must be >= 0 (0: no bound)")
     if not 0 <= cfg["dedup"]["seed"] < 2**64:
         raise ConfigError("dedup.seed must be in [0, 2**64)")
+    from .config import NEAR_DUP_MODES
+
+    nd = cfg["near_dup"]
+    if nd["mode"] not in NEAR_DUP_MODES:
+        raise ConfigError(f"near_dup.mode must be off, cluster or stream, not {nd['mode']!r}")
+    if nd["precision"] not in (32, 64):
+        raise ConfigError(f"near_dup.precision must be 32 or 64, not {nd['precision']!r}")
+    if nd["mode"] == "cluster" and nd["max_entries"]:
+        raise ConfigError("near_dup.max_entries bounds the stream's band index (--near-dup stream); "
+                          "cluster mode has no index to bound: leave it 0")
     if cfg["pii"]["max_doc_bytes"] < 0:
         raise ConfigError("pii.max_doc_bytes must be >= 0 (0: no limit)")
     if cfg["pii"]["mode"] not in ("strict", "datatrove"):
@@ -279,6 +291,10 @@ def _add_stage_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--no-clean", action="store_true", help="switch the TextCleaner off")
     g.add_argument("--no-quality", action="store_true", help="switch the QualityFilter off")
     g.add_argument("--no-dedup", action="store_true", help="switch exact deduplication off")
+    g.add_argument("--near-dup", choices=["off", "cluster", "stream"],
+                   help="near-duplicate removal (MinHash LSH, datatrove's settings): cluster = offline, two passes, "
+                   "datatrove's result (one document kept per cluster); stream = in the stream (a document is "
+                   "dropped when one of its bands was seen earlier); default off")
     g.add_argument("--no-pii", action="store_true", help="switch PII masking off")
     g.add_argument("--rules", metavar="LIST", help="quality rule sets / rules, comma-separated "
                    "(gopher_repetition,gopher_quality,c4,fineweb)")

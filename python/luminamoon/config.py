@@ -1,7 +1,7 @@
 """Configuration of ``luminamoon run``: defaults, TOML in and out, overrides.
 
 The configuration is a dict of sections (``input``, ``output``, ``run``,
-``cleaner``, ``quality``, ``dedup``, ``pii``).  Stage parameters carry the
+``cleaner``, ``quality``, ``dedup``, ``near_dup``, ``pii``).  Stage parameters carry the
 names the stage classes take (``luminamoon.stages``), and their defaults are
 read from the stages themselves, so ``luminamoon config`` always prints what a
 run would use.
@@ -71,11 +71,14 @@ _COMMENTS = {
                 "published thresholds. rules: rule sets or single rules (luminamoon.stages.QUALITY_RULES)."),
     "dedup": ("StreamDeduplicator: exact deduplication of the cleaned text (XXH3-128, write-ahead log).\n"
               "max_entries: the most distinct documents kept (0: no bound); at it the run stops and says so."),
+    "near_dup": ("Near-duplicate removal, MinHash LSH with datatrove's defaults (issue 12). mode: off | cluster\n"
+                 "(offline, two passes: datatrove's four MinHash stages' result) | stream (NearDeduplicator in the\n"
+                 "stream: a document is dropped when a band was seen earlier). max_entries bounds stream's band index."),
     "pii": ("PIIMasker: e-mail, IPv4/IPv6, phone numbers, credit cards (Luhn), IBANs (mod 97).\n"
             "mode: strict | datatrove."),
 }
 
-SECTIONS = ("input", "output", "run", "cleaner", "quality", "dedup", "pii")
+SECTIONS = ("input", "output", "run", "cleaner", "quality", "dedup", "near_dup", "pii")
 
 
 def _stage_defaults() -> Dict[str, Dict[str, Any]]:
@@ -95,7 +98,14 @@ def _stage_defaults() -> Dict[str, Dict[str, Any]]:
     dedup = {"enabled": True, "seed": 0, "max_entries": 0}
     pii = {"enabled": True, "mode": "strict", "types": list(stages.PII_TYPES),
            "ipv4_public_only": True, "ipv6_public_only": True, "max_doc_bytes": 0}
-    return {"cleaner": cleaner, "quality": quality, "dedup": dedup, "pii": pii}
+    near_dup = dict(NEAR_DUP_DEFAULTS)
+    return {"cleaner": cleaner, "quality": quality, "dedup": dedup, "near_dup": near_dup, "pii": pii}
+
+
+#: the near_dup section: datatrove's MinhashConfig defaults
+NEAR_DUP_DEFAULTS: Dict[str, Any] = {"mode": "off", "n_grams": 5, "num_buckets": 14, "hashes_per_bucket": 8,
+                                     "seed": 1, "precision": 64, "max_entries": 0}
+NEAR_DUP_MODES = ("off", "cluster", "stream")
 
 
 def _plain(v: Any) -> Any:
@@ -203,6 +213,12 @@ _RANGES: Dict[str, Any] = {
     "dedup.seed": (0, 2**64 - 1, True),
     "dedup.max_entries": (0, 2**62, True),
     "cleaner.max_blank_lines": (-1, 2**31 - 1, True),   # -1: no limit
+    "near_dup.n_grams": (1, 1 << 16, True),
+    "near_dup.num_buckets": (1, 1024, True),
+    "near_dup.hashes_per_bucket": (1, 1024, True),
+    "near_dup.seed": (0, 2**64 - 1, True),
+    "near_dup.precision": (32, 64, True),
+    "near_dup.max_entries": (0, 2**62, True),
 }
 
 

@@ -179,8 +179,11 @@ class RunStats:
         el = max(self.elapsed(), 1e-9)
         by_reason = dict(sorted(self.dropped.items(), key=lambda kv: (-kv[1], kv[0])))
         stages = {"cleaner": 0, "quality": 0, "dedup": 0}
+        if "near_dup" in self.meta or "near_duplicate" in self.dropped:
+            stages["near_dup"] = 0
         for r, n in self.dropped.items():
-            stages["dedup" if r == "duplicate" else "cleaner" if r in ("empty", "too_large") else "quality"] += n
+            stages["dedup" if r == "duplicate" else "near_dup" if r == "near_duplicate" else
+                   "cleaner" if r in ("empty", "too_large") else "quality"] += n
         out = {
             "documents": {"input": self.docs_in, "kept": self.docs_kept, "dropped": dropped,
                           "skipped_bad_records": self.skipped},
@@ -202,7 +205,8 @@ class RunStats:
             out["by_group"] = {"field": self.meta.get("group_by", ""),
                                "groups": {k: dict(sorted(v.items())) for k, v in sorted(self.groups.items())},
                                "max_groups": self.MAX_GROUPS, "groups_folded_into_other": self.groups_folded}
-        out.update({k: v for k, v in self.meta.items() if k in ("inputs", "output", "config", "threads", "version")})
+        out.update({k: v for k, v in self.meta.items() if k in ("inputs", "output", "config", "threads", "version",
+                                                                 "near_dup")})
         return out
 
     def write_json(self, path: str) -> Dict[str, Any]:
@@ -253,6 +257,17 @@ def format_summary(stats: Dict[str, Any], top: int = 12) -> str:
     if len(items) > top:
         rest = sum(c for _, c in items[top:])
         lines.append(f"  {'(' + str(len(items) - top) + ' more rules)':<42}{rest:>12,}{100 * rest / n:>8.1f}%")
+    nd = stats.get("near_dup")
+    if isinstance(nd, dict):
+        if nd.get("mode") == "cluster":
+            lines += ["", f"near-dup (cluster)  {nd.get('removed', 0):,} of {nd.get('signatures', 0):,} kept documents "
+                      f"removed, {nd.get('clusters', 0):,} clusters, {nd.get('pairs', 0):,} pairs; clustering peak "
+                      f"{_human_bytes(nd.get('peak_bytes', 0))} ({nd.get('bytes_per_doc', 0):.0f} B/doc)"]
+        elif nd.get("mode") == "stream":
+            bi = nd.get("band_index", {})
+            lines += ["", f"near-dup (stream)   {nd.get('removed', 0):,} removed" +
+                      (f"; band index {bi.get('entries', 0):,} keys, {_human_bytes(bi.get('table_bytes', 0))} "
+                       f"({bi.get('bytes_per_document', 0):.0f} B/doc)" if bi else "")]
     pii = {k: v for k, v in stats.get("pii_replacements", {}).items() if k in _PII_ORDER}
     if pii:
         lines += ["", "PII masked   " + "   ".join(f"{k} {v:,}" for k, v in sorted(pii.items(), key=lambda kv: _PII_ORDER.index(kv[0])))]

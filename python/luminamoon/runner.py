@@ -367,6 +367,7 @@ def _counter_view(d: Dict[str, Any]) -> Dict[str, Dict[str, int]]:
 # Settings that change neither the output nor the statistics: a resume may use others.
 _HOW_NOT_WHAT = {"run": ("threads", "prefetch_batches", "prefetch_mb"),
                  "dedup": ("max_entries",),       # a bound, not a result: a resume may raise it
+                 "near_dup": ("max_entries",),
                  "input": ("skip_bad_records",)}  # a resume may skip the bad record the run stopped at
 
 
@@ -378,9 +379,11 @@ def _run_identity(paths: List[str], fmt: str, cfg: Dict[str, Any],
 
     files = fingerprints if fingerprints is not None else [file_fingerprint(p) for p in paths]
     cfg = json.loads(json.dumps(cfg))
+    if cfg.get("near_dup", {}).get("mode", "off") == "off":
+        cfg.pop("near_dup", None)  # off: the identity of runs from before near-dup removal existed
     for sec, keys in _HOW_NOT_WHAT.items():
         for k in keys:
-            cfg[sec].pop(k, None)
+            cfg.get(sec, {}).pop(k, None)
     key = json.dumps({"paths": [f["path"] for f in files], "format": fmt, "config": cfg}, sort_keys=True)
     return {"files": files, "format": fmt, "config": cfg, "fingerprint": hashlib.sha256(key.encode()).hexdigest()[:16]}
 
@@ -711,14 +714,24 @@ def _run(paths, got: _Inputs, fmt: str, out: str, cfg: Dict[str, Any], keep: Lis
     source = _input_source(_make_source(paths, fmt, cfg), cfg["input"]["id_field"], cfg["input"]["text_field"],
                            got.names)
     threads = rcfg["threads"] or None
+    nd = cfg["near_dup"]
+    near_removed, near_info = None, None
+    if nd["mode"] == "cluster":  # pass 1 and the clustering (each resumable); this is pass 2
+        near_removed, near_info = _near_cluster_pass(paths, got, fmt, cfg, state_dir, threads, quiet, log,
+                                                     committed)
     measured = _MeasuredPipeline(rcfg["pipeline"], kwargs, threads)
     try:
         dcfg = cfg["dedup"]
         dedup = {"seed": int(dcfg["seed"]), "max_entries": int(dcfg["max_entries"])} if dcfg["enabled"] else False
+        near_kw = {"near_dedup": _near_stream_kwargs(nd)} if nd["mode"] == "stream" else {}
         pipe = ResumablePipeline(source, pipeline=measured, dedup=dedup,
                                  batch_size=rcfg["batch_size"], prefetch_batches=rcfg["prefetch_batches"],
                                  state_dir=state_dir, text_key=cfg["input"]["text_field"], num_threads=threads,
-                                 max_prefetch_bytes=max(1, int(rcfg["prefetch_mb"] * 2**20)))
+                                 max_prefetch_bytes=max(1, int(rcfg["prefetch_mb"] * 2**20)), **near_kw)
+    except TypeError as e:
+        if near_kw and "near_dedup" in str(e):
+            raise ConfigError("--near-dup stream: this build's ResumablePipeline has no near_dedup") from None
+        raise
     except (OSError, ValueError) as e:
         raise RunError(f"cannot open the run state in {state_dir!r}: {e}") from None
     try:
@@ -741,7 +754,19 @@ def _run(paths, got: _Inputs, fmt: str, out: str, cfg: Dict[str, Any], keep: Lis
         if extra:
             log(f"resuming: {stats.docs_in:,} documents and {len(writer.parts)} part file(s) already committed")
         _loop(pipe, measured, source, writer, stats, cfg, keep, paths, fmt, quiet, stop_after_batches, manifest,
-              committed)
+              committed, near_removed)
+        if nd["mode"] == "stream":
+            near_info = {"mode": "stream", "removed": int(stats.dropped.get("near_duplicate", 0))}
+            ns = getattr(pipe, "near_dedup_stats", None)
+            if isinstance(ns, dict):
+                near_info["band_index"] = {k: ns[k] for k in ("entries", "table_bytes", "bytes_per_entry",
+                                                              "keys_per_document") if k in ns}
+                kept_total = max(stats.docs_kept + near_info["removed"], 1)
+                near_info["band_index"]["bytes_per_document"] = round(ns.get("table_bytes", 0) / kept_total, 1)
+        elif near_info is not None:
+            near_info["removed_in_output"] = int(stats.dropped.get("near_duplicate", 0))
+        if near_info is not None:
+            stats.meta["near_dup"] = near_info
         result = stats.to_json()
         result["output"]["parts"] = [p["name"] for p in writer.parts]
         result["output"]["rows"] = writer.state()["rows"]
@@ -825,7 +850,8 @@ def _progress(paths: List[str], fmt: str, quiet: bool, start_docs: int):
 
 
 def _loop(pipe, measured, source, writer: ShardWriter, stats: RunStats, cfg, keep, paths, fmt, quiet,
-          stop_after_batches, manifest: _Manifest, committed: List[bool]) -> None:
+          stop_after_batches, manifest: _Manifest, committed: List[bool],
+          near_removed: Optional[np.ndarray] = None) -> None:
     from .stages import reason_name
 
     id_field = cfg["input"]["id_field"]
@@ -869,6 +895,12 @@ def _loop(pipe, measured, source, writer: ShardWriter, stats: RunStats, cfg, kee
                     hint = " (resume with a larger bound: --resume --set dedup.max_entries=N)"
                 raise RunError(f"{e}{hint}") from None
             m = measured.measures.popleft()
+            if near_removed is not None:
+                _drop_near(batch, near_removed)
+            if cfg["near_dup"]["mode"] != "off":  # lengths of what is written, after the near-dup stage
+                off_out = batch.texts.offsets.to(torch.int64)
+                len_out = (off_out[1:] - off_out[:-1]).numpy()
+                m = dict(m, hist_out=length_histogram(len_out), bytes_out=int(len_out.sum()))
             reasons = batch.reasons.numpy()
             codes, counts = np.unique(reasons, return_counts=True)
             dropped: Dict[str, int] = {}
@@ -936,3 +968,175 @@ def _loop(pipe, measured, source, writer: ShardWriter, stats: RunStats, cfg, kee
     finally:
         if old_term is not None:
             signal.signal(signal.SIGTERM, old_term)
+
+
+# ----------------------------------------------------------- near duplicates
+_NEAR_COMMIT_S = 2.0  # pass 1 of --near-dup cluster commits at most this often (and at its end)
+
+
+def _near_stream_kwargs(nd: Dict[str, Any]) -> Dict[str, int]:
+    return {k: int(nd[k]) for k in ("seed", "n_grams", "num_buckets", "hashes_per_bucket", "precision",
+                                    "max_entries")}
+
+
+def _save_npy_atomic(path: str, arr: np.ndarray) -> None:
+    from .data._prefetch import atomic_write
+    import io
+
+    buf = io.BytesIO()
+    np.save(buf, arr)
+    atomic_write(path, buf.getvalue())
+
+
+def _near_cluster_pass(paths, got: _Inputs, fmt: str, cfg: Dict[str, Any], state_dir: str, threads, quiet: bool,
+                       log, committed: List[bool]) -> "tuple[np.ndarray, Dict[str, Any]]":
+    """``--near-dup cluster``, before the writing pass: pass 1 runs the same stages over the
+    same input and stores the MinHash signature and input index of every kept document
+    (``near_dup/signatures.u64``, ``near_dup/index.i64``, committed with the pass's own
+    ResumablePipeline state in ``near_dup/pass1``); then ``luminamoon.near_dup.cluster``
+    (datatrove's four-stage result; per-band pairs in ``near_dup/cluster``).  Returns the
+    sorted input indices of the documents to remove and the figures for stats.json.
+    Each step's result is kept, so a resumed run skips finished steps."""
+    from . import MinHash
+    from .data.adapters import ResumablePipeline
+    from .near_dup import cluster
+
+    nd, rcfg = cfg["near_dup"], cfg["run"]
+    ndir = os.path.join(state_dir, "near_dup")
+    os.makedirs(ndir, exist_ok=True)
+    done_path, removed_path = os.path.join(ndir, "near_dup.json"), os.path.join(ndir, "removed.npy")
+    try:
+        with open(done_path, "r", encoding="utf-8") as f:
+            info = json.load(f)
+        removed = np.load(removed_path)
+        if removed.dtype == np.int64 and removed.ndim == 1 and removed.size == info["removed"]:
+            log(f"near-dup: clusters of an earlier run reused ({info['removed']:,} documents to remove)")
+            return removed, info
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    H = int(nd["num_buckets"]) * int(nd["hashes_per_bucket"])
+    sig_path, idx_path = os.path.join(ndir, "signatures.u64"), os.path.join(ndir, "index.i64")
+    pass1_path = os.path.join(ndir, "pass1.json")
+    t0 = time.perf_counter()
+    try:
+        with open(pass1_path, "r", encoding="utf-8") as f:
+            p1 = json.load(f)
+        rows = int(p1["rows"])
+    except (OSError, ValueError, KeyError, TypeError):
+        p1 = None
+    if p1 is None:
+        log("near-dup pass 1 of 2: MinHash signatures of the kept documents")
+        source = _input_source(_make_source(paths, fmt, cfg), cfg["input"]["id_field"], cfg["input"]["text_field"],
+                               got.names)
+        measured = _MeasuredPipeline(rcfg["pipeline"], stage_kwargs(cfg), threads)
+        dcfg = cfg["dedup"]
+        dedup = {"seed": int(dcfg["seed"]), "max_entries": int(dcfg["max_entries"])} if dcfg["enabled"] else False
+        try:
+            pipe = ResumablePipeline(source, pipeline=measured, dedup=dedup, batch_size=rcfg["batch_size"],
+                                     prefetch_batches=rcfg["prefetch_batches"], state_dir=os.path.join(ndir, "pass1"),
+                                     text_key=cfg["input"]["text_field"], num_threads=threads,
+                                     max_prefetch_bytes=max(1, int(rcfg["prefetch_mb"] * 2**20)))
+        except (OSError, ValueError) as e:
+            raise RunError(f"cannot open the near-dup pass-1 state in {ndir!r}: {e}") from None
+        try:
+            measured.bind(pipe.dedup)
+            rows = int((pipe.resume_extra or {}).get("near_rows", 0))
+            docs_in = int((pipe.resume_extra or {}).get("docs_in", 0))
+            mh = MinHash(n_grams=int(nd["n_grams"]), num_buckets=int(nd["num_buckets"]),
+                         hashes_per_bucket=int(nd["hashes_per_bucket"]), seed=int(nd["seed"]),
+                         precision=int(nd["precision"]))
+            bar = None
+            if not quiet:
+                try:
+                    from tqdm import tqdm
+
+                    bar = tqdm(unit=" docs", unit_scale=True, dynamic_ncols=True, desc="near-dup 1/2",
+                               file=sys.stderr, initial=docs_in)
+                except ImportError:  # pragma: no cover
+                    bar = None
+            with open(sig_path, "ab") as fs, open(idx_path, "ab") as fi:
+                fs.truncate(rows * H * 8)  # what the last commit covers; anything later is redone
+                fi.truncate(rows * 8)
+
+                def commit() -> None:
+                    for f in (fs, fi):
+                        f.flush()
+                        os.fsync(f.fileno())
+                    pipe.commit(extra={"near_rows": rows, "docs_in": docs_in})
+                    committed[0] = True
+
+                last = time.monotonic()
+                it = iter(pipe)
+                while True:
+                    try:
+                        batch = next(it)
+                    except StopIteration:
+                        break
+                    except (ValueError, OSError, UnicodeError) as e:
+                        hint = " (pass --skip-bad-records to skip and count bad records)" \
+                            if isinstance(e, BadRecordError) and not cfg["input"]["skip_bad_records"] else ""
+                        raise RunError(f"{e}{hint}") from None
+                    measured.measures.popleft()
+                    if len(batch.texts):
+                        sig = mh.signatures(batch.texts).numpy()
+                        start = batch.coord["sample_index"] - batch.n_in
+                        idx = start + batch.source_index.numpy().astype(np.int64)
+                        fs.write(np.ascontiguousarray(sig).view(np.uint64).astype("<u8", copy=False).tobytes())
+                        fi.write(idx.astype("<i8", copy=False).tobytes())
+                        rows += len(batch.texts)
+                    docs_in += batch.n_in
+                    if bar is not None:
+                        bar.update(batch.n_in)
+                    if time.monotonic() - last > _NEAR_COMMIT_S:
+                        commit()
+                        last = time.monotonic()
+                commit()
+            if bar is not None:
+                bar.close()
+        except BaseException:
+            try:
+                pipe.close()
+            except Exception:
+                pass
+            raise
+        pipe.close()
+        p1 = {"rows": rows, "documents_in": docs_in, "seconds": round(time.perf_counter() - t0, 3)}
+        _write_json(pass1_path, p1)
+    log(f"near-dup: clustering {rows:,} signatures (datatrove's buckets -> pairs -> union-find)")
+    if rows:
+        sig = np.memmap(sig_path, dtype=np.uint64, mode="r", shape=(rows, H))
+    else:
+        sig = np.empty((0, H), dtype=np.uint64)
+    idx = np.fromfile(idx_path, dtype="<i8", count=rows)
+    if idx.size != rows or (rows and os.path.getsize(sig_path) < rows * H * 8):
+        raise RunError(f"near-dup: {ndir} holds fewer signatures than its pass 1 recorded: use --overwrite")
+    res = cluster(sig, num_buckets=int(nd["num_buckets"]), hashes_per_bucket=int(nd["hashes_per_bucket"]),
+                  work_dir=os.path.join(ndir, "cluster"))
+    del sig
+    removed = np.sort(idx[res.removed]).astype(np.int64)
+    _save_npy_atomic(removed_path, removed)
+    info = {"mode": "cluster", "signatures": rows, "pass1_seconds": p1.get("seconds"), **res.summary()}
+    _write_json(done_path, info)
+    return removed, info
+
+
+def _drop_near(batch, removed: np.ndarray) -> int:
+    """Pass 2 of ``--near-dup cluster``: drops from ``batch`` the kept documents whose input
+    index is in ``removed`` (sorted), with reason ``near_duplicate``.  Returns how many."""
+    from .stages import REASON_NEAR_DUPLICATE
+
+    if removed.size == 0 or len(batch.texts) == 0:
+        return 0
+    src = batch.source_index.numpy().astype(np.int64)
+    idx = (batch.coord["sample_index"] - batch.n_in) + src
+    pos = np.minimum(np.searchsorted(removed, idx), removed.size - 1)
+    hit = removed[pos] == idx
+    if not hit.any():
+        return 0
+    keep = torch.from_numpy(~hit)
+    batch.texts = batch.texts[keep]
+    reasons = batch.reasons.clone()
+    reasons[torch.from_numpy(src[hit])] = REASON_NEAR_DUPLICATE
+    batch.reasons = reasons
+    batch.source_index = batch.source_index[keep]
+    return int(hit.sum())
