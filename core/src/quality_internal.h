@@ -133,6 +133,7 @@ typedef struct {
   lmq_tok *tok;
   uint8_t *attr;          /* LMQ_T_* of tok[k] */
   size_t ntok, cap_tok;   /* tok and attr both have cap_tok elements */
+  size_t max_tok;         /* set by lmq_tokenize: ntok can not exceed it (growth stops there) */
   uint32_t *cp, *bo, *fl; /* code points of one non-ASCII span, byte offsets, flags */
   size_t cap_cp;
   uint64_t *cut;          /* bitmap over the span's code points: suffix cut points */
@@ -153,6 +154,10 @@ size_t lmq_tokbuf_bytes(const lmq_tokbuf *b);
  * Returns 0, or -1 on allocation failure. */
 int lmq_tokenize(const lmq_special_index *ix, const uint8_t *s, size_t n, uint32_t base,
                  lmq_tokbuf *b, int reset);
+
+/* Work counter for the tests: how many times this thread matched the 146
+ * currency/unit suffix literals against a token end (find_suffix). */
+uint64_t lmq_debug_unit_scans(void);
 
 /* Code points (Python len) in s[0..n). */
 static inline size_t lmq_cp_count(const uint8_t *s, size_t n) {

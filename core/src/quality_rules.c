@@ -9,8 +9,15 @@
 
 #define ON(q, r) (((q)->p.enabled >> (r)) & 1u)
 
-static int grow(void **p, size_t *cap, size_t need, size_t elem) {
-  return lm_grow_array(p, cap, need, elem, 256) == LM_OK ? 0 : -1;
+/* Byte buffers sized from the document: exactly what is needed (no doubling:
+ * their capacity counts in the scratch's bytes per input byte). */
+static int reserve(uint8_t **p, size_t *cap, size_t need) {
+  if (need <= *cap) return 0;
+  void *q = realloc(*p, need);
+  if (!q) return -1;
+  *p = (uint8_t *)q;
+  *cap = need;
+  return 0;
 }
 
 /* ---- exact multiset of byte strings (hash + compare) ---- */
@@ -41,12 +48,12 @@ static int set_alloc(lmq_set *st, size_t cap) {
 /* Empty the set, expecting about `hint` elements (it grows past that as
  * needed: its memory follows the distinct elements, not the text).  Keeps
  * the allocation unless it is far larger than the hint. */
-#define SET_MAX_HINT ((size_t)1 << 16)
+#define SET_MAX_HINT ((size_t)1 << 12)
 static int set_reset(lmq_set *st, size_t hint) {
   if (hint > SET_MAX_HINT) hint = SET_MAX_HINT;
   size_t cap = 16;
   while (cap < 2 * hint + 2) cap <<= 1;
-  if (st->cap > 4 * SET_MAX_HINT && st->cap > 4 * cap) lmq_set_free(st); /* shrink after a huge document */
+  if (st->cap > 64 * SET_MAX_HINT && st->cap > 4 * cap) lmq_set_free(st); /* shrink after a huge document */
   if (cap > st->cap) {
     lmq_set_free(st);
     return set_alloc(st, cap);
@@ -231,7 +238,7 @@ static int build_word_buffers(lm_quality_scratch *s, const uint8_t *text) {
   size_t nw = s->nw, bytes = 0;
   const lmq_tok *w = s->tb.tok;
   for (size_t i = 0; i < nw; i++) bytes += w[i].len;
-  if (grow((void **)&s->wb, &s->cap_wb, bytes + 1, 1)) return -1;
+  if (reserve(&s->wb, &s->cap_wb, bytes + 1)) return -1;
   size_t o = 0;
   for (size_t i = 0; i < nw; i++) {
     memcpy(s->wb + o, text + w[i].off, w[i].len);
@@ -551,7 +558,7 @@ static const char *const k_policy[6] = {"terms of use", "privacy policy", "cooki
 static int c4(const lm_quality *q, lm_quality_scratch *s, const uint8_t *t, size_t n, int *reason, size_t *out_len,
               lm_quality_counters *c) {
   const lm_quality_params *p = &q->p;
-  if (grow((void **)&s->text, &s->cap_text, n + 1, 1) || grow((void **)&s->line, &s->cap_line, n + 1, 1)) return -1;
+  if (reserve(&s->text, &s->cap_text, n + 1)) return -1;
   size_t o = 0, pos = 0, e, sentences = 0;
   uint64_t removed[LM_Q_RULE_COUNT] = {0};
   while (pos < n) {
@@ -574,6 +581,7 @@ static int c4(const lm_quality *q, lm_quality_scratch *s, const uint8_t *t, size
     const uint8_t *ln = t + a;
     size_t len = b - a;
     if (ON(q, LM_Q_C4_CITATIONS) && memchr(ln, '[', len)) {
+      if (reserve(&s->line, &s->cap_line, len + 1)) return -1;
       size_t nl = remove_citations(ln, len, s->line);
       if (nl != len) removed[LM_Q_C4_CITATIONS]++;
       ln = s->line;

@@ -105,7 +105,9 @@ static int push_tok_raw(lmq_tokbuf *b, uint32_t off, uint32_t len, uint32_t attr
   if (b->sink) return b->sink(b->sink_ctx, off, len, attr) ? -1 : 0;
   if (b->ntok == b->cap_tok) {
     /* tok and attr grow together: both hold cap_tok elements */
-    size_t cap = b->cap_tok ? b->cap_tok * 2 : 256;
+    /* 1.5x, but never past the most tokens the text can still give (one per byte) */
+    size_t cap = b->cap_tok ? b->cap_tok + b->cap_tok / 2 : 256;
+    if (cap > b->max_tok && b->max_tok > b->ntok) cap = b->max_tok;
     void *q = realloc(b->tok, cap * sizeof(lmq_tok));
     if (!q) return -1;
     b->tok = (lmq_tok *)q;
@@ -181,10 +183,14 @@ static size_t find_prefix(span_ctx *c, size_t i, size_t j) {
   return 0;
 }
 
+static _Thread_local uint64_t unit_scans;
+uint64_t lmq_debug_unit_scans(void) { return unit_scans; }
+
 /* The currency / unit literals ending at j with a digit before them, as a
  * mask of their code-point lengths (independent of the span's start). */
 static uint64_t unit_matches(span_ctx *c, size_t j) {
   uint64_t m = 0;
+  unit_scans++;
   for (int pass = 0; pass < 2; pass++) {
     const char *const *lits = pass ? lmq_units : lmq_currency;
     size_t nl = pass ? lmq_n_units : lmq_n_currency;
@@ -471,6 +477,7 @@ static int tokenize_span(span_ctx *c, size_t n) {
 int lmq_tokenize(const lmq_special_index *ix, const uint8_t *s, size_t n, uint32_t base,
                  lmq_tokbuf *b, int reset) {
   if (reset) b->ntok = 0;
+  b->max_tok = b->ntok + n; /* tokens are disjoint non-empty byte ranges */
   span_ctx c = {ix, s, base, b, NULL, NULL, NULL, 0, (size_t)-1, 0};
   size_t i = 0;
   while (i < n) {

@@ -7,6 +7,7 @@
 
 extern "C" {
 #include "luminamoon/quality.h"
+#include "../../core/src/quality_internal.h"  // lmq_debug_unit_scans (a work counter)
 }
 
 namespace {
@@ -358,6 +359,61 @@ TEST(Quality, LargeDocument) {
   int32_t r = q.reason(big);
   EXPECT_GE(r, LM_REASON_QUALITY_BASE);
   EXPECT_LE(r, R(LM_Q_GR_DUP_10_GRAMS));
+}
+
+// Issue 21.2: "(" * n + "1" splits off n prefixes in front of one token end; the 146
+// currency/unit suffix literals are matched against that end once, not once per prefix
+// (the old tokenizer did n scans: 24x the time per byte of "(" * n + "a").
+TEST(Quality, UnitSuffixesMatchedOncePerTokenEnd) {
+  Q q(-1);
+  const size_t n = 100000;
+  std::string t(n, '(');
+  t += "1";
+  std::vector<size_t> spans(2 * (n + 8));
+  size_t nw = 0;
+  uint64_t before = lmq_debug_unit_scans();
+  ASSERT_EQ(lm_quality_words(q.q, q.s, (const uint8_t *)t.data(), t.size(), spans.data(), n + 8, &nw), LM_OK);
+  uint64_t scans = lmq_debug_unit_scans() - before;
+  EXPECT_EQ(nw, n + 1);  // every "(" is a prefix token, then "1"
+  EXPECT_LE(scans, 2u);
+  // the same words whatever precedes: "x 5km" -> x, 5, km (the literal still matches)
+  std::string u = "((((5km";
+  ASSERT_EQ(lm_quality_words(q.q, q.s, (const uint8_t *)u.data(), u.size(), spans.data(), n, &nw), LM_OK);
+  ASSERT_EQ(nw, 6u);
+  EXPECT_EQ(u.substr(spans[8], spans[9]), "5");
+  EXPECT_EQ(u.substr(spans[10], spans[11]), "km");
+}
+
+// Issue 21.3: documents where almost every byte is a token.  The scratch held 65-83 bytes
+// per input byte (hash set of 2n slots, 16-byte tokens, 12 B per code point of span arrays,
+// affix stacks, word-joined copies); now at most 16.
+TEST(Quality, ScratchMemoryPerInputByteIsBounded) {
+  const size_t n = 1u << 20;
+  std::string close(n, ')');
+  std::string open(n - 1, '(');
+  open += "1";
+  std::string mixed;
+  while (mixed.size() < n) mixed += ")(,;!?.\"-:'";
+  std::string spaced;
+  while (spaced.size() < n) spaced += ") ";
+  for (const std::string *t : {&close, &open, &mixed, &spaced}) {
+    Q q(-1);
+    lm_quality_doc_result r;
+    ASSERT_EQ(lm_quality_check(q.q, q.s, (const uint8_t *)t->data(), t->size(), &r, nullptr), LM_OK);
+    // and with every rule that reads words on at once (drops end a check early)
+    lm_quality_params p;
+    lm_quality_params_default(&p);
+    p.gr_top_ngram_frac[0] = p.gr_top_ngram_frac[1] = p.gr_top_ngram_frac[2] = 2;
+    for (double &f : p.gr_dup_ngram_frac) f = 2;
+    p.gr_dup_para_frac = p.gr_dup_line_frac = p.gr_dup_para_char_frac = p.gr_dup_line_char_frac = 2;
+    p.enabled = ((uint64_t)1 << LM_Q_RULE_COUNT) - 1;
+    p.enabled &= ~((uint64_t)0x3FF << LM_Q_GQ_MIN_DOC_WORDS);  // Gopher quality would drop it
+    Q all(p);
+    ASSERT_EQ(lm_quality_check(all.q, all.s, (const uint8_t *)t->data(), t->size(), &r, nullptr), LM_OK);
+    EXPECT_LE(lm_quality_scratch_bytes(q.s), 16 * t->size()) << t->substr(0, 8);
+    EXPECT_LE(lm_quality_scratch_bytes(all.s), 16 * t->size()) << t->substr(0, 8);
+  }
+  EXPECT_EQ(lm_quality_scratch_bytes(nullptr), 0u);
 }
 
 static std::string run_batch(lm_quality *q, const std::vector<std::string> &docs, int threads,
