@@ -112,19 +112,183 @@ static inline int is_uspace(uint32_t cp) {
          cp == 0x3000;
 }
 
-/* Repair only: ill-formed subparts -> U+FFFD.  out has room for 3n. */
-static size_t repair(const uint8_t *s, size_t n, uint8_t *out, uint64_t *invalid) {
-  size_t o = 0, i = 0;
+/* Does o[0..on) equal the repaired form of s[0..n) (ill-formed subparts ->
+ * U+FFFD)? */
+static int eq_repaired(const uint8_t *s, size_t n, const uint8_t *o, size_t on) {
+  size_t i = 0, k = 0;
   while (i < n) {
-    if (s[i] < 0x80) { out[o++] = s[i++]; continue; }
+    if (s[i] < 0x80) {
+      if (k >= on || o[k] != s[i]) return 0;
+      i++;
+      k++;
+      continue;
+    }
     uint32_t cp;
     int bad;
     size_t l = decode(s, n, i, &cp, &bad);
-    if (bad) { o += put_utf8(out + o, 0xFFFD); (*invalid)++; }
-    else { memcpy(out + o, s + i, l); o += l; }
+    if (bad) {
+      if (on - k < 3 || memcmp(o + k, "\xEF\xBF\xBD", 3) != 0) return 0;
+      k += 3;
+    } else {
+      if (on - k < l || memcmp(o + k, s + i, l) != 0) return 0;
+      k += l;
+    }
     i += l;
   }
-  return o;
+  return k == on;
+}
+
+/* ---- NFC / NFKC ----
+ * utf8proc_map's canonical reordering is an adjacent-swap sort over the whole
+ * decomposed buffer: quadratic in a run of combining marks ("a" + 100 KB of
+ * U+0301 U+0316 took seconds).  We decompose each code point with
+ * utf8proc_decompose_char (what utf8proc_map does), put each run of
+ * non-starters in canonical order with a stable sort by combining class
+ * (exactly the order the swap loop produces: starters never move, equal
+ * classes keep their order), and compose + encode with utf8proc_reencode (the
+ * same call utf8proc_map ends with; its composition pass is linear).  The
+ * output is byte for byte utf8proc_map's. */
+
+static inline uint8_t ccc_of(int32_t cp) {
+  return cp < 0x300 ? 0 : (uint8_t)utf8proc_get_property(cp)->combining_class;
+}
+
+/* Stable sort of v[0..n) by combining class; tmp has room for n. */
+static void sort_marks(int32_t *v, uint8_t *cls, size_t n, int32_t *tmp, uint8_t *tcls) {
+  if (n <= 16) { /* insertion sort: stable */
+    for (size_t i = 1; i < n; i++) {
+      int32_t x = v[i];
+      uint8_t c = cls[i];
+      size_t j = i;
+      while (j > 0 && cls[j - 1] > c) {
+        v[j] = v[j - 1];
+        cls[j] = cls[j - 1];
+        j--;
+      }
+      v[j] = x;
+      cls[j] = c;
+    }
+    return;
+  }
+  /* counting sort by class (256 keys): stable, linear */
+  size_t cnt[257];
+  memset(cnt, 0, sizeof cnt);
+  for (size_t i = 0; i < n; i++) cnt[cls[i] + 1]++;
+  for (int k = 0; k < 256; k++) cnt[k + 1] += cnt[k];
+  for (size_t i = 0; i < n; i++) {
+    size_t d = cnt[cls[i]]++;
+    tmp[d] = v[i];
+    tcls[d] = cls[i];
+  }
+  memcpy(v, tmp, n * sizeof *v);
+  memcpy(cls, tcls, n);
+}
+
+/* Normalize the repaired form of s[0..n) (ill-formed subparts -> U+FFFD, as
+ * repair()) into a malloc'd UTF-8 string *out (caller frees) of *out_len
+ * bytes.  *invalid += U+FFFD inserted; *changed = output differs from the
+ * repaired input.  Memory: 4 bytes per decomposed code point plus, for runs
+ * of more than 16 marks, 5 bytes per mark of the longest run. */
+static lm_status normalize(const uint8_t *s, size_t n, int compat, uint8_t **out, size_t *out_len, uint64_t *invalid,
+                           int *changed) {
+  utf8proc_option_t opts = (utf8proc_option_t)(UTF8PROC_STABLE | UTF8PROC_COMPOSE | (compat ? UTF8PROC_COMPAT : 0));
+  size_t cap = n + 16, w = 0;
+  int32_t *buf = (int32_t *)malloc(cap * sizeof(int32_t));
+  if (!buf) return LM_ENOMEM;
+  size_t i = 0;
+  while (i < n) {
+    if (w + 32 > cap) {
+      size_t nc = cap + cap / 2 + 64;
+      int32_t *q = (int32_t *)realloc(buf, nc * sizeof(int32_t));
+      if (!q) { free(buf); return LM_ENOMEM; }
+      buf = q;
+      cap = nc;
+    }
+    uint8_t b = s[i];
+    if (b < 0x80) { /* ASCII decomposes to itself */
+      buf[w++] = b;
+      i++;
+      continue;
+    }
+    uint32_t cp;
+    int bad;
+    size_t l = decode(s, n, i, &cp, &bad);
+    if (bad) (*invalid)++;
+    i += l;
+    int bc = 0;
+    utf8proc_ssize_t r = utf8proc_decompose_char((utf8proc_int32_t)cp, buf + w, (utf8proc_ssize_t)(cap - w), opts, &bc);
+    if (r < 0) { free(buf); return LM_EUTF8; }
+    if ((size_t)r > cap - w) { /* longer than the room left: grow and redo */
+      size_t nc = cap + (size_t)r + cap / 2;
+      int32_t *q = (int32_t *)realloc(buf, nc * sizeof(int32_t));
+      if (!q) { free(buf); return LM_ENOMEM; }
+      buf = q;
+      cap = nc;
+      r = utf8proc_decompose_char((utf8proc_int32_t)cp, buf + w, (utf8proc_ssize_t)(cap - w), opts, &bc);
+    }
+    w += (size_t)r;
+  }
+  /* canonical order: each run of non-starters sorted by class */
+  int32_t *tmp = NULL;
+  uint8_t *cls = NULL, *tcls = NULL;
+  size_t tcap = 0;
+  uint8_t small_cls[17];
+  for (size_t k = 0; k < w;) {
+    uint8_t c0 = ccc_of(buf[k]);
+    if (!c0) { k++; continue; }
+    size_t e = k + 1;
+    int sorted = 1;
+    uint8_t prev = c0;
+    while (e < w) {
+      uint8_t c = ccc_of(buf[e]);
+      if (!c) break;
+      if (c < prev) sorted = 0;
+      prev = c;
+      e++;
+    }
+    if (!sorted) {
+      size_t m = e - k;
+      uint8_t *cl = small_cls;
+      if (m > 16) {
+        if (m > tcap) {
+          free(tmp);
+          free(cls);
+          free(tcls);
+          tmp = (int32_t *)malloc(m * sizeof(int32_t));
+          cls = (uint8_t *)malloc(m);
+          tcls = (uint8_t *)malloc(m);
+          tcap = m;
+          if (!tmp || !cls || !tcls) {
+            free(tmp); free(cls); free(tcls); free(buf);
+            return LM_ENOMEM;
+          }
+        }
+        cl = cls;
+      }
+      for (size_t t = 0; t < m; t++) cl[t] = ccc_of(buf[k + t]);
+      sort_marks(buf + k, cl, m, tmp, tcls);
+    }
+    k = e;
+  }
+  free(tmp);
+  free(cls);
+  free(tcls);
+  /* compose and encode in place (UTF-8 never needs more than 4 bytes per code point; one spare byte) */
+  if (w + 1 > cap) {
+    int32_t *q = (int32_t *)realloc(buf, (w + 1) * sizeof(int32_t));
+    if (!q) { free(buf); return LM_ENOMEM; }
+    buf = q;
+  }
+  utf8proc_ssize_t nl = utf8proc_reencode(buf, (utf8proc_ssize_t)w, opts);
+  if (nl < 0) {
+    free(buf);
+    return nl == UTF8PROC_ERROR_NOMEM ? LM_ENOMEM : LM_EUTF8;
+  }
+  uint8_t *o = (uint8_t *)buf;
+  *changed = !eq_repaired(s, n, o, (size_t)nl);
+  *out = o;
+  *out_len = (size_t)nl;
+  return LM_OK;
 }
 
 /* The folding pass: decode (repairing), drop controls, fold spaces, collapse,
@@ -232,28 +396,21 @@ lm_status lm_clean_text(const lm_cleaner *cl, const uint8_t *text, size_t len, u
     }
     o = fold(p, text, len, out, c);
   } else {
-    uint8_t *fixed = (uint8_t *)malloc(lm_clean_bound(len) + 1);
-    if (!fixed) return LM_ENOMEM;
     uint64_t inv = 0;
-    size_t fl = repair(text, len, fixed, &inv);
-    utf8proc_uint8_t *norm = NULL;
-    int opts = UTF8PROC_STABLE | UTF8PROC_COMPOSE | (p->normalize == LM_NORM_NFKC ? UTF8PROC_COMPAT : 0);
-    utf8proc_ssize_t nl = utf8proc_map(fixed, (utf8proc_ssize_t)fl, &norm, (utf8proc_option_t)opts);
-    if (nl < 0) {
-      free(fixed);
-      return nl == UTF8PROC_ERROR_NOMEM ? LM_ENOMEM : LM_EUTF8;
-    }
-    int changed = (size_t)nl != fl || memcmp(norm, fixed, fl) != 0;
-    free(fixed);
-    if (out_cap < (size_t)nl) {
+    uint8_t *norm = NULL;
+    size_t nl = 0;
+    int changed = 0;
+    lm_status ns = normalize(text, len, p->normalize == LM_NORM_NFKC, &norm, &nl, &inv, &changed);
+    if (ns) return ns;
+    if (out_cap < nl) {
       free(norm);
-      *out_len = (size_t)nl;
+      *out_len = nl;
       return LM_ERANGE;
     }
     /* folding never lengthens valid UTF-8 */
     lm_clean_counters sub;
     memset(&sub, 0, sizeof sub);
-    o = fold(p, norm, (size_t)nl, out, &sub);
+    o = fold(p, norm, nl, out, &sub);
     free(norm);
     sub.invalid_sequences = inv;
     c->invalid_sequences += sub.invalid_sequences;

@@ -2,8 +2,11 @@
 // empty and huge documents, batch thread-count invariance.
 #include <gtest/gtest.h>
 
+#include <random>
 #include <string>
 #include <vector>
+
+#include <utf8proc.h>
 
 extern "C" {
 #include "luminamoon/clean.h"
@@ -257,4 +260,62 @@ TEST(Clean, BatchMatchesPerDocumentAndThreadInvariant) {
   EXPECT_EQ(cnt.docs_in, 2 * docs.size());
   EXPECT_EQ(cnt.docs_empty, 2u * 2 * 600);
   lm_cleaner_destroy(c);
+}
+
+// Issue 21.1: NFC / NFKC no longer go through utf8proc_map (its canonical reordering swaps
+// neighbours: quadratic in a run of combining marks); the output must stay utf8proc_map's,
+// byte for byte.  Random strings of starters, marks of many classes (runs up to 300 long,
+// out of order), Hangul jamo, compatibility characters and ill-formed bytes.
+TEST(Clean, NormalizationEqualsUtf8procMap) {
+  static const char *const pieces[] = {
+      "a", "e", "A", " ", "\n", "\xCC\x81", "\xCC\x96", "\xCC\x88", "\xCC\xA3", "\xCD\x85", "\xD6\xB0",
+      "\xD9\x8B", "\xE0\xA4\xBC", "\xE0\xBD\xB1", "\xE0\xBD\xB2", "\xE3\x82\x99", "\xE1\xB7\x8E",
+      "\xF0\x9D\x85\xA5", "\xC3\xA9", "\xC3\x85", "\xE2\x84\xAB", "\xE1\xBA\x9B", "\xEA\xB0\x80",
+      "\xE1\x84\x80", "\xE1\x85\xA1", "\xE1\x86\xA8", "\xEF\xAC\x81", "\xEF\xB7\xBA", "\xE2\x91\xA0",
+      "\xC2\xBD", "\xEF\xBC\xA1", "\xE3\x8C\x80", "\xCD\x84", "\xE0\xBD\xB3", "\xE3\x81\x8B",
+      "\xFF", "\xC0\xAF", "\xED\xA0\x80", "\xE2\x82"};
+  const size_t np = sizeof pieces / sizeof *pieces;
+  std::mt19937 rng(21);
+  lm_cleaner_params p = raw_params();
+  for (int form = 1; form <= 2; form++) {
+    p.normalize = (lm_normalization)form;
+    for (int it = 0; it < 3000; it++) {
+      std::string in;
+      size_t len = 1 + rng() % (it % 10 == 0 ? 300 : 30);
+      for (size_t k = 0; k < len; k++) in += pieces[rng() % (it % 3 == 0 ? 12 : np)];
+      std::string repaired = clean(in, [] {
+        static lm_cleaner_params r = raw_params();
+        return &r;
+      }());
+      utf8proc_uint8_t *want = nullptr;
+      int opts = UTF8PROC_STABLE | UTF8PROC_COMPOSE | (form == 2 ? UTF8PROC_COMPAT : 0);
+      utf8proc_ssize_t wl = utf8proc_map((const utf8proc_uint8_t *)repaired.data(), (utf8proc_ssize_t)repaired.size(),
+                                         &want, (utf8proc_option_t)opts);
+      ASSERT_GE(wl, 0);
+      lm_clean_counters cnt{};
+      std::string got = clean(in, &p, nullptr, &cnt);
+      std::string w((const char *)want, (size_t)wl);
+      free(want);
+      ASSERT_EQ(got, w) << "form " << form << " iteration " << it;
+      EXPECT_EQ(cnt.docs_normalized, w != repaired ? 1u : 0u);
+    }
+  }
+}
+
+// A run of 400,000 marks out of canonical order (a + (U+0301 U+0316) * 200000): sorted per
+// run (linear) rather than by neighbour swaps (4e10 swaps).  The expected text is built here.
+TEST(Clean, LongRunOfCombiningMarksIsSortedNotSwapped) {
+  const size_t k = 200000;
+  std::string in = "a";
+  for (size_t i = 0; i < k; i++) in += "\xCC\x81\xCC\x96";
+  lm_cleaner_params p = raw_params();
+  p.normalize = LM_NORM_NFC;
+  // NFC: the first U+0301 (class 230) composes with a (U+00E1) once the k U+0316 (class
+  // 220) come first; the other k-1 U+0301 follow.
+  std::string want = "\xC3\xA1";
+  for (size_t i = 0; i < k; i++) want += "\xCC\x96";
+  for (size_t i = 1; i < k; i++) want += "\xCC\x81";
+  EXPECT_EQ(clean(in, &p), want);
+  p.normalize = LM_NORM_NFKC;
+  EXPECT_EQ(clean(in, &p), want);
 }

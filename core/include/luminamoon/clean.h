@@ -6,7 +6,10 @@
  *    bytes.decode("utf-8", "replace") produces (overlong forms, surrogates
  *    U+D800..DFFF, code points above U+10FFFF, truncated sequences and stray
  *    continuation bytes are all ill-formed);
- *  - optional NFC / NFKC normalization through utf8proc (after repair);
+ *  - optional NFC / NFKC normalization (after repair): utf8proc's per-character
+ *    decomposition and composition, with each run of combining marks put in
+ *    canonical order by a stable sort (linear; output identical to utf8proc_map,
+ *    whose neighbour-swap reordering is quadratic in a run of marks);
  *  - line breaks: "\r\n" and a lone "\r" become "\n"; U+0085 (NEL), U+2028 and
  *    U+2029 become "\n";
  *  - control characters removed: C0 except "\t" and "\n", DEL, C1 (U+0080..009F);
