@@ -11,7 +11,8 @@ StreamDeduplicator, FusedPipeline), each on one thread, and each input
 
 at 1 KB, 100 KB and 10 MB (--quick: 1 KB, 10 KB, 100 KB), it prints
 
-  * CPU time per input byte (ns/B; best of a few runs for small inputs),
+  * CPU time per input byte (ns/B; best of up to 200 runs for small inputs: the
+    1 KB column is mostly the fixed cost of one call, ~20-40 us),
   * the growth exponent log(t_big / t_mid) / log(size_big / size_mid)
     (1.0 = linear, 2.0 = quadratic),
   * the ratio of the largest size's ns/B to the same stage's ns/B on normal text
@@ -179,8 +180,7 @@ def child_measure(stage: str, inp: str, size: int) -> dict:
     del res
     # more runs for small inputs (best CPU time), within ~1 s
     runs, spent = 1, wall
-    while spent < 0.5 and runs < 50 and wall < 0.3:
-        gc.collect()
+    while spent < 0.5 and runs < 200 and wall < 0.3:
         c0, w0 = time.process_time(), time.perf_counter()
         r = run()
         c, w = time.process_time() - c0, time.perf_counter() - w0
@@ -193,22 +193,35 @@ def child_measure(stage: str, inp: str, size: int) -> dict:
             "reasons": {str(k): v for k, v in reasons.items()}}
 
 
-def child_retained(stage: str, ndocs: int, doc_bytes: int) -> dict:
+def child_retained(stage: str, ndocs: int, doc_bytes: int, inp: str = "normal") -> dict:
     import ctypes
 
     from luminamoon import StringTensor
 
-    # documents of doc_bytes each, cut from the corpus text joined end to end
-    pool = "\n".join(load_corpus_bytes(ndocs * doc_bytes + 1))
-    raw = pool.encode("utf-8")
+    if inp != "normal":
+        st = StringTensor.from_list([_make_input(inp, doc_bytes)[0]] * ndocs)
+        return _retained_run(stage, st, ndocs, doc_bytes, inp)
+    # documents of doc_bytes each, cut from the corpus text joined end to end (repeated if it is shorter)
+    raw = "\n".join(load_corpus_bytes(min(ndocs * doc_bytes + 1, 40_000_000))).encode("utf-8")
+    pool = raw
+    while len(raw) < ndocs * doc_bytes:
+        raw += b"\n" + pool
+    del pool
     texts = []
     for i in range(ndocs):
         texts.append(raw[i * doc_bytes:(i + 1) * doc_bytes].decode("utf-8", errors="ignore"))
-    del pool, raw
+    del raw
     st = StringTensor.from_list(texts)
     del texts
+    return _retained_run(stage, st, ndocs, doc_bytes, inp)
+
+
+def _retained_run(stage: str, st, ndocs: int, doc_bytes: int, inp: str) -> dict:
+    import ctypes
+
     fn = _make_stage(stage)
     gc.collect()
+    _trim()
     before = _rss_kb("VmRSS")
     _reset_peak()
     t0 = time.process_time()
@@ -223,7 +236,7 @@ def child_retained(stage: str, ndocs: int, doc_bytes: int) -> dict:
     except OSError:
         pass
     after_trim = _rss_kb("VmRSS")
-    out = {"stage": stage, "docs": ndocs, "doc_bytes": doc_bytes, "cpu_s": cpu, "before_kb": before,
+    out = {"stage": stage, "input": inp, "docs": ndocs, "doc_bytes": doc_bytes, "cpu_s": cpu, "before_kb": before,
            "peak_delta_kb": peak - before, "retained_kb": after - before, "retained_after_trim_kb": after_trim - before}
     retained = getattr(fn, "retained_bytes", None)
     if retained is not None:
@@ -303,7 +316,7 @@ def main() -> None:
         if kind == "measure":
             out = child_measure(a.child[1], a.child[2], int(a.child[3]))
         elif kind == "retained":
-            out = child_retained(a.child[1], int(a.child[2]), int(a.child[3]))
+            out = child_retained(a.child[1], int(a.child[2]), int(a.child[3]), a.child[4])
         elif kind == "dedup_growth":
             out = child_dedup_growth(int(a.child[1]), int(a.child[2]))
         else:
@@ -388,15 +401,16 @@ def main() -> None:
     if not a.skip_extra:
         ndocs = 8 if a.quick else 64
         rrows = []
-        for stage in ("fused", "quality"):
+        for stage, inp in (("fused", "normal"), ("fused", "close_paren"), ("quality", "normal"),
+                           ("quality", "close_paren")):
             if stage not in stages:
                 continue
-            r, _ = spawn(["retained", stage, ndocs, 1_000_000], max(timeout, 300.0))
-            extra[f"retained_{stage}"] = r
+            r, _ = spawn(["retained", stage, ndocs, 1_000_000, inp], max(timeout, 300.0))
+            extra[f"retained_{stage}_{inp}"] = r
             if r is None or "error" in r:
-                rrows.append([stage, f"{ndocs} x 1 MB", "timeout" if r is None else r["error"], "", "", ""])
+                rrows.append([stage, f"{ndocs} x 1 MB {inp}", "timeout" if r is None else r["error"], "", "", ""])
                 continue
-            rrows.append([stage, f"{ndocs} x 1 MB", f"{r['peak_delta_kb'] / 1024:.0f}",
+            rrows.append([stage, f"{ndocs} x 1 MB {inp}", f"{r['peak_delta_kb'] / 1024:.0f}",
                           f"{r['retained_kb'] / 1024:.1f}", f"{r['retained_after_trim_kb'] / 1024:.1f}",
                           str(r.get("reported_retained_bytes", "n/a"))])
         if rrows:
