@@ -124,6 +124,21 @@ cudaError_t lm_cuda_compact_offsets(const int64_t *incl_bytes, const int64_t *ou
 cudaError_t lm_cuda_copy_strings(lm_cuda_strings s, const int64_t *index, size_t m, const int64_t *out_offsets,
                                  uint64_t total_bytes, uint8_t *out_data, cudaStream_t stream);
 
+/* ---- MinHash (csrc/minhash.cu) ----
+ * out[d * num_hashes + j] (uint64, n x num_hashes) = min over the shingle hashes of document d
+ * (d_hashes[d_offsets[d] .. d_offsets[d+1]), int64 offsets) of ((h * a[j] + b[j]) mod 2^64) mod
+ * (2^61 - 1), masked to 32 bits for precision 32; UINT64_MAX for a document without shingles.
+ * Tiles of LM_CUDA_MINHASH_TILE shingles per block (balanced whatever the lengths; atomicMin joins a
+ * document cut by tiles).  Offsets are clamped into [0, m]: invalid ones give unspecified values,
+ * never an out-of-bounds access; lm_cuda_minhash_validate sets *d_flags to the OR of LM_CUDA_BAD_*
+ * (negative first, decreasing, last > m). */
+#define LM_CUDA_MINHASH_TILE 256
+cudaError_t lm_cuda_minhash_validate(const int64_t *d_offsets, size_t n, size_t m, int32_t *d_flags,
+                                     cudaStream_t stream);
+cudaError_t lm_cuda_minhash(const uint64_t *d_hashes, size_t m, const int64_t *d_offsets, size_t n,
+                            const uint64_t *d_a, const uint64_t *d_b, size_t num_hashes, int precision,
+                            uint64_t *d_out, cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -35,6 +35,8 @@ SIGS = {
     "lm_cuda_compact_select": (ERR, [Strs, P, P, P, P, P, SZ, P]),
     "lm_cuda_compact_offsets": (ERR, [P, P, SZ, P, P]),
     "lm_cuda_copy_strings": (ERR, [Strs, P, SZ, P, ctypes.c_uint64, P, P]),
+    "lm_cuda_minhash_validate": (ERR, [P, SZ, SZ, P, P]),
+    "lm_cuda_minhash": (ERR, [P, SZ, P, SZ, P, P, SZ, ctypes.c_int, P, P]),
     "lm_emu_last_error": (ctypes.c_char_p, []),
     "lm_emu_reset": (None, []),
 }
@@ -148,3 +150,27 @@ class EmuOps:
         out = torch.empty(total, dtype=torch.uint8)
         self._check(self.lib.lm_cuda_copy_strings(s, ptr(index), m, ptr(out64), total, ptr(out), None), "copy_strings")
         return self._like(offsets, out64), out
+
+    def minhash(self, shingle_hashes, doc_offsets, a, b, precision=64):
+        """torch.ops.luminamoon.minhash as torch_ops/minhash_cuda.cu runs it (validate, then the kernel)."""
+        h, off = shingle_hashes.contiguous(), doc_offsets.contiguous()
+        a, b = a.contiguous(), b.contiguous()
+        n, H, m = off.numel() - 1, a.numel(), h.numel()
+        flag = torch.zeros(1, dtype=torch.int32)
+        self._check(self.lib.lm_cuda_minhash_validate(ptr(off), n, m, ptr(flag), None), "minhash_validate")
+        if int(flag):
+            raise ValueError(f"doc_offsets: invalid offsets (flags {int(flag)})")
+        out = torch.empty(n, H, dtype=torch.int64)
+        if n == 0 or H == 0:
+            return out
+        self._check(self.lib.lm_cuda_minhash(ptr(h), m, ptr(off), n, ptr(a), ptr(b), H, precision, ptr(out), None),
+                    "minhash")
+        return out
+
+    def minhash_unvalidated(self, shingle_hashes, doc_offsets, a, b, precision=64):
+        """The kernel alone on possibly invalid offsets (memory safety: it must clamp, never fault)."""
+        n, H = doc_offsets.numel() - 1, a.numel()
+        out = torch.empty(n, H, dtype=torch.int64)
+        self._check(self.lib.lm_cuda_minhash(ptr(shingle_hashes), shingle_hashes.numel(), ptr(doc_offsets), n,
+                                             ptr(a), ptr(b), H, precision, ptr(out), None), "minhash")
+        return out

@@ -438,6 +438,12 @@ inline T atomicMax(T *p, T v) {
   *p = o < v ? v : o;
   return o;
 }
+template <typename T>
+inline T atomicMin(T *p, T v) {
+  T o = *p;
+  *p = v < o ? v : o;
+  return o;
+}
 template <typename A, typename B>
 inline std::common_type_t<A, B> min(A a, B b) {
   return a < b ? a : b;
