@@ -171,6 +171,18 @@ def main(argv=None):
             ("equal >=64KB", lambda: ops.equal(hoff, data, hoff, data_b), 2 * off_b(hoff) + 2 * hbytes + hn,
              "grid-wide segments"),
         ]
+    # MinHash (issue 12): signatures of ~100-shingle documents, 112 hash functions (datatrove's
+    # defaults), from 8-byte shingle hashes; bytes touched = hashes + offsets + the int64 signatures
+    mh_m = max(1, min(nbytes // 8, 1 << 24))
+    g2 = torch.Generator(device=dev).manual_seed(2)
+    mh_h = torch.randint(-2**63, 2**63 - 1, (mh_m,), device=dev, dtype=torch.int64, generator=g2)
+    mh_n = max(1, mh_m // 100)
+    mh_off = torch.linspace(0, mh_m, mh_n + 1, device=dev).round().long()
+    mh_a = torch.randint(1, 2**61 - 1, (112,), device=dev, dtype=torch.int64, generator=g2)
+    mh_b = torch.randint(0, 2**61 - 1, (112,), device=dev, dtype=torch.int64, generator=g2)
+    cases.append(("minhash", lambda: ops.minhash(mh_h, mh_off, mh_a, mh_b, 64),
+                  8 * mh_m + 8 * (mh_n + 1) + 8 * mh_n * 112,
+                  f"{mh_m} shingle hashes, {mh_n} docs x 112 permutations (compute-bound); 1 sync"))
     del lens
     for name, fn, touched, note in cases:
         t = timed(fn, args.warmup, args.repeats)
@@ -179,7 +191,7 @@ def main(argv=None):
         print(f"{name:<22}{t * 1e3:>10.3f}{touched / 1e9:>8.2f}{gbs:>10.1f}{gbs / copy_gbs:>9.2f}  {note}")
         if dev.type == "cuda":
             torch.cuda.empty_cache()
-    del data_b, gidx, mask, off64, hoff
+    del data_b, gidx, mask, off64, hoff, mh_h, mh_off
 
     if dev.type != "cuda":
         return write_json(args, results)
