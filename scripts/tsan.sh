@@ -21,13 +21,14 @@ JOBS=${JOBS:-2}
 #   Clean.BatchMatchesPerDocumentAndThreadInvariant
 #   Quality.BatchThreadInvarianceAndCounters
 #   PiiBatch.*                                1..8 threads, datatrove cycling
+#   BatchRunner.* / BatchPlan.* / ParallelTasks.*  the batch runner, its plans and dynamic scheduling
 #   PiiLimits.*                               refused documents on 2 threads
 #   Dedup.BatchRunKeepsFirstOccurrenceInOrder hashing on several threads
 #   FusedPipeline.ThreadCountInvariance / .WalStateMatchesChainAndReopens
 #                                             the fused pipeline on 1..8 threads (its other
 #                                             tests repeat the same paths and take ~3.5 min
 #                                             more under TSan: LM_TSAN_FILTER='FusedPipeline.*')
-FILTER=${LM_TSAN_FILTER:-'Threads.*:Parallel.*:Layout.OffsetsRoundTripOnRandomInput:Seeds/OpsRandom.*:Clean.BatchMatchesPerDocumentAndThreadInvariant:Quality.BatchThreadInvarianceAndCounters:PiiBatch.*:BatchRunner.*:PiiLimits.*:Dedup.BatchRunKeepsFirstOccurrenceInOrder:FusedPipeline.ThreadCountInvariance:FusedPipeline.WalStateMatchesChainAndReopens'}
+FILTER=${LM_TSAN_FILTER:-'Threads.*:Parallel.*:Layout.OffsetsRoundTripOnRandomInput:Seeds/OpsRandom.*:Clean.BatchMatchesPerDocumentAndThreadInvariant:Quality.BatchThreadInvarianceAndCounters:PiiBatch.*:BatchRunner.*:BatchPlan.*:ParallelTasks.*:PiiLimits.*:Dedup.BatchRunKeepsFirstOccurrenceInOrder:FusedPipeline.ThreadCountInvariance:FusedPipeline.WalStateMatchesChainAndReopens'}
 
 echo "== TSan: building the GoogleTest suite in $BUILD"
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLM_TSAN=ON -DLM_BUILD_BENCH=OFF >/dev/null

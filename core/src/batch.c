@@ -119,7 +119,7 @@ lm_status lm_batch_plan_make(lm_batch_plan *p, const int64_t *prefix, size_t n, 
     size_t by = exec->min_items_per_thread ? n / exec->min_items_per_thread : total / LM_BATCH_MIN_THREAD_BYTES;
     if (by < workers) workers = by ? by : 1;
   }
-  size_t target = total / (workers * 8);
+  size_t target = total / (workers * 32);
   if (target > LM_BATCH_MAX_RANGE_BYTES) target = LM_BATCH_MAX_RANGE_BYTES;
   if (!(exec && exec->min_items_per_thread) && target < LM_BATCH_MIN_RANGE_BYTES) target = LM_BATCH_MIN_RANGE_BYTES;
   if (!target) target = 1;
@@ -289,6 +289,10 @@ lm_status lm_batch_run_ex(const lm_batch_stage *vt, const lm_batch_opts *opts, v
   lm_batch_plan_init(&plan);
   st = lm_batch_plan_make(&plan, docs->offsets, n, exec, vt->grain);
   if (st) return st;
+  if (opts && opts->pre_doc && plan.nworkers == 1 && plan.nranges > 1) {
+    plan.start[1] = n; /* one worker: one range, no counting pass needed */
+    plan.nranges = 1;
+  }
   size_t nr = plan.nranges, cs = vt->counters_size;
   lm_batch_pool local = {NULL, 0};
   lm_batch_pool *pool = opts && opts->pool ? opts->pool : &local;

@@ -3,6 +3,7 @@
 
 #include <pthread.h>
 #include <stdint.h>
+#include <time.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -83,10 +84,36 @@ typedef struct {
   size_t worker;
   lm_status first; /* status of this worker's failed task */
   size_t first_task;
+  int timed;
+  double busy; /* thread CPU seconds (stats hook only) */
 } lm_worker;
+
+static _Atomic(lm_parallel_stats_hook) g_stats_hook;
+static void *_Atomic g_stats_arg;
+
+void lm_parallel_set_stats_hook(lm_parallel_stats_hook hook, void *arg) {
+  atomic_store(&g_stats_arg, arg);
+  atomic_store(&g_stats_hook, hook);
+}
+
+static double thread_cpu(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static void *lm_worker_loop(lm_worker *w);
 
 static void *lm_worker_main(void *arg) {
   lm_worker *w = (lm_worker *)arg;
+  if (!w->timed) return lm_worker_loop(w);
+  double c0 = thread_cpu();
+  lm_worker_loop(w);
+  w->busy = thread_cpu() - c0;
+  return NULL;
+}
+
+static void *lm_worker_loop(lm_worker *w) {
   lm_pool_run *r = w->run;
   for (;;) {
     if (atomic_load_explicit(&r->failed, memory_order_relaxed) != SIZE_MAX) break;
@@ -111,12 +138,16 @@ lm_status lm_parallel_tasks(size_t nworkers, size_t ntasks, lm_task_fn fn, void 
   if (ntasks == 0) return LM_OK;
   if (nworkers > LM_MAX_THREADS) nworkers = LM_MAX_THREADS;
   if (nworkers > ntasks) nworkers = ntasks;
+  lm_parallel_stats_hook hook = atomic_load(&g_stats_hook);
   if (nworkers <= 1) {
-    for (size_t t = 0; t < ntasks; t++) {
-      lm_status s = fn(ctx, 0, t);
-      if (s) return s;
+    double c0 = hook ? thread_cpu() : 0;
+    lm_status s = LM_OK;
+    for (size_t t = 0; t < ntasks && !s; t++) s = fn(ctx, 0, t);
+    if (hook) {
+      double busy = thread_cpu() - c0;
+      hook(atomic_load(&g_stats_arg), 1, &busy);
     }
-    return LM_OK;
+    return s;
   }
   lm_pool_run run;
   run.fn = fn;
@@ -127,11 +158,16 @@ lm_status lm_parallel_tasks(size_t nworkers, size_t ntasks, lm_task_fn fn, void 
   lm_worker ws[LM_MAX_THREADS];
   pthread_t tids[LM_MAX_THREADS];
   int started[LM_MAX_THREADS];
-  for (size_t i = 0; i < nworkers; i++) ws[i] = (lm_worker){&run, i, LM_OK, SIZE_MAX};
+  for (size_t i = 0; i < nworkers; i++) ws[i] = (lm_worker){&run, i, LM_OK, SIZE_MAX, hook != NULL, 0.0};
   for (size_t i = 1; i < nworkers; i++) started[i] = pthread_create(&tids[i], NULL, lm_worker_main, &ws[i]) == 0;
   lm_worker_main(&ws[0]);
   for (size_t i = 1; i < nworkers; i++)
     if (started[i]) pthread_join(tids[i], NULL);
+  if (hook) {
+    double busy[LM_MAX_THREADS];
+    for (size_t i = 0; i < nworkers; i++) busy[i] = ws[i].busy;
+    hook(atomic_load(&g_stats_arg), nworkers, busy);
+  }
   lm_status first = LM_OK;
   size_t first_task = SIZE_MAX;
   for (size_t i = 0; i < nworkers; i++)

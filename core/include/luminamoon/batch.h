@@ -118,7 +118,7 @@ lm_status lm_batch_run(const lm_batch_stage *vt, void *stage, const lm_docs *doc
  *   workers = exec->num_threads (<= 1: one; at most 256), then
  *     with exec->min_items_per_thread > 0: at most n / min_items_per_thread;
  *     with 0 (the default): at most total weight / LM_BATCH_MIN_THREAD_BYTES;
- *   target range weight = total / (workers * 8) (so each worker gets ~8 ranges
+ *   target range weight = total / (workers * 32) (each worker gets ~32 ranges
  *     to balance), at most LM_BATCH_MAX_RANGE_BYTES and, by default, at least
  *     LM_BATCH_MIN_RANGE_BYTES; a range holds at most `max_items` items (0: 256)
  *     and at least one; a document heavier than the target gets a range of its
@@ -185,7 +185,8 @@ void lm_batch_pool_free(lm_batch_pool *p);
  * and scheduled dynamically; scratch is created once per worker (lazily, by
  * the worker that needs it) and destroyed at the end of the call.
  *   pre_doc / pre_done (both NULL or both set): a counting pass that runs
- *     before the main pass when the batch has more than one range: pre_doc
+ *     before the main pass when the batch runs on more than one worker (on
+ *     one worker the whole batch is one range and it is skipped): pre_doc
  *     sees every document with its range's counters (zeroed first); then
  *     pre_done(stage, counters, nranges) runs in the calling thread with all
  *     ranges' counters in range order and prepares them for the main pass

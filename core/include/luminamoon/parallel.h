@@ -41,6 +41,16 @@ lm_status lm_parallel_for(const lm_exec *exec, size_t n, lm_range_fn fn, void *c
 typedef lm_status (*lm_task_fn)(void *ctx, size_t worker, size_t task);
 lm_status lm_parallel_tasks(size_t nworkers, size_t ntasks, lm_task_fn fn, void *ctx);
 
+/* Benchmark hook (NULL by default; set it only while no parallel call runs):
+ * after every lm_parallel_tasks call, hook(arg, nworkers, busy) runs in the
+ * calling thread with the CPU seconds (CLOCK_THREAD_CPUTIME_ID) each worker
+ * spent taking and running tasks.  A benchmark on a shared machine uses it to
+ * compute the critical path of a run (serial CPU + the busiest worker of each
+ * parallel call), which contention from other processes does not distort. */
+#define LM_PARALLEL_STATS_HOOK 1
+typedef void (*lm_parallel_stats_hook)(void *arg, size_t nworkers, const double *busy);
+void lm_parallel_set_stats_hook(lm_parallel_stats_hook hook, void *arg);
+
 /* The number of online CPUs (>= 1). */
 int lm_cpu_count(void);
 

@@ -1,0 +1,182 @@
+/* bench_fused_threads — FusedPipeline (clean -> quality -> [dedup] -> PII
+ * datatrove) on 1 and 2 threads over a documents file, in batches.
+ *
+ * Usage: bench_fused_threads DOCS_FILE [batch=4096] [rounds=3] [dedup=0] [threads=1,2]
+ *        bench_fused_threads --heavy-tiny DOCS_FILE [rounds=3]
+ *
+ * DOCS_FILE: little-endian u64 n, int64 offsets[n + 1], then the payload
+ * (write it from the corpus with a few lines of Python: see bench_stages.py).
+ * Each round runs every thread count once, interleaved, with a fresh
+ * pipeline, and prints wall seconds, docs/s and the process CPU seconds used;
+ * the speed-up is per round (this machine is shared: print every round).
+ * With a core that has lm_parallel_set_stats_hook it also prints the 2-thread
+ * run's critical path: its serial CPU plus, for every parallel call, the CPU
+ * of its busiest worker; cpu(1 thread) / critical path is the speed-up two
+ * dedicated cores would give (load balance and serial parts; contention from
+ * other processes on a shared machine does not enter, memory bandwidth does
+ * only as far as it shows in CPU time).
+ * --heavy-tiny: 512 documents of ~100 KB (corpus text run together) then 512
+ * of ~100 B, one batch (issue 21 item 5).
+ * The same source builds against an older core for a before/after in one run.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "luminamoon/pipeline.h"
+
+static double now(int clock) {
+  struct timespec t;
+  clock_gettime(clock, &t);
+  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+typedef struct {
+  uint64_t n;
+  int64_t *off;
+  uint8_t *data;
+} corpus;
+
+static int load(const char *path, corpus *c) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return -1;
+  if (fread(&c->n, 8, 1, f) != 1) return -1;
+  c->off = (int64_t *)malloc((c->n + 1) * 8);
+  if (fread(c->off, 8, c->n + 1, f) != c->n + 1) return -1;
+  c->data = (uint8_t *)malloc((size_t)c->off[c->n] + 1);
+  if (fread(c->data, 1, (size_t)c->off[c->n], f) != (size_t)c->off[c->n]) return -1;
+  fclose(f);
+  return 0;
+}
+
+/* critical path (new core only): CPU of the busiest worker of each parallel call */
+static double g_busy_sum, g_busy_max;
+#ifdef LM_PARALLEL_STATS_HOOK
+static void stats(void *arg, size_t nw, const double *busy) {
+  (void)arg;
+  double mx = 0;
+  for (size_t i = 0; i < nw; i++) {
+    g_busy_sum += busy[i];
+    if (busy[i] > mx) mx = busy[i];
+  }
+  g_busy_max += mx;
+}
+#endif
+
+static double g_serial, g_imbalance; /* of the last run */
+
+static double run(const corpus *c, size_t batch, int threads, int dedup, double *cpu, double *crit) {
+  lm_cleaner *cl;
+  lm_quality *q;
+  lm_pii_masker *p;
+  lm_dedup *d = NULL;
+  lm_pii_params pp;
+  lm_pii_params_default(&pp, LM_PII_MODE_DATATROVE);
+  if (lm_cleaner_create(NULL, &cl) || lm_quality_create(NULL, &q) || lm_pii_create(&pp, &p)) exit(2);
+  if (dedup) {
+    lm_dedup_params dp;
+    lm_dedup_params_default(&dp);
+    if (lm_dedup_create(&dp, &d)) exit(2);
+  }
+  lm_fused_stages st = {cl, q, d, p};
+  lm_fused *f;
+  if (lm_fused_create(&st, &f)) exit(2);
+  lm_batch_result r;
+  lm_batch_result_init(&r);
+  lm_exec ex = {threads, 0};
+  g_busy_sum = g_busy_max = 0;
+#ifdef LM_PARALLEL_STATS_HOOK
+  lm_parallel_set_stats_hook(stats, NULL);
+#endif
+  double c0 = now(CLOCK_PROCESS_CPUTIME_ID), t0 = now(CLOCK_MONOTONIC);
+  for (size_t b = 0; b < c->n; b += batch) {
+    size_t e = b + batch < c->n ? b + batch : c->n;
+    lm_docs docs = {c->off + b, c->data, e - b, (size_t)c->off[c->n]};
+    lm_status s = lm_fused_run(f, &docs, &r, &ex);
+    if (s) {
+      fprintf(stderr, "lm_fused_run: %d\n", (int)s);
+      exit(2);
+    }
+  }
+  double t = now(CLOCK_MONOTONIC) - t0;
+  *cpu = now(CLOCK_PROCESS_CPUTIME_ID) - c0;
+  /* serial CPU (outside parallel calls) + the busiest worker of each call; 0 without the hook */
+  *crit = g_busy_max > 0 ? *cpu - g_busy_sum + g_busy_max : 0;
+  g_serial = *cpu - g_busy_sum;
+  g_imbalance = g_busy_max - g_busy_sum / threads;
+#ifdef LM_PARALLEL_STATS_HOOK
+  lm_parallel_set_stats_hook(NULL, NULL);
+#endif
+  lm_batch_result_free(&r);
+  lm_fused_destroy(f);
+  lm_cleaner_destroy(cl);
+  lm_quality_destroy(q);
+  lm_pii_destroy(p);
+  lm_dedup_destroy(d);
+  return t;
+}
+
+/* 512 x ~100 KB of corpus text, then 512 x ~100 B */
+static void heavy_tiny(const corpus *src, corpus *c) {
+  size_t cap = 512 * 100000 + 512 * 100 + 16;
+  c->data = (uint8_t *)malloc(cap);
+  c->off = (int64_t *)malloc(1025 * 8);
+  c->n = 1024;
+  c->off[0] = 0;
+  size_t pos = 0, k = 0;
+  for (int i = 0; i < 1024; i++) {
+    size_t want = i < 512 ? 100000 : 100, got = 0;
+    while (got < want) {
+      size_t len = (size_t)(src->off[k + 1] - src->off[k]);
+      if (len > want - got) len = want - got;
+      memcpy(c->data + pos + got, src->data + src->off[k], len);
+      got += len;
+      k = (k + 7919) % src->n;
+    }
+    pos += want;
+    c->off[i + 1] = (int64_t)pos;
+  }
+}
+
+int main(int argc, char **argv) {
+  int ht = argc > 1 && strcmp(argv[1], "--heavy-tiny") == 0;
+  int a = ht ? 2 : 1;
+  if (argc <= a) {
+    fprintf(stderr, "usage: bench_fused_threads [--heavy-tiny] DOCS_FILE [batch] [rounds] [dedup]\n");
+    return 2;
+  }
+  corpus c;
+  if (load(argv[a], &c)) {
+    fprintf(stderr, "cannot read %s\n", argv[a]);
+    return 2;
+  }
+  size_t batch = ht ? 1024 : (argc > a + 1 ? (size_t)atol(argv[a + 1]) : 4096);
+  int rounds = argc > a + 2 ? atoi(argv[a + 2]) : 3;
+  int dedup = argc > a + 3 ? atoi(argv[a + 3]) : 0;
+  if (ht) {
+    corpus h;
+    heavy_tiny(&c, &h);
+    c = h;
+  }
+  double mb = (double)(c.off[c.n] - c.off[0]) / 1e6;
+  printf("%s: %llu docs, %.1f MB, batch %zu, dedup %d\n", ht ? "heavy-then-tiny" : argv[a], (unsigned long long)c.n,
+         mb, batch, dedup);
+  for (int r = 0; r < rounds; r++) {
+    double cpu1, cpu2, crit1, crit2;
+    double t1 = run(&c, batch, 1, dedup, &cpu1, &crit1);
+    double t2 = run(&c, batch, 2, dedup, &cpu2, &crit2);
+    printf("round %d: 1 thread %.3f s (%.0f docs/s, %.1f MB/s, cpu %.2f s) | 2 threads %.3f s (%.0f docs/s, "
+           "%.1f MB/s, cpu %.2f s, critical path %.2f s) | wall speed-up %.2fx | cpu(1 thread) / critical "
+           "path(2) %.2fx\n",
+           r + 1, t1, c.n / t1, mb / t1, cpu1, t2, c.n / t2, mb / t2, cpu2, crit2, t1 / t2,
+           crit2 > 0 ? cpu1 / crit2 : 0.0);
+    if (crit2 > 0)
+      printf("         2 threads: serial cpu %.3f s, imbalance (busiest worker - mean, summed) %.3f s\n", g_serial,
+             g_imbalance);
+    fflush(stdout);
+  }
+  return 0;
+}
