@@ -19,6 +19,7 @@ static inline int is_anchor(uint8_t c) {
 
 /* The next anchor at or after i (n if none). */
 static size_t next_anchor(const uint8_t *s, size_t n, size_t i) {
+  if (i < n && is_anchor(s[i])) return i; /* dense anchors ("((((", digits): no vector setup */
 #if defined(__SSE2__)
   const __m128i at = _mm_set1_epi8('@'), co = _mm_set1_epi8(':'), pl = _mm_set1_epi8('+'),
                 pa = _mm_set1_epi8('('), zero = _mm_set1_epi8('0'), nine = _mm_set1_epi8(9);
@@ -752,6 +753,9 @@ int lm_pii_scan_strict(const lm_pii_masker *m, const uint8_t *s, size_t n, lm_pi
     } else if (c == '+') {
       if ((T & (1u << LM_PII_PHONE)) && (en = parse_intl_phone(s, n, i)) != 0) type = LM_PII_PHONE;
     } else if (c == '(') {
+      /* in a run of '(' only the last can open "(NNN)": skip to it */
+      while (i + 1 < n && s[i + 1] == '(') i++;
+      st = i;
       if ((T & (1u << LM_PII_PHONE)) && (en = parse_nanp_paren(s, n, i)) != 0) type = LM_PII_PHONE;
     } else {
       /* start of a digit run (the rest of a run is skipped below) */
