@@ -317,6 +317,8 @@ def main() -> None:
     ap.add_argument("--only-extra", action="store_true", help="only the retained-memory and dedup-growth rows")
     ap.add_argument("--dedup-entries", type=int, default=None, help="dedup growth target (default 10 M, quick 1 M)")
     ap.add_argument("--json", default=None, help="write all measurements here")
+    ap.add_argument("--jobs", type=int, default=1, help="children run at the same time (CPU time is measured, "
+                    "so 2 on 2 cores is fair; peak memory is per child)")
     ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     a = ap.parse_args()
 
@@ -356,20 +358,24 @@ def main() -> None:
     results = {}
     rows = []
     if not a.only_extra:
-        for stage in stages:
-            for inp in inputs:
-                timed_out = False
-                for size in sizes:
-                    if timed_out:
-                        results[(stage, inp, size)] = None
-                        continue
-                    r, _ = spawn(["measure", stage, inp, size], timeout)
-                    results[(stage, inp, size)] = r
-                    if r is None:
-                        timed_out = True
-                    msg = ("> %gs" % timeout) if r is None else r.get("error") or \
-                        f"{r['cpu_s'] / r['bytes'] * 1e9:.1f} ns/B, peak {r['peak_delta_kb'] * 1024 / r['bytes']:.1f} B/B"
-                    print(f"  {stage:10s} {inp:12s} {fmt_size(size):>6s}: {msg}", file=sys.stderr, flush=True)
+        def one_case(stage, inp):
+            timed_out = False
+            for size in sizes:  # smallest first: after a timeout the larger sizes are not tried
+                if timed_out:
+                    results[(stage, inp, size)] = None
+                    continue
+                r, _ = spawn(["measure", stage, inp, size], timeout)
+                results[(stage, inp, size)] = r
+                if r is None:
+                    timed_out = True
+                msg = ("> %gs" % timeout) if r is None else r.get("error") or \
+                    f"{r['cpu_s'] / r['bytes'] * 1e9:.1f} ns/B, peak {r['peak_delta_kb'] * 1024 / r['bytes']:.1f} B/B"
+                print(f"  {stage:10s} {inp:12s} {fmt_size(size):>6s}: {msg}", file=sys.stderr, flush=True)
+
+        from concurrent.futures import ThreadPoolExecutor
+        with ThreadPoolExecutor(max(1, a.jobs)) as ex:
+            for f in [ex.submit(one_case, st_, in_) for st_ in stages for in_ in inputs]:
+                f.result()
 
         def nspb(r):
             return r["cpu_s"] / r["bytes"] * 1e9
