@@ -390,9 +390,9 @@ def main() -> None:
                 ok = lambda r: r is not None and "error" not in r  # noqa: E731
                 if ok(mid) and ok(big) and mid["cpu_s"] > 0:
                     cells.append(f"{math.log(big['cpu_s'] / mid['cpu_s']) / math.log(big['bytes'] / mid['bytes']):.2f}")
-                elif ok(mid) and not ok(big):
-                    lower = math.log(timeout / max(mid["cpu_s"], 1e-9)) / math.log(sizes[2] / sizes[1])
-                    cells.append(f"> {lower:.2f}")
+                elif ok(mid) and not ok(big) and ok(rs[0]):  # timed out: the exponent of the smaller sizes
+                    e01 = math.log(mid["cpu_s"] / rs[0]["cpu_s"]) / math.log(mid["bytes"] / rs[0]["bytes"])
+                    cells.append(f"{e01:.2f} ({fmt_size(sizes[0])}->{fmt_size(sizes[1])})")
                 else:
                     cells.append("?")
                 norm = results.get((stage, "normal", sizes[2]))
