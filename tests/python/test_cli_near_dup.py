@@ -241,3 +241,33 @@ def test_stream_mode(sample, tmp_path):
 
     text = {r["id"]: r["text"] for r in recs}
     assert cluster_texts([text[i] for i in kept]).removed.size == 0
+
+
+def test_sigkill_anywhere_then_resume(sample, reference_out, tmp_path):
+    """kill -9 at several moments of a --near-dup cluster run (pass 1, clustering, pass 2:
+    wherever the delays land), each time continued with --resume: the output equals an
+    uninterrupted run's."""
+    import signal
+    import subprocess
+    import time
+
+    path, _ = sample
+    out = str(tmp_path / "o")
+    cmd = [sys.executable, "-m", "luminamoon", "run", path, "-o", out, *ARGS, "--resume"]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    kills = []
+    nd = os.path.join(out, ".luminamoon", "near_dup")
+    for delay in (1.5, 3.0, 4.5, 6.0, 8.0):
+        p = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(delay)
+        if p.poll() is None:
+            p.send_signal(signal.SIGKILL)
+            kills.append("pass 2" if os.path.exists(os.path.join(nd, "near_dup.json")) else
+                         "clustering" if os.path.exists(os.path.join(nd, "pass1.json")) else "pass 1")
+        p.wait()
+    print(f"\nkills landed in: {kills}")
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert kills
+    assert _parts(out) == _parts(reference_out)
+    assert _comparable(_stats(out)) == _comparable(_stats(reference_out))
