@@ -262,7 +262,9 @@ def format_summary(stats: Dict[str, Any], top: int = 12) -> str:
         if nd.get("mode") == "cluster":
             lines += ["", f"near-dup (cluster)  {nd.get('removed', 0):,} of {nd.get('signatures', 0):,} kept documents "
                       f"removed, {nd.get('clusters', 0):,} clusters, {nd.get('pairs', 0):,} pairs; clustering peak "
-                      f"{_human_bytes(nd.get('peak_bytes', 0))} ({nd.get('bytes_per_doc', 0):.0f} B/doc)"]
+                      f"{_human_bytes(nd.get('peak_bytes', 0))} ({nd.get('bytes_per_doc', 0):.0f} B/doc)",
+                      f"                    before this pass: signatures {nd.get('pass1_seconds') or 0:.1f} s, "
+                      f"clustering {nd.get('seconds', 0):.1f} s (not in the time above)"]
         elif nd.get("mode") == "stream":
             bi = nd.get("band_index", {})
             lines += ["", f"near-dup (stream)   {nd.get('removed', 0):,} removed" +
@@ -308,7 +310,7 @@ def _family(reason: str) -> str:
 
 
 # ---------------------------------------------------------------- the picture
-_COLORS = {"kept": "#2a9d8f", "duplicate": "#e76f51", "empty": "#8d99ae", "too_large": "#6c757d",
+_COLORS = {"kept": "#2a9d8f", "duplicate": "#e76f51", "near_duplicate": "#b5179e", "empty": "#8d99ae", "too_large": "#6c757d",
            "gopher_repetition": "#f4a261", "gopher_quality": "#e9c46a", "c4": "#457b9d", "fineweb": "#9b5de5",
            "other": "#adb5bd"}
 
