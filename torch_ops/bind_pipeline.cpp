@@ -106,6 +106,25 @@ void bind_pipeline(py::module_ &m) {
              bool has[4] = {bool(f.cleaner), bool(f.quality), bool(f.dedup), bool(f.pii)};
              return counters_dict(c, has);
            })
+      .def("retained_bytes",
+           [](Fused &f) {
+             size_t b = 0;
+             std::lock_guard<std::mutex> lk(f.mu);
+             lm_fused_retained_bytes(f.obj, &b);
+             return py::int_(b);
+           })
+      .def("last_run",
+           [](Fused &f) {
+             lm_fused_run_info info;
+             {
+               std::lock_guard<std::mutex> lk(f.mu);
+               lm_fused_last_run(f.obj, &info);
+             }
+             py::dict d;
+             d["ranges"] = info.ranges1;
+             d["workers"] = info.workers1;
+             return d;
+           })
       .def("reset_counters", [](Fused &f) {
         std::lock_guard<std::mutex> lk(f.mu);
         lm_fused_reset_counters(f.obj);

@@ -414,6 +414,10 @@ static lm_status fused_run(lm_fused *f, const lm_docs *docs, lm_batch_result *ou
     for (size_t k = 0; k < nsurv; k++) B->prefix3[k + 1] = B->prefix3[k] + (int64_t)B->len[surv[k]];
     st = lm_batch_plan_make(&B->plan3, B->prefix3, nsurv, exec, LM_FUSED_MAX_DOCS);
     if (st) return st;
+    if (cycling && B->plan3.nworkers == 1 && B->plan3.nranges > 1) {
+      B->plan3.start[1] = nsurv; /* one worker: one range, no counting pass needed */
+      B->plan3.nranges = 1;
+    }
     nr3 = B->plan3.nranges;
     st = lm_batch_pool_get(&f->arenas3, nr3);
     if (st) return st;
