@@ -14,16 +14,20 @@ static lm_exec grain(const lm_exec *exec, size_t items) {
 
 #define SUF o32
 #define OFF_T int32_t
+#define UOFF_T uint32_t
 #define OFF_MAX INT32_MAX
 #include "ops_offsets_impl.h"
 #undef SUF
 #undef OFF_T
+#undef UOFF_T
 #undef OFF_MAX
 
 #define SUF o64
 #define OFF_T int64_t
+#define UOFF_T uint64_t
 #define OFF_MAX INT64_MAX
 #include "ops_offsets_impl.h"
 #undef SUF
 #undef OFF_T
+#undef UOFF_T
 #undef OFF_MAX

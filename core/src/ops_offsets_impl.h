@@ -7,106 +7,314 @@
 #define CTX(name) LM_CAT(SUF, LM_CAT(_ctx_, name))
 #define RNG(name) LM_CAT(SUF, LM_CAT(_range_, name))
 
-/* ---- prefix match */
+/* ---- element-wise ops: prefix_match, equal_scalar, equal, hash64.
+ *
+ * Each op checks the offsets it reads as it goes (the _checked forms): every
+ * element's pair (a, b) = (offsets[i], offsets[i + 1]) must satisfy
+ * 0 <= a <= b <= data_len, else the op returns LM_EINVAL.  Over all i that is
+ * exactly "non-negative, non-decreasing, last <= data_len", so no separate
+ * validation pass (or private copy of the offsets) is needed: a pair is read
+ * once into locals, checked, and only then used to address the payload, so a
+ * thread writing into the offsets while the op runs changes answers, never the
+ * bounds of what is read.
+ *
+ * Work goes in blocks of LM_OFF_BLOCK elements: pass 1 decides on the lengths
+ * and checks the pairs (branch-free, vectorised); pass 2 visits the candidates,
+ * re-reads and re-checks their pair, and compares bytes: up to 8 (16) bytes as
+ * one (two) unaligned words when that stays inside data, else memcmp.  Pass 2
+ * prefetches the payload of the element LM_OFF_AHEAD places on (long strings
+ * lie one cache miss apart). */
+#ifndef LM_OFF_COMMON
+#define LM_OFF_COMMON
+#define LM_OFF_BLOCK 1024
+#define LM_OFF_AHEAD 12
+static inline uint64_t lm_off_load64(const uint8_t *p) {
+  uint64_t w;
+  memcpy(&w, p, 8);
+  return w;
+}
+/* the low n bytes (1 <= n <= 8) of a little-endian word */
+static inline uint64_t lm_off_mask(uint64_t n) { return ~0ull >> (64 - 8 * n); }
+#if defined(__GNUC__)
+#define LM_OFF_PREFETCH(p) __builtin_prefetch((const void *)(p))
+#else
+#define LM_OFF_PREFETCH(p) ((void)0)
+#endif
+/* Do s[0..n) (inside data of dlen bytes, at offset a) and t[0..n) match?  t is
+ * readable for max(n, 8) bytes when tw/tm describe its first min(n, 8) bytes. */
+static inline int lm_off_prefix_eq(const uint8_t *data, uint64_t dlen, uint64_t a, const uint8_t *t, uint64_t n,
+                                   uint64_t tw, uint64_t tm) {
+  if (a + 8 <= dlen) {
+    if ((lm_off_load64(data + a) ^ tw) & tm) return 0;
+    return n <= 8 || memcmp(data + a + 8, t + 8, n - 8) == 0;
+  }
+  return memcmp(data + a, t, n) == 0;
+}
+#endif
+
 typedef struct {
   const OFF_T *off;
   const uint8_t *data, *p;
-  size_t plen;
+  uint64_t dlen, plen;
+  uint64_t pw, pm; /* the first min(plen, 8) bytes of p as a word, and their mask */
+  int exact;       /* 0: prefix (len >= plen), 1: equality (len == plen) */
   uint8_t *out;
 } CTX(prefix);
 
-/* Pass 1 decides on the lengths alone (vectorised: restrict, no branches);
- * pass 2 compares the bytes of the few candidates. */
-static void LM_CAT(SUF, _len_ge)(const OFF_T *restrict off, uint8_t *restrict out, size_t begin, size_t end,
-                                 uint64_t plen) {
-  for (size_t i = begin; i < end; i++) out[i] = (uint64_t)(off[i + 1] - off[i]) >= plen;
+/* Pass 1 of one block (equality): out[i] = the pair is valid and its length is
+ * plen; returns non-zero when some pair in the block is invalid.  Unsigned
+ * compares of one width (a <= z <= lim as unsigned also rules out a < 0, as
+ * lim <= OFF_MAX), so the loop vectorises. */
+static int LM_CAT(SUF, _len_eq)(const OFF_T *restrict off, uint8_t *restrict out, size_t b0, size_t b1, UOFF_T lim,
+                                UOFF_T plen) {
+  UOFF_T bad = 0;
+  for (size_t i = b0; i < b1; i++) {
+    const UOFF_T a = (UOFF_T)off[i], z = (UOFF_T)off[i + 1];
+    const UOFF_T ok = (UOFF_T)(a <= z) & (UOFF_T)(z <= lim);
+    bad |= ok ^ 1u;
+    out[i] = (uint8_t)(ok & (UOFF_T)(z - a == plen));
+  }
+  return bad != 0;
 }
 
-static void LM_CAT(SUF, _len_eq)(const OFF_T *restrict off, uint8_t *restrict out, size_t begin, size_t end,
-                                 uint64_t len) {
-  for (size_t i = begin; i < end; i++) out[i] = (uint64_t)(off[i + 1] - off[i]) == len;
+/* Slow path of one element (near the end of data, or a long prefix): 1/0, or -1 for an invalid pair. */
+static int LM_CAT(SUF, _one)(const OFF_T *off, size_t i, const uint8_t *d, uint64_t dlen, UOFF_T lim,
+                             const uint8_t *p, uint64_t plen, int exact, uint64_t pw, uint64_t pm) {
+  const UOFF_T a = (UOFF_T)off[i], z = (UOFF_T)off[i + 1]; /* read once, checked, used */
+  if (!(a <= z && z <= lim)) return -1;
+  const uint64_t len = (uint64_t)(z - a);
+  if (exact ? len != plen : len < plen) return 0;
+  return plen == 0 || lm_off_prefix_eq(d, dlen, (uint64_t)a, p, plen, pw, pm);
 }
 
 static lm_status RNG(prefix)(void *ctx, size_t begin, size_t end) {
   const CTX(prefix) *c = ctx;
-  LM_CAT(SUF, _len_ge)(c->off, c->out, begin, end, c->plen);
-  if (c->plen == 0) return LM_OK;
-  for (size_t i = begin; i < end; i++)
-    if (c->out[i]) c->out[i] = memcmp(c->data + c->off[i], c->p, c->plen) == 0;
+  const OFF_T *off = c->off;
+  const uint8_t *d = c->data;
+  uint8_t *out = c->out;
+  const uint64_t dlen = c->dlen, plen = c->plen, pw = c->pw, pm = c->pm;
+  const UOFF_T lim = dlen > (uint64_t)OFF_MAX ? (UOFF_T)OFF_MAX : (UOFF_T)dlen;
+  if (plen > (uint64_t)OFF_MAX) { /* longer than any string: only the pairs to check */
+    for (size_t b0 = begin; b0 < end; b0 += LM_OFF_BLOCK) {
+      const size_t b1 = end - b0 < LM_OFF_BLOCK ? end : b0 + LM_OFF_BLOCK;
+      if (LM_CAT(SUF, _len_eq)(off, out, b0, b1, lim, (UOFF_T)0)) return LM_EINVAL;
+      memset(out + b0, 0, b1 - b0);
+    }
+    return LM_OK;
+  }
+  const UOFF_T pl = (UOFF_T)plen;
+  if (!c->exact && plen <= 8 && dlen >= 8) {
+    /* prefixes of up to 8 bytes: one branch-free pass, one unaligned word per string
+     * (the strings starting in the last 8 bytes of data take the slow path). */
+    const uint64_t wlim = dlen - 8;
+    for (size_t i = begin; i < end; i++) {
+      const UOFF_T a = (UOFF_T)off[i], z = (UOFF_T)off[i + 1];
+      const int ok = (a <= z) & (z <= lim);
+      const int fits = ok & ((uint64_t)a <= wlim);
+      const uint64_t w = lm_off_load64(d + (fits ? (uint64_t)a : 0));
+      if (fits) {
+        out[i] = (uint8_t)((z - a >= pl) & (((w ^ pw) & pm) == 0));
+      } else {
+        const int r = LM_CAT(SUF, _one)(off, i, d, dlen, lim, c->p, plen, 0, pw, pm);
+        if (r < 0) return LM_EINVAL;
+        out[i] = (uint8_t)r;
+      }
+    }
+    return LM_OK;
+  }
+  for (size_t b0 = begin; b0 < end; b0 += LM_OFF_BLOCK) {
+    const size_t b1 = end - b0 < LM_OFF_BLOCK ? end : b0 + LM_OFF_BLOCK;
+    if (c->exact) {
+      /* equality: lengths first (4 or 8 bytes a string), then the few candidates */
+      if (LM_CAT(SUF, _len_eq)(off, out, b0, b1, lim, pl)) return LM_EINVAL;
+      if (plen == 0) continue;
+      /* the candidates' indices, gathered without a branch on out[i] (a branch there
+       * mispredicts for every candidate when, as with words, one string in ten has the
+       * scalar's length), then compared */
+      uint16_t cand[LM_OFF_BLOCK];
+      size_t nc = 0;
+      for (size_t i = b0; i < b1; i++) {
+        cand[nc] = (uint16_t)(i - b0);
+        nc += out[i];
+      }
+      for (size_t k = 0; k < nc; k++) {
+        const size_t i = b0 + cand[k];
+        const UOFF_T a = (UOFF_T)off[i], z = (UOFF_T)off[i + 1]; /* re-read: checked before use */
+        if (!((a <= z) & (z <= lim))) return LM_EINVAL;
+        if (plen <= 8 && (uint64_t)a + 8 <= dlen) {
+          out[i] = (uint8_t)((z - a == pl) & (((lm_off_load64(d + a) ^ pw) & pm) == 0));
+        } else {
+          out[i] = (uint8_t)(z - a == pl && lm_off_prefix_eq(d, dlen, (uint64_t)a, c->p, plen, pw, pm));
+        }
+      }
+    } else {
+      /* long prefixes: one element at a time, the payload LM_OFF_AHEAD strings on prefetched */
+      for (size_t i = b0; i < b1; i++) {
+        if (i + LM_OFF_AHEAD < b1) LM_OFF_PREFETCH((uintptr_t)d + (uint64_t)(UOFF_T)off[i + LM_OFF_AHEAD]);
+        const int r = LM_CAT(SUF, _one)(off, i, d, dlen, lim, c->p, plen, 0, pw, pm);
+        if (r < 0) return LM_EINVAL;
+        out[i] = (uint8_t)r;
+      }
+    }
+  }
   return LM_OK;
 }
 
-lm_status FN(prefix_match)(const OFF_T *offsets, size_t n, const uint8_t *data, const uint8_t *prefix,
-                           size_t plen, uint8_t *out, const lm_exec *exec) {
-  if (!offsets || (n && !out) || (plen && !prefix)) return LM_EINVAL;
-  CTX(prefix) c = {offsets, data, prefix, plen, out};
+static lm_status LM_CAT(SUF, _match)(const OFF_T *offsets, size_t n, const uint8_t *data, size_t data_len,
+                                     const uint8_t *prefix, size_t plen, int exact, uint8_t *out,
+                                     const lm_exec *exec) {
+  if (!offsets || (n && !out) || (plen && !prefix) || (data_len && !data)) return LM_EINVAL;
+  if (n == 0) return offsets[0] >= 0 && (uint64_t)offsets[0] <= (uint64_t)data_len ? LM_OK : LM_EINVAL;
+  /* the prefix's first bytes as one word; p is read for max(plen, 8) bytes, so copy a short one */
+  uint8_t head[8] = {0};
+  const size_t k = plen < 8 ? plen : 8;
+  if (k) memcpy(head, prefix, k);
+  uint64_t pw = 0, pm = 0;
+  if (k) {
+    pm = lm_off_mask(k);
+    pw = lm_off_load64(head) & pm;
+  }
+  CTX(prefix) c = {offsets, data, prefix, (uint64_t)data_len, (uint64_t)plen, pw, pm, exact, out};
   lm_exec e = grain(exec, 32768);
   return lm_parallel_for(&e, n, RNG(prefix), &c);
 }
 
-/* ---- equal scalar */
-static lm_status RNG(eqs)(void *ctx, size_t begin, size_t end) {
-  const CTX(prefix) *c = ctx;
-  LM_CAT(SUF, _len_eq)(c->off, c->out, begin, end, c->plen);
-  if (c->plen == 0) return LM_OK;
-  for (size_t i = begin; i < end; i++)
-    if (c->out[i]) c->out[i] = memcmp(c->data + c->off[i], c->p, c->plen) == 0;
-  return LM_OK;
+lm_status FN(prefix_match_checked)(const OFF_T *offsets, size_t n, const uint8_t *data, size_t data_len,
+                                   const uint8_t *prefix, size_t plen, uint8_t *out, const lm_exec *exec) {
+  return LM_CAT(SUF, _match)(offsets, n, data, data_len, prefix, plen, 0, out, exec);
+}
+
+lm_status FN(equal_scalar_checked)(const OFF_T *offsets, size_t n, const uint8_t *data, size_t data_len,
+                                   const uint8_t *s, size_t slen, uint8_t *out, const lm_exec *exec) {
+  return LM_CAT(SUF, _match)(offsets, n, data, data_len, s, slen, 1, out, exec);
+}
+
+/* The unchecked forms trust validated offsets: offsets[n] bounds the payload. */
+static size_t LM_CAT(SUF, _trusted_len)(const OFF_T *offsets, size_t n) {
+  return offsets && offsets[n] > 0 ? (size_t)offsets[n] : 0;
+}
+
+lm_status FN(prefix_match)(const OFF_T *offsets, size_t n, const uint8_t *data, const uint8_t *prefix,
+                           size_t plen, uint8_t *out, const lm_exec *exec) {
+  return LM_CAT(SUF, _match)(offsets, n, data, LM_CAT(SUF, _trusted_len)(offsets, n), prefix, plen, 0, out, exec);
 }
 
 lm_status FN(equal_scalar)(const OFF_T *offsets, size_t n, const uint8_t *data, const uint8_t *s, size_t slen,
                            uint8_t *out, const lm_exec *exec) {
-  if (!offsets || (n && !out) || (slen && !s)) return LM_EINVAL;
-  CTX(prefix) c = {offsets, data, s, slen, out};
-  lm_exec e = grain(exec, 32768);
-  return lm_parallel_for(&e, n, RNG(eqs), &c);
+  return LM_CAT(SUF, _match)(offsets, n, data, LM_CAT(SUF, _trusted_len)(offsets, n), s, slen, 1, out, exec);
 }
 
 /* ---- equal */
 typedef struct {
   const OFF_T *oa, *ob;
   const uint8_t *da, *db;
+  uint64_t la, lb;
   uint8_t *out;
 } CTX(eq);
 
+/* One pass: both pairs read once and checked; strings of up to 16 bytes whose 16
+ * bytes lie inside both payloads compare as two masked words (no branch on the
+ * answer); others (long, or near the end of a payload) take memcmp when the
+ * lengths match. */
 static lm_status RNG(eq)(void *ctx, size_t begin, size_t end) {
   const CTX(eq) *c = ctx;
+  const OFF_T *oa = c->oa, *ob = c->ob;
+  const uint8_t *da = c->da, *db = c->db;
+  uint8_t *out = c->out;
+  const uint64_t dla = c->la, dlb = c->lb;
+  const UOFF_T lima = dla > (uint64_t)OFF_MAX ? (UOFF_T)OFF_MAX : (UOFF_T)dla;
+  const UOFF_T limb = dlb > (uint64_t)OFF_MAX ? (UOFF_T)OFF_MAX : (UOFF_T)dlb;
+  const uint64_t wa = dla >= 16 ? dla - 16 : 0, wb = dlb >= 16 ? dlb - 16 : 0;
+  const int words = dla >= 16 && dlb >= 16;
   for (size_t i = begin; i < end; i++) {
-    size_t la = (size_t)(c->oa[i + 1] - c->oa[i]), lb = (size_t)(c->ob[i + 1] - c->ob[i]);
-    c->out[i] = la == lb && (la == 0 || memcmp(c->da + c->oa[i], c->db + c->ob[i], la) == 0);
+    if (i + LM_OFF_AHEAD < end) {
+      LM_OFF_PREFETCH((uintptr_t)da + (uint64_t)(UOFF_T)oa[i + LM_OFF_AHEAD]);
+      LM_OFF_PREFETCH((uintptr_t)db + (uint64_t)(UOFF_T)ob[i + LM_OFF_AHEAD]);
+    }
+    const UOFF_T a0 = (UOFF_T)oa[i], a1 = (UOFF_T)oa[i + 1], x0 = (UOFF_T)ob[i], x1 = (UOFF_T)ob[i + 1];
+    if (!((a0 <= a1) & (a1 <= lima) & (x0 <= x1) & (x1 <= limb))) return LM_EINVAL;
+    const uint64_t la = (uint64_t)(a1 - a0), lb = (uint64_t)(x1 - x0);
+    if (words & (la <= 16) & ((uint64_t)a0 <= wa) & ((uint64_t)x0 <= wb)) {
+      /* masks of the first k0 = min(la, 8) and k1 = la - k0 bytes; shifts of at most 32, no branch */
+      const uint64_t k0 = la < 8 ? la : 8, k1 = la - k0;
+      const uint64_t m0 = ~((~0ull << (4 * k0)) << (4 * k0));
+      const uint64_t m1 = ~((~0ull << (4 * k1)) << (4 * k1));
+      const uint64_t d0 = (lm_off_load64(da + a0) ^ lm_off_load64(db + x0)) & m0;
+      const uint64_t d1 = (lm_off_load64(da + a0 + 8) ^ lm_off_load64(db + x0 + 8)) & m1;
+      out[i] = (uint8_t)((la == lb) & ((d0 | d1) == 0));
+    } else {
+      out[i] = (uint8_t)(la == lb && (la == 0 || memcmp(da + a0, db + x0, la) == 0));
+    }
   }
   return LM_OK;
 }
 
-lm_status FN(equal)(const OFF_T *offsets_a, const uint8_t *data_a, const OFF_T *offsets_b, const uint8_t *data_b,
-                    size_t n, uint8_t *out, const lm_exec *exec) {
-  if (!offsets_a || !offsets_b || (n && !out)) return LM_EINVAL;
-  CTX(eq) c = {offsets_a, offsets_b, data_a, data_b, out};
+lm_status FN(equal_checked)(const OFF_T *offsets_a, const uint8_t *data_a, size_t len_a, const OFF_T *offsets_b,
+                            const uint8_t *data_b, size_t len_b, size_t n, uint8_t *out, const lm_exec *exec) {
+  if (!offsets_a || !offsets_b || (n && !out) || (len_a && !data_a) || (len_b && !data_b)) return LM_EINVAL;
+  if (n == 0)
+    return offsets_a[0] >= 0 && (uint64_t)offsets_a[0] <= (uint64_t)len_a && offsets_b[0] >= 0 &&
+                   (uint64_t)offsets_b[0] <= (uint64_t)len_b
+               ? LM_OK
+               : LM_EINVAL;
+  CTX(eq) c = {offsets_a, offsets_b, data_a, data_b, (uint64_t)len_a, (uint64_t)len_b, out};
   lm_exec e = grain(exec, 32768);
   return lm_parallel_for(&e, n, RNG(eq), &c);
 }
 
-/* ---- hash64 */
+lm_status FN(equal)(const OFF_T *offsets_a, const uint8_t *data_a, const OFF_T *offsets_b, const uint8_t *data_b,
+                    size_t n, uint8_t *out, const lm_exec *exec) {
+  if (!offsets_a || !offsets_b) return LM_EINVAL;
+  return FN(equal_checked)(offsets_a, data_a, LM_CAT(SUF, _trusted_len)(offsets_a, n), offsets_b, data_b,
+                           LM_CAT(SUF, _trusted_len)(offsets_b, n), n, out, exec);
+}
+
+/* ---- hash64: pass 1 checks a block's pairs into (pointer, length) lists, then
+ * lm_hash64_many hashes them grouped by XXH3's length class. */
 typedef struct {
   const OFF_T *off;
   const uint8_t *data;
+  uint64_t dlen;
   uint64_t seed;
   uint64_t *out;
 } CTX(hash);
 
 static lm_status RNG(hash)(void *ctx, size_t begin, size_t end) {
   const CTX(hash) *c = ctx;
-  for (size_t i = begin; i < end; i++)
-    c->out[i] = lm_hash64(c->data + c->off[i], (size_t)(c->off[i + 1] - c->off[i]), c->seed);
+  const OFF_T *off = c->off;
+  const UOFF_T lim = c->dlen > (uint64_t)OFF_MAX ? (UOFF_T)OFF_MAX : (UOFF_T)c->dlen;
+  static const uint8_t empty = 0;
+  const uint8_t *base = c->data ? c->data : &empty;
+  const uint8_t *ptrs[256];
+  size_t lens[256];
+  for (size_t b0 = begin; b0 < end; b0 += 256) {
+    const size_t m = end - b0 < 256 ? end - b0 : 256;
+    UOFF_T bad = 0;
+    for (size_t k = 0; k < m; k++) {
+      const UOFF_T a = (UOFF_T)off[b0 + k], z = (UOFF_T)off[b0 + k + 1];
+      bad |= (UOFF_T)((a <= z) & (z <= lim)) ^ 1u;
+      /* no select on the check (the block is refused whole before any use): vectorises */
+      ptrs[k] = (const uint8_t *)((uintptr_t)base + (uintptr_t)a);
+      lens[k] = (size_t)(z - a);
+    }
+    if (bad) return LM_EINVAL;
+    lm_hash64_many(ptrs, lens, m, c->seed, c->out + b0);
+  }
   return LM_OK;
+}
+
+lm_status FN(hash64_checked)(const OFF_T *offsets, size_t n, const uint8_t *data, size_t data_len, uint64_t seed,
+                             uint64_t *out, const lm_exec *exec) {
+  if (!offsets || (n && !out) || (data_len && !data)) return LM_EINVAL;
+  if (n == 0) return offsets[0] >= 0 && (uint64_t)offsets[0] <= (uint64_t)data_len ? LM_OK : LM_EINVAL;
+  CTX(hash) c = {offsets, data, (uint64_t)data_len, seed, out};
+  lm_exec e = grain(exec, 4096);
+  return lm_parallel_for(&e, n, RNG(hash), &c);
 }
 
 lm_status FN(hash64)(const OFF_T *offsets, size_t n, const uint8_t *data, uint64_t seed, uint64_t *out,
                      const lm_exec *exec) {
-  if (!offsets || (n && !out)) return LM_EINVAL;
-  CTX(hash) c = {offsets, data, seed, out};
-  lm_exec e = grain(exec, 4096);
-  return lm_parallel_for(&e, n, RNG(hash), &c);
+  return FN(hash64_checked)(offsets, n, data, LM_CAT(SUF, _trusted_len)(offsets, n), seed, out, exec);
 }
 
 /* ---- pad_bytes */

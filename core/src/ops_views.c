@@ -243,15 +243,26 @@ typedef struct {
   uint64_t *out;
 } hash_ctx;
 
+/* Blocks of 256: each view's fields are read once and its bytes checked into a
+ * (pointer, length) list, then lm_hash64_many hashes the list grouped by XXH3's
+ * length class (no mispredicted branch per short string). */
 static lm_status hash_range(void *arg, size_t begin, size_t end) {
   const hash_ctx *c = (const hash_ctx *)arg;
   uint64_t pad = 0;
-  for (size_t i = begin; i < end; i++) {
-    const view_fields f = fields_of(&c->views[i]);
-    const uint8_t *s = bytes_at(&c->views[i], f, c->p);
-    if (!s) return LM_ERANGE;
-    pad |= lm_sv_padding_bits(&c->views[i]);  /* the view's cache line is loaded already */
-    c->out[i] = lm_hash64(s, f.len, c->seed);
+  const uint8_t *ptrs[256];
+  size_t lens[256];
+  for (size_t b0 = begin; b0 < end; b0 += 256) {
+    const size_t m = end - b0 < 256 ? end - b0 : 256;
+    for (size_t k = 0; k < m; k++) {
+      const lm_string_view *v = &c->views[b0 + k];
+      const view_fields f = fields_of(v);
+      const uint8_t *s = bytes_at(v, f, c->p);
+      if (!s) return LM_ERANGE;
+      pad |= lm_sv_padding_bits(v); /* the view's cache line is loaded already */
+      ptrs[k] = s;
+      lens[k] = f.len;
+    }
+    lm_hash64_many(ptrs, lens, m, c->seed, c->out + b0);
   }
   return pad ? LM_ECORRUPT : LM_OK;
 }
@@ -262,4 +273,28 @@ lm_status lm_views_hash64(const lm_string_view *views, size_t n, const lm_payloa
   hash_ctx c = {views, p, seed, out};
   lm_exec e = grain_exec(exec, 4096);
   return lm_parallel_for(&e, n, hash_range, &c);
+}
+
+/* ------------------------------------------------------------ compaction */
+
+size_t lm_mask_count(const uint8_t *mask, size_t n) {
+  size_t k = 0;
+  if (!mask) return 0;
+  for (size_t i = 0; i < n; i++) k += mask[i] != 0;
+  return k;
+}
+
+lm_status lm_views_compact(const lm_string_view *views, size_t n, const uint8_t *mask, lm_string_view *out,
+                           size_t cap, size_t *written) {
+  if ((n && (!views || !mask)) || !written || !cap || !out) return LM_EINVAL;
+  /* branch-free: every view is stored at out[k] (clamped to the last slot) and k
+   * moves on when it is kept, so a random mask costs no mispredicted branch */
+  const size_t last = cap - 1;
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++) {
+    memcpy(&out[k < last ? k : last], &views[i], sizeof(lm_string_view));
+    k += mask[i] != 0;
+  }
+  *written = k;
+  return k <= last ? LM_OK : LM_ERANGE;
 }

@@ -616,3 +616,76 @@ TEST(Status, EveryCodeHasANameAndText) {
     EXPECT_STRNE(lm_status_str(lm_status(s)), "unknown status");
   }
 }
+
+// lm_hash64_many groups short strings by XXH3's length class: the same bits as one
+// XXH3_64bits_withSeed per string, for every length 0..300 in a shuffled order and
+// blocks of every size around the 256 of a block.
+TEST(Hash, ManyMatchesOneAtATime) {
+  std::mt19937_64 rng(11);
+  std::vector<uint8_t> bytes(400);
+  for (auto &b : bytes) b = uint8_t(rng());
+  std::vector<const uint8_t *> ptrs;
+  std::vector<size_t> lens;
+  for (int rep = 0; rep < 3; rep++)
+    for (size_t len = 0; len <= 300; len++) {
+      size_t at = size_t(rng() % 100);
+      ptrs.push_back(len ? bytes.data() + at : nullptr);
+      lens.push_back(len);
+    }
+  for (uint64_t seed : {uint64_t(0), uint64_t(1), ~uint64_t(0)}) {
+    for (size_t n : {size_t(0), size_t(1), size_t(255), size_t(256), size_t(257), ptrs.size()}) {
+      std::vector<uint64_t> out(n + 1, 0xdead);
+      lm_hash64_many(ptrs.data(), lens.data(), n, seed, out.data());
+      for (size_t i = 0; i < n; i++)
+        ASSERT_EQ(out[i], XXH3_64bits_withSeed(lens[i] ? (const void *)ptrs[i] : (const void *)"", lens[i], seed)) << i << " len " << lens[i];
+      ASSERT_EQ(out[n], 0xdeadu);
+    }
+  }
+}
+
+// The checked offsets ops refuse bad pairs (LM_EINVAL) wherever they are, and
+// compare strings that end exactly at the end of data (no slack to read words past).
+TEST(Ops, CheckedOffsetsOpsRefuseBadPairsAndReadNoFurther) {
+  const std::string s = "abcdefghij0123456789abcdefghij";
+  std::vector<int32_t> off = {0, 3, 10, 10, 30};
+  // data exactly 30 bytes, on the heap so ASan sees a read past it
+  std::unique_ptr<uint8_t[]> d(new uint8_t[30]);
+  std::memcpy(d.get(), s.data(), 30);
+  uint8_t out[4];
+  uint64_t h[4];
+  lm_exec e{1, 0};
+  ASSERT_EQ(lm_o32_prefix_match_checked(off.data(), 4, d.get(), 30, (const uint8_t *)"0123456789ab", 12, out, &e), LM_OK);
+  EXPECT_EQ(out[0] + 2 * out[1] + 4 * out[2] + 8 * out[3], 8);
+  ASSERT_EQ(lm_o32_equal_scalar_checked(off.data(), 4, d.get(), 30, (const uint8_t *)"0123456789abcdefghij", 20, out,
+                                        &e), LM_OK);
+  EXPECT_EQ(out[0] + 2 * out[1] + 4 * out[2] + 8 * out[3], 8);
+  ASSERT_EQ(lm_o32_equal_checked(off.data(), d.get(), 30, off.data(), d.get(), 30, 4, out, &e), LM_OK);
+  EXPECT_EQ(out[0] + out[1] + out[2] + out[3], 4);
+  ASSERT_EQ(lm_o32_hash64_checked(off.data(), 4, d.get(), 30, 5, h, &e), LM_OK);
+  EXPECT_EQ(h[3], XXH3_64bits_withSeed(s.data() + 10, 20, 5));
+  for (auto bad : {std::vector<int32_t>{0, 3, 2, 10, 30}, std::vector<int32_t>{-1, 3, 10, 10, 30},
+                   std::vector<int32_t>{0, 3, 10, 10, 31}}) {
+    EXPECT_EQ(lm_o32_prefix_match_checked(bad.data(), 4, d.get(), 30, (const uint8_t *)"a", 1, out, &e), LM_EINVAL);
+    EXPECT_EQ(lm_o32_equal_scalar_checked(bad.data(), 4, d.get(), 30, (const uint8_t *)"a", 1, out, &e), LM_EINVAL);
+    EXPECT_EQ(lm_o32_equal_checked(bad.data(), d.get(), 30, off.data(), d.get(), 30, 4, out, &e), LM_EINVAL);
+    EXPECT_EQ(lm_o32_hash64_checked(bad.data(), 4, d.get(), 30, 0, h, &e), LM_EINVAL);
+  }
+  int32_t past[1] = {31};
+  EXPECT_EQ(lm_o32_hash64_checked(past, 0, d.get(), 30, 0, h, &e), LM_EINVAL);
+}
+
+TEST(Ops, ViewsCompactKeepsMaskedViewsInOrder) {
+  std::vector<lm_string_view> v(10);
+  for (uint32_t i = 0; i < 10; i++) lm_sv_make(&v[i], (const uint8_t *)"0123456789" + i, 1, 0, 0);
+  const uint8_t mask[10] = {1, 0, 0, 1, 1, 0, 0, 0, 0, 1};
+  ASSERT_EQ(lm_mask_count(mask, 10), 4u);
+  std::vector<lm_string_view> out(5);
+  size_t w = 0;
+  ASSERT_EQ(lm_views_compact(v.data(), 10, mask, out.data(), 5, &w), LM_OK);
+  ASSERT_EQ(w, 4u);
+  EXPECT_EQ(out[0].prefix_or_inline[0], '0');
+  EXPECT_EQ(out[1].prefix_or_inline[0], '3');
+  EXPECT_EQ(out[2].prefix_or_inline[0], '4');
+  EXPECT_EQ(out[3].prefix_or_inline[0], '9');
+  EXPECT_EQ(lm_views_compact(v.data(), 10, mask, out.data(), 4, &w), LM_ERANGE);  // room for 3 only
+}

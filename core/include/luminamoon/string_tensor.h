@@ -183,6 +183,17 @@ lm_status lm_views_equal(const lm_string_view *a, const lm_payloads *pa, const l
 lm_status lm_views_hash64(const lm_string_view *views, size_t n, const lm_payloads *p, uint64_t seed,
                           uint64_t *out, const lm_exec *exec);
 
+/* The number of non-zero bytes of mask[0..n) (0 when mask is NULL). */
+size_t lm_mask_count(const uint8_t *mask, size_t n);
+/* Compaction of views (no payload access): out receives views[i] for every i
+ * with mask[i] != 0, in order; *written gets their number.  out has room for
+ * cap >= 1 views and cap must exceed the kept count by one (the loop stores
+ * every view, clamped to the last slot, so it has no branch on the mask): pass
+ * cap = lm_mask_count(mask, n) + 1.  LM_ERANGE when more than cap - 1 are kept
+ * (the mask changed since it was counted: out then holds cap - 1 of them). */
+lm_status lm_views_compact(const lm_string_view *views, size_t n, const uint8_t *mask, lm_string_view *out,
+                           size_t cap, size_t *written);
+
 /* ----------------------------------------------------- offsets-layout ops */
 /* The same operations on offsets + payload, for int32 (o32) and int64 (o64)
  * offsets.  Offsets must have been validated against data (see above). */
@@ -196,6 +207,22 @@ lm_status lm_views_hash64(const lm_string_view *views, size_t n, const lm_payloa
                              const uint8_t *data_b, size_t n, uint8_t *out, const lm_exec *exec);     \
   lm_status lm_##SUF##_hash64(const OFF_T *offsets, size_t n, const uint8_t *data, uint64_t seed,    \
                               uint64_t *out, const lm_exec *exec);                                    \
+  /* The same four ops checking the offsets as they read them (no validation pass is                  \
+   * needed first): LM_EINVAL unless 0 <= offsets[i] <= offsets[i+1] <= data_len for every i           \
+   * (out is then unspecified).  Each element's pair is read once, checked, then used, so a            \
+   * thread writing into `offsets` meanwhile changes results, never what memory is read. */            \
+  lm_status lm_##SUF##_prefix_match_checked(const OFF_T *offsets, size_t n, const uint8_t *data,     \
+                                            size_t data_len, const uint8_t *prefix, size_t plen,      \
+                                            uint8_t *out, const lm_exec *exec);                       \
+  lm_status lm_##SUF##_equal_scalar_checked(const OFF_T *offsets, size_t n, const uint8_t *data,     \
+                                            size_t data_len, const uint8_t *s, size_t slen,           \
+                                            uint8_t *out, const lm_exec *exec);                       \
+  lm_status lm_##SUF##_equal_checked(const OFF_T *offsets_a, const uint8_t *data_a, size_t len_a,    \
+                                     const OFF_T *offsets_b, const uint8_t *data_b, size_t len_b,     \
+                                     size_t n, uint8_t *out, const lm_exec *exec);                    \
+  lm_status lm_##SUF##_hash64_checked(const OFF_T *offsets, size_t n, const uint8_t *data,           \
+                                      size_t data_len, uint64_t seed, uint64_t *out,                  \
+                                      const lm_exec *exec);                                           \
   /* Byte-level tokens: row i = [bos] bytes... [eos] then pad; max_len columns;                       \
    * bos/eos < 0 mean none; content is truncated so bos and eos fit.                                  \
    * tokens has n*max_len int64, lengths n int64 (tokens that are not padding). */                     \
