@@ -182,3 +182,21 @@ def test_union_pairs_bad_input():
         union_pairs(3, [np.array([[0, 3]])])
     with pytest.raises(ValueError, match=r"\[P, 2\]"):
         union_pairs(3, [np.array([[0, 1, 2]])])
+
+
+def test_other_settings_agree_with_datatrove(tmp_path):
+    """32-bit precision, 10 buckets of 4 hashes, 3-grams, seed 7: the same removals as
+    datatrove's four stages with that MinhashConfig."""
+    from datatrove.pipeline.dedup.minhash import MinhashConfig
+    from datatrove.utils.hashing import HashConfig
+
+    texts = _corpus(800)
+    cfg = MinhashConfig(n_grams=3, num_buckets=10, hashes_per_bucket=4, seed=7,
+                        hash_config=HashConfig(precision=32))
+    ref = run_datatrove_minhash(texts, str(tmp_path), config=cfg)
+    same_sigs = cluster(ref["signatures"], num_buckets=10, hashes_per_bucket=4, has_signature=ref["has_signature"])
+    assert same_sigs.removed.tolist() == ref["removed"]
+    r = near_dup.cluster_texts(texts, n_grams=3, num_buckets=10, hashes_per_bucket=4, seed=7, precision=32)
+    agree, only_ours, only_theirs = _agreement(r.removed, ref["removed"], len(texts))
+    assert len(ref["removed"]) > 50
+    assert agree >= 0.999, (only_ours, only_theirs)
