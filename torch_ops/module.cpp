@@ -228,6 +228,7 @@ at::Tensor hash128(const at::Tensor &offsets_in, const at::Tensor &data, uint64_
 void register_stages(py::module_ &m);  // stages.cpp
 void bind_minhash(py::module_ &m);  // minhash.cpp
 void bind_near_dedup(py::module_ &m);  // bind_near_dedup.cpp
+void bind_near_cluster(py::module_ &m);  // bind_near_cluster.cpp
 
 }  // namespace luminamoon
 
@@ -244,4 +245,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   register_stages(m);
   bind_minhash(m);
   bind_near_dedup(m);
+  bind_near_cluster(m);
 }
