@@ -13,7 +13,9 @@
  *  - on an error: the file is left byte for byte as it was;
  *  - a second open (a fresh replay) gives the same LSN and set, cuts nothing;
  *  - admitting more, syncing, truncating to an LSN from the input and reopening
- *    leaves exactly the first L hashes of the log.
+ *    leaves exactly the first L hashes of the log;
+ *  - the read-only reader (lm_dedup_wal_read_hashes) returns the same hashes in
+ *    LSN order and nothing past them, without changing the file.
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -237,6 +239,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
   ref_result ref = {0, 0, 0, hashes, 0};
   ref_parse(g_file, len, seed, &ref);
+
+  /* the read-only reader, before the open may cut anything: the same hashes in
+   * LSN order, nothing past them, and the file untouched */
+  if (ref.status == LM_OK && len >= 64) {
+    static lm_hash128_t rd[MAX_HASHES + 64];
+    uint64_t n = 0;
+    CHECK(lm_dedup_wal_read_hashes(g_path, ref.nh, rd, &n) == LM_OK && n == ref.nh);
+    for (size_t j = 0; j < ref.nh; j++) CHECK(hash_eq(rd[j], ref.hashes[j]));
+    CHECK(lm_dedup_wal_read_hashes(g_path, ref.nh + 1, rd, &n) != LM_OK && n == ref.nh);
+    lm_dedup_wal_info info;
+    CHECK(lm_dedup_wal_inspect(g_path, &info) == LM_OK && info.seed == seed && info.lsn_end >= ref.nh);
+    CHECK(file_size(g_path) == len);
+  }
 
   lm_dedup_params p;
   lm_dedup_params_default(&p);

@@ -12,71 +12,12 @@
 #include <unistd.h>
 
 #include "dedup_internal.h"
+#include "durable_internal.h"
 #include "luminamoon/crc32c.h"
-
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
-#error "the WAL format is little-endian; add byte swaps for this target"
-#endif
 
 static const uint8_t k_wal_magic[8] = {'L', 'M', 'D', 'D', 'W', 'A', 'L', 0};
 static const uint8_t k_snap_magic[8] = {'L', 'M', 'D', 'D', 'S', 'N', 'P', 0};
 static const uint8_t k_rec_magic[4] = {'L', 'M', 'R', '1'};
-
-static inline void put32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
-static inline void put64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
-static inline uint32_t get32(const uint8_t *p) {
-  uint32_t v;
-  memcpy(&v, p, 4);
-  return v;
-}
-static inline uint64_t get64(const uint8_t *p) {
-  uint64_t v;
-  memcpy(&v, p, 8);
-  return v;
-}
-
-/* ------------------------------------------------------------------ I/O */
-
-static int full_pwrite(int fd, const void *buf, size_t len, uint64_t off) {
-  const uint8_t *p = (const uint8_t *)buf;
-  while (len) {
-    ssize_t w = pwrite(fd, p, len, (off_t)off);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return -1;
-    }
-    p += w;
-    len -= (size_t)w;
-    off += (uint64_t)w;
-  }
-  return 0;
-}
-
-/* Bytes read (< len only at end of file), or -1. */
-static ssize_t full_pread(int fd, void *buf, size_t len, uint64_t off) {
-  uint8_t *p = (uint8_t *)buf;
-  size_t got = 0;
-  while (got < len) {
-    ssize_t r = pread(fd, p + got, len - got, (off_t)(off + got));
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      return -1;
-    }
-    if (r == 0) break;
-    got += (size_t)r;
-  }
-  return (ssize_t)got;
-}
-
-static int fsync_dir(const char *dir) {
-  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return -1;
-  int r = fsync(fd);
-  int e = errno;
-  close(fd);
-  errno = e;
-  return r;
-}
 
 static lm_status io_fail(lm_dedup *d) {
   d->failed = 1;
@@ -87,28 +28,32 @@ static lm_status io_fail(lm_dedup *d) {
 
 static void rec_header(uint8_t *h, uint32_t count, uint64_t first_lsn, const void *payload) {
   memcpy(h, k_rec_magic, 4);
-  put32(h + 4, count);
-  put64(h + 8, first_lsn);
-  put32(h + 16, lm_crc32c(payload, (size_t)count * 16u));
-  put32(h + 20, lm_crc32c(h, 20));
+  lm_le_put32(h + 4, count);
+  lm_le_put64(h + 8, first_lsn);
+  lm_le_put32(h + 16, lm_crc32c(payload, (size_t)count * 16u));
+  lm_le_put32(h + 20, lm_crc32c(h, 20));
 }
 
 /* A header that stands on its own (magic, CRC, count in range). */
 static int rec_header_ok(const uint8_t *h) {
   if (memcmp(h, k_rec_magic, 4) != 0) return 0;
-  if (lm_crc32c(h, 20) != get32(h + 20)) return 0;
-  uint32_t c = get32(h + 4);
+  if (lm_crc32c(h, 20) != lm_le_get32(h + 20)) return 0;
+  uint32_t c = lm_le_get32(h + 4);
   return c >= 1 && c <= LM_WAL_MAX_REC;
 }
 
-/* Append one record of `count` hashes stored at raw + LM_WAL_REC_HDR (the
- * header is built in the first LM_WAL_REC_HDR bytes of raw). */
+/* Append one record of `count` hashes stored (host order) at raw +
+ * LM_WAL_REC_HDR (the header is built in the first LM_WAL_REC_HDR bytes of raw). */
 static lm_status write_record(lm_dedup *d, uint8_t *raw, size_t count) {
-  rec_header(raw, (uint32_t)count, d->written_lsn, raw + LM_WAL_REC_HDR);
+  lm_hash128_t *payload = (lm_hash128_t *)(void *)(raw + LM_WAL_REC_HDR);
+  lm_le_hashes_swap(payload, count); /* to file order (nothing on little-endian hosts) */
+  rec_header(raw, (uint32_t)count, d->written_lsn, payload);
   size_t len = LM_WAL_REC_HDR + count * 16u;
-  if (full_pwrite(d->fd, raw, len, d->wal_size)) return io_fail(d);
+  int bad = lm_io_pwrite_full(d->fd, raw, len, d->wal_size);
+  lm_le_hashes_swap(payload, count); /* back: truncation reads the buffer */
+  if (bad) return io_fail(d);
   d->last_rec_off = d->wal_size;
-  d->last_rec_hcrc = get32(raw + 20);
+  d->last_rec_hcrc = lm_le_get32(raw + 20);
   d->wal_size += len;
   d->written_lsn += count;
   return LM_OK;
@@ -131,7 +76,7 @@ lm_status lm_dwal_sync(lm_dedup *d) {
   lm_status s = lm_dwal_flush(d);
   if (s) return s;
   if (d->durable_lsn == d->written_lsn) return LM_OK;
-  if (fdatasync(d->fd)) return io_fail(d);
+  if (lm_io_fdatasync(d->fd)) return io_fail(d);
   d->durable_lsn = d->written_lsn;
   return LM_OK;
 }
@@ -158,7 +103,7 @@ static int valid_record_after(int fd, uint64_t from, uint64_t size) {
   for (uint64_t off = from; off + LM_WAL_REC_HDR <= size && !found;) {
     size_t want = CHUNK + LM_WAL_REC_HDR;
     if (want > size - off) want = (size_t)(size - off);
-    ssize_t r = full_pread(fd, buf, want, off);
+    ssize_t r = lm_io_pread_full(fd, buf, want, off);
     if (r < 0) {
       free(buf);
       return -1;
@@ -181,14 +126,15 @@ static int valid_record_after(int fd, uint64_t from, uint64_t size) {
 static int read_record(int fd, uint64_t off, uint64_t size, uint64_t lsn, uint8_t *hdr, lm_hash128_t *buf,
                        uint32_t *count) {
   if (size - off < LM_WAL_REC_HDR) return 0;
-  if (full_pread(fd, hdr, LM_WAL_REC_HDR, off) != (ssize_t)LM_WAL_REC_HDR) return -1;
-  if (!rec_header_ok(hdr) || get64(hdr + 8) != lsn) return 0;
-  uint32_t c = get32(hdr + 4);
+  if (lm_io_pread_full(fd, hdr, LM_WAL_REC_HDR, off) != (ssize_t)LM_WAL_REC_HDR) return -1;
+  if (!rec_header_ok(hdr) || lm_le_get64(hdr + 8) != lsn) return 0;
+  uint32_t c = lm_le_get32(hdr + 4);
   uint64_t plen = (uint64_t)c * 16u;
   if (size - off - LM_WAL_REC_HDR < plen) return 0;
-  ssize_t r = full_pread(fd, buf, (size_t)plen, off + LM_WAL_REC_HDR);
+  ssize_t r = lm_io_pread_full(fd, buf, (size_t)plen, off + LM_WAL_REC_HDR);
   if (r < 0) return -1;
-  if ((uint64_t)r != plen || lm_crc32c(buf, (size_t)plen) != get32(hdr + 16)) return 0;
+  if ((uint64_t)r != plen || lm_crc32c(buf, (size_t)plen) != lm_le_get32(hdr + 16)) return 0;
+  lm_le_hashes_swap(buf, c);
   *count = c;
   return 1;
 }
@@ -214,7 +160,7 @@ static lm_status replay(lm_dedup *d, uint64_t size) {
         s = more == -1 && errno ? LM_EIO : LM_ENOMEM;
       } else if (more) {
         s = LM_ECORRUPT; /* damage in the middle of the log: never silently dropped */
-      } else if (ftruncate(d->fd, (off_t)off) || fdatasync(d->fd)) {
+      } else if (ftruncate(d->fd, (off_t)off) || lm_io_fdatasync(d->fd)) {
         s = LM_EIO;
       } else {
         d->st.tail_bytes_cut = size - off;
@@ -240,7 +186,7 @@ static lm_status replay(lm_dedup *d, uint64_t size) {
     d->lsn += c;
     d->st.replayed_hashes += c;
     d->last_rec_off = off;
-    d->last_rec_hcrc = get32(hdr + 20);
+    d->last_rec_hcrc = lm_le_get32(hdr + 20);
     off += LM_WAL_REC_HDR + (uint64_t)c * 16u;
     d->wal_size = off;
   }
@@ -259,21 +205,21 @@ static int load_snapshot(lm_dedup *d, uint64_t wal_file_size) {
   }
   d->snapshot_known = -1;
   uint8_t h[LM_SNAP_HDR_SIZE];
-  int ok = full_pread(fd, h, sizeof h, 0) == (ssize_t)sizeof h && memcmp(h, k_snap_magic, 8) == 0 &&
-           get32(h + 8) == LM_DEDUP_WAL_VERSION && get32(h + 12) == LM_SNAP_HDR_SIZE &&
-           lm_crc32c(h, 92) == get32(h + 92) && get64(h + 16) == d->seed;
-  uint64_t lsn = ok ? get64(h + 24) : 0, cap = ok ? get64(h + 32) : 0, nslots = ok ? get64(h + 40) : 0;
-  uint64_t count = ok ? get64(h + 48) : 0, woff = ok ? get64(h + 56) : 0, prev = ok ? get64(h + 64) : 0;
-  uint32_t prev_crc = ok ? get32(h + 72) : 0, flags = ok ? get32(h + 76) : 0, pcrc = ok ? get32(h + 80) : 0;
+  int ok = lm_io_pread_full(fd, h, sizeof h, 0) == (ssize_t)sizeof h && memcmp(h, k_snap_magic, 8) == 0 &&
+           lm_le_get32(h + 8) == LM_DEDUP_WAL_VERSION && lm_le_get32(h + 12) == LM_SNAP_HDR_SIZE &&
+           lm_crc32c(h, 92) == lm_le_get32(h + 92) && lm_le_get64(h + 16) == d->seed;
+  uint64_t lsn = ok ? lm_le_get64(h + 24) : 0, cap = ok ? lm_le_get64(h + 32) : 0, nslots = ok ? lm_le_get64(h + 40) : 0;
+  uint64_t count = ok ? lm_le_get64(h + 48) : 0, woff = ok ? lm_le_get64(h + 56) : 0, prev = ok ? lm_le_get64(h + 64) : 0;
+  uint32_t prev_crc = ok ? lm_le_get32(h + 72) : 0, flags = ok ? lm_le_get32(h + 76) : 0, pcrc = ok ? lm_le_get32(h + 80) : 0;
   ok = ok && nslots == cap + LM_DT_TAIL && count == lsn && woff <= wal_file_size && cap >= 16 &&
        cap < ((uint64_t)1 << 40) && (!d->max_entries || count <= d->max_entries);
   /* the WAL must hold, just before woff, the record the snapshot names */
   if (ok && lsn == 0) ok = woff == LM_WAL_HDR_SIZE;
   if (ok && lsn > 0) {
     uint8_t rh[LM_WAL_REC_HDR];
-    ok = prev >= LM_WAL_HDR_SIZE && full_pread(d->fd, rh, sizeof rh, prev) == (ssize_t)sizeof rh &&
-         rec_header_ok(rh) && get32(rh + 20) == prev_crc && get64(rh + 8) + get32(rh + 4) == lsn &&
-         prev + LM_WAL_REC_HDR + (uint64_t)get32(rh + 4) * 16u == woff;
+    ok = prev >= LM_WAL_HDR_SIZE && lm_io_pread_full(d->fd, rh, sizeof rh, prev) == (ssize_t)sizeof rh &&
+         rec_header_ok(rh) && lm_le_get32(rh + 20) == prev_crc && lm_le_get64(rh + 8) + lm_le_get32(rh + 4) == lsn &&
+         prev + LM_WAL_REC_HDR + (uint64_t)lm_le_get32(rh + 4) * 16u == woff;
   }
   /* the file must hold exactly the slot array the header announces: checked
    * before allocating, so a damaged header cannot ask for terabytes */
@@ -282,7 +228,8 @@ static int load_snapshot(lm_dedup *d, uint64_t wal_file_size) {
   lm_dtable t;
   if (ok && lm_dt_init(&t, (size_t)cap) == 0) {
     size_t bytes = (size_t)nslots * 16u;
-    ok = full_pread(fd, t.slots, bytes, LM_SNAP_HDR_SIZE) == (ssize_t)bytes && lm_crc32c(t.slots, bytes) == pcrc;
+    ok = lm_io_pread_full(fd, t.slots, bytes, LM_SNAP_HDR_SIZE) == (ssize_t)bytes && lm_crc32c(t.slots, bytes) == pcrc;
+    lm_le_hashes_swap(t.slots, (size_t)nslots);
     /* a well-formed table, not just a matching CRC */
     ok = ok && lm_dt_finish_load(&t, (flags & 1u) != 0) && t.count == count;
     if (ok) {
@@ -307,36 +254,41 @@ static int load_snapshot(lm_dedup *d, uint64_t wal_file_size) {
 lm_status lm_dwal_snapshot(lm_dedup *d) {
   lm_status s = lm_dwal_sync(d);
   if (s) return s;
-  int fd = open(d->tmp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return LM_EIO;
   const lm_dtable *t = lm_dedup_table(d);
   size_t bytes = t->nslots * 16u;
+  const lm_hash128_t *slots = t->slots;
+#if LM_HOST_BIG_ENDIAN
+  lm_hash128_t *copy = (lm_hash128_t *)malloc(bytes); /* the slot array in file order */
+  if (!copy) return LM_ENOMEM;
+  memcpy(copy, t->slots, bytes);
+  lm_le_hashes_swap(copy, t->nslots);
+  slots = copy;
+#endif
   uint8_t h[LM_SNAP_HDR_SIZE];
   memset(h, 0, sizeof h);
   memcpy(h, k_snap_magic, 8);
-  put32(h + 8, LM_DEDUP_WAL_VERSION);
-  put32(h + 12, LM_SNAP_HDR_SIZE);
-  put64(h + 16, d->seed);
-  put64(h + 24, d->lsn);
-  put64(h + 32, t->cap);
-  put64(h + 40, t->nslots);
-  put64(h + 48, t->count);
-  put64(h + 56, d->wal_size);
-  put64(h + 64, d->lsn ? d->last_rec_off : 0);
-  put32(h + 72, d->lsn ? d->last_rec_hcrc : 0);
-  put32(h + 76, t->has_zero ? 1u : 0u);
-  put32(h + 80, lm_crc32c(t->slots, bytes));
-  put32(h + 92, lm_crc32c(h, 92));
-  int bad = full_pwrite(fd, h, sizeof h, 0) || full_pwrite(fd, t->slots, bytes, LM_SNAP_HDR_SIZE) || fsync(fd);
+  lm_le_put32(h + 8, LM_DEDUP_WAL_VERSION);
+  lm_le_put32(h + 12, LM_SNAP_HDR_SIZE);
+  lm_le_put64(h + 16, d->seed);
+  lm_le_put64(h + 24, d->lsn);
+  lm_le_put64(h + 32, t->cap);
+  lm_le_put64(h + 40, t->nslots);
+  lm_le_put64(h + 48, t->count);
+  lm_le_put64(h + 56, d->wal_size);
+  lm_le_put64(h + 64, d->lsn ? d->last_rec_off : 0);
+  lm_le_put32(h + 72, d->lsn ? d->last_rec_hcrc : 0);
+  lm_le_put32(h + 76, t->has_zero ? 1u : 0u);
+  lm_le_put32(h + 80, lm_crc32c(slots, bytes));
+  lm_le_put32(h + 92, lm_crc32c(h, 92));
+  struct iovec parts[2] = {{h, sizeof h}, {(void *)(uintptr_t)slots, bytes}};
+  /* on failure the old snapshot (if any) and the log are untouched */
+  int bad = lm_io_replace_file(d->tmp_path, d->snap_path, d->dir_path, parts, 2, NULL);
+#if LM_HOST_BIG_ENDIAN
   int e = errno;
-  close(fd);
-  if (bad || rename(d->tmp_path, d->snap_path) || fsync_dir(d->dir_path)) {
-    if (bad) errno = e;
-    e = errno;
-    unlink(d->tmp_path);
-    errno = e;
-    return LM_EIO; /* the old snapshot (if any) and the log are untouched */
-  }
+  free(copy);
+  errno = e;
+#endif
+  if (bad) return LM_EIO;
   d->snapshot_lsn = d->lsn;
   d->snapshot_known = 1;
   return LM_OK;
@@ -351,11 +303,11 @@ _Static_assert(WH_TAG + LM_DEDUP_TAG_SIZE <= WH_CRC, "the tag fits before the he
 static void wal_header(uint8_t *h, uint64_t seed, const uint8_t tag[LM_DEDUP_TAG_SIZE]) {
   memset(h, 0, LM_WAL_HDR_SIZE);
   memcpy(h, k_wal_magic, 8);
-  put32(h + WH_VERSION, LM_DEDUP_WAL_VERSION);
-  put32(h + WH_SIZE, LM_WAL_HDR_SIZE);
-  put64(h + WH_SEED, seed);
+  lm_le_put32(h + WH_VERSION, LM_DEDUP_WAL_VERSION);
+  lm_le_put32(h + WH_SIZE, LM_WAL_HDR_SIZE);
+  lm_le_put64(h + WH_SEED, seed);
   memcpy(h + WH_TAG, tag, LM_DEDUP_TAG_SIZE);
-  put32(h + WH_CRC, lm_crc32c(h, WH_CRC));
+  lm_le_put32(h + WH_CRC, lm_crc32c(h, WH_CRC));
 }
 
 /* Check the 64-byte header h (n bytes of it present) and fill info's header
@@ -363,11 +315,11 @@ static void wal_header(uint8_t *h, uint64_t seed, const uint8_t tag[LM_DEDUP_TAG
 static lm_status wal_header_parse(const uint8_t *h, size_t n, lm_dedup_wal_info *info) {
   info->magic_ok = n >= 8 && memcmp(h, k_wal_magic, 8) == 0;
   if (!info->magic_ok || n < LM_WAL_HDR_SIZE) return LM_ECORRUPT;
-  info->version = get32(h + WH_VERSION);
-  info->header_size = get32(h + WH_SIZE);
+  info->version = lm_le_get32(h + WH_VERSION);
+  info->header_size = lm_le_get32(h + WH_SIZE);
   if (info->version != LM_DEDUP_WAL_VERSION) return LM_EVERSION;
-  if (info->header_size != LM_WAL_HDR_SIZE || lm_crc32c(h, WH_CRC) != get32(h + WH_CRC)) return LM_ECORRUPT;
-  info->seed = get64(h + WH_SEED);
+  if (info->header_size != LM_WAL_HDR_SIZE || lm_crc32c(h, WH_CRC) != lm_le_get32(h + WH_CRC)) return LM_ECORRUPT;
+  info->seed = lm_le_get64(h + WH_SEED);
   memcpy(info->tag, h + WH_TAG, LM_DEDUP_TAG_SIZE);
   return LM_OK;
 }
@@ -388,18 +340,18 @@ lm_status lm_dwal_open(lm_dedup *d) {
      * must be a prefix of the magic + version, nothing else is overwritten */
     if (size) {
       size_t k = (size_t)size < 12 ? (size_t)size : 12;
-      if (full_pread(d->fd, h, k, 0) != (ssize_t)k) return LM_EIO;
+      if (lm_io_pread_full(d->fd, h, k, 0) != (ssize_t)k) return LM_EIO;
       if (memcmp(h, want, k) != 0) return LM_ECORRUPT;
     }
-    if (ftruncate(d->fd, 0) || full_pwrite(d->fd, want, LM_WAL_HDR_SIZE, 0) || fsync(d->fd) ||
-        fsync_dir(d->dir_path))
+    if (ftruncate(d->fd, 0) || lm_io_pwrite_full(d->fd, want, LM_WAL_HDR_SIZE, 0) || lm_io_fsync(d->fd) ||
+        lm_io_fsync_dir(d->dir_path))
       return LM_EIO;
     unlink(d->snap_path); /* a snapshot cannot belong to a new log */
     d->wal_size = LM_WAL_HDR_SIZE;
     d->snapshot_known = 0;
     return LM_OK;
   }
-  if (full_pread(d->fd, h, LM_WAL_HDR_SIZE, 0) != (ssize_t)LM_WAL_HDR_SIZE) return LM_EIO;
+  if (lm_io_pread_full(d->fd, h, LM_WAL_HDR_SIZE, 0) != (ssize_t)LM_WAL_HDR_SIZE) return LM_EIO;
   lm_dedup_wal_info info;
   memset(&info, 0, sizeof info);
   lm_status hs = wal_header_parse(h, LM_WAL_HDR_SIZE, &info);
@@ -417,7 +369,7 @@ lm_status lm_dwal_truncate(lm_dedup *d, uint64_t lsn) {
   /* 1. a snapshot newer than the target (or one we do not know) goes first */
   if (d->snapshot_known != 0 && !(d->snapshot_known == 1 && d->snapshot_lsn <= lsn)) {
     if (unlink(d->snap_path) && errno != ENOENT) return io_fail(d);
-    if (fsync_dir(d->dir_path)) return io_fail(d);
+    if (lm_io_fsync_dir(d->dir_path)) return io_fail(d);
     d->snapshot_known = 0;
   }
   /* 2. buffered hashes past the target */
@@ -436,15 +388,15 @@ lm_status lm_dwal_truncate(lm_dedup *d, uint64_t lsn) {
   lm_status s = LM_OK;
   uint8_t *kept = NULL;
   while (off < d->wal_size) { /* header walk to the record holding lsn */
-    if (full_pread(d->fd, hdr, LM_WAL_REC_HDR, off) != (ssize_t)LM_WAL_REC_HDR || !rec_header_ok(hdr) ||
-        get64(hdr + 8) != first) {
+    if (lm_io_pread_full(d->fd, hdr, LM_WAL_REC_HDR, off) != (ssize_t)LM_WAL_REC_HDR || !rec_header_ok(hdr) ||
+        lm_le_get64(hdr + 8) != first) {
       s = LM_ECORRUPT;
       break;
     }
-    uint32_t c = get32(hdr + 4);
+    uint32_t c = lm_le_get32(hdr + 4);
     if (lsn < first + c) break;
     prev_off = off;
-    prev_crc = get32(hdr + 20);
+    prev_crc = lm_le_get32(hdr + 20);
     first += c;
     off += LM_WAL_REC_HDR + (uint64_t)c * 16u;
   }
@@ -465,6 +417,7 @@ lm_status lm_dwal_truncate(lm_dedup *d, uint64_t lsn) {
         break;
       }
       memcpy(kept + LM_WAL_REC_HDR, buf, (size_t)keep * 16u);
+      lm_le_hashes_swap((lm_hash128_t *)(void *)(kept + LM_WAL_REC_HDR), keep); /* file order, for the CRC */
     }
     for (uint32_t k = c; k-- > from;)
       if (lm_dedup_table_remove(d, buf[k]) != 1) s = LM_ECORRUPT;
@@ -479,7 +432,7 @@ lm_status lm_dwal_truncate(lm_dedup *d, uint64_t lsn) {
   }
   if (!keep) {
     /* a record boundary (every LSN lm_dedup_sync returned is one): one cut */
-    if (ftruncate(d->fd, (off_t)cut_off) || fdatasync(d->fd)) return io_fail(d);
+    if (ftruncate(d->fd, (off_t)cut_off) || lm_io_fdatasync(d->fd)) return io_fail(d);
     d->wal_size = cut_off;
     d->last_rec_off = prev_off;
     d->last_rec_hcrc = prev_crc;
@@ -490,14 +443,14 @@ lm_status lm_dwal_truncate(lm_dedup *d, uint64_t lsn) {
      * R or R' + a tail without any valid record, which reopening cuts. */
     uint64_t r_end = 0;
     uint8_t rh[LM_WAL_REC_HDR];
-    if (full_pread(d->fd, rh, sizeof rh, cut_off) == (ssize_t)sizeof rh)
-      r_end = cut_off + LM_WAL_REC_HDR + (uint64_t)get32(rh + 4) * 16u;
+    if (lm_io_pread_full(d->fd, rh, sizeof rh, cut_off) == (ssize_t)sizeof rh)
+      r_end = cut_off + LM_WAL_REC_HDR + (uint64_t)lm_le_get32(rh + 4) * 16u;
     rec_header(kept, keep, first, kept + LM_WAL_REC_HDR);
     uint64_t new_end = cut_off + LM_WAL_REC_HDR + (uint64_t)keep * 16u;
-    int bad = !r_end || ftruncate(d->fd, (off_t)r_end) || fdatasync(d->fd) ||
-              full_pwrite(d->fd, kept, LM_WAL_REC_HDR, cut_off) || fdatasync(d->fd) ||
-              ftruncate(d->fd, (off_t)new_end) || fdatasync(d->fd);
-    d->last_rec_hcrc = get32(kept + 20);
+    int bad = !r_end || ftruncate(d->fd, (off_t)r_end) || lm_io_fdatasync(d->fd) ||
+              lm_io_pwrite_full(d->fd, kept, LM_WAL_REC_HDR, cut_off) || lm_io_fdatasync(d->fd) ||
+              ftruncate(d->fd, (off_t)new_end) || lm_io_fdatasync(d->fd);
+    d->last_rec_hcrc = lm_le_get32(kept + 20);
     free(kept);
     if (bad) return io_fail(d);
     d->wal_size = new_end;
@@ -520,7 +473,7 @@ static lm_status wal_open_ro(const char *path, lm_dedup_wal_info *info, int *fd_
   if (fd < 0) return LM_EIO;
   struct stat sb;
   uint8_t h[LM_WAL_HDR_SIZE];
-  ssize_t r = fstat(fd, &sb) ? -1 : full_pread(fd, h, sizeof h, 0);
+  ssize_t r = fstat(fd, &sb) ? -1 : lm_io_pread_full(fd, h, sizeof h, 0);
   if (r < 0) {
     int e = errno;
     close(fd);
@@ -546,16 +499,16 @@ lm_status lm_dedup_wal_inspect(const char *path, lm_dedup_wal_info *info) {
   uint8_t hdr[LM_WAL_REC_HDR];
   uint64_t off = LM_WAL_HDR_SIZE, size = info->file_bytes;
   while (size - off >= LM_WAL_REC_HDR) {
-    ssize_t r = full_pread(fd, hdr, sizeof hdr, off);
+    ssize_t r = lm_io_pread_full(fd, hdr, sizeof hdr, off);
     if (r < 0) {
       s = LM_EIO;
       break;
     }
-    if (r != (ssize_t)sizeof hdr || !rec_header_ok(hdr) || get64(hdr + 8) != info->lsn_end) break;
-    uint64_t len = LM_WAL_REC_HDR + (uint64_t)get32(hdr + 4) * 16u;
+    if (r != (ssize_t)sizeof hdr || !rec_header_ok(hdr) || lm_le_get64(hdr + 8) != info->lsn_end) break;
+    uint64_t len = LM_WAL_REC_HDR + (uint64_t)lm_le_get32(hdr + 4) * 16u;
     if (size - off < len) break; /* payload incomplete */
     off += len;
-    info->lsn_end += get32(hdr + 4);
+    info->lsn_end += lm_le_get32(hdr + 4);
     info->records++;
     info->valid_bytes = off;
   }
@@ -593,8 +546,8 @@ lm_status lm_dedup_wal_read_hashes(const char *path, uint64_t limit_lsn, lm_hash
     if (r == 0) {
       /* a record that is complete on disk but fails a check is damage; one cut
        * short by the end of the file is the end of the log */
-      int cut_short = full_pread(fd, hdr, sizeof hdr, off) == (ssize_t)sizeof hdr && rec_header_ok(hdr) &&
-                  get64(hdr + 8) == got && size - off - LM_WAL_REC_HDR < (uint64_t)get32(hdr + 4) * 16u;
+      int cut_short = lm_io_pread_full(fd, hdr, sizeof hdr, off) == (ssize_t)sizeof hdr && rec_header_ok(hdr) &&
+                  lm_le_get64(hdr + 8) == got && size - off - LM_WAL_REC_HDR < (uint64_t)lm_le_get32(hdr + 4) * 16u;
       s = cut_short ? LM_ERANGE : LM_ECORRUPT;
       break;
     }

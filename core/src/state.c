@@ -13,6 +13,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include "durable_internal.h"
 #include "luminamoon/crc32c.h"
 
 /* Slot field offsets (must match the table in state.h). */
@@ -40,42 +41,20 @@ _Static_assert(OFF_SHARD + 4 == OFF_CRC && OFF_LSN + 8 == OFF_SHARD && OFF_POS2 
                "slot fields are contiguous");
 _Static_assert(sizeof(lm_state_coord) == 48, "lm_state_coord has no padding");
 
-static void put16(unsigned char *p, uint16_t v) {
-  p[0] = (unsigned char)(v & 0xFFu);
-  p[1] = (unsigned char)(v >> 8);
-}
-static void put32(unsigned char *p, uint32_t v) {
-  for (int i = 0; i < 4; i++) p[i] = (unsigned char)((v >> (8 * i)) & 0xFFu);
-}
-static void put64(unsigned char *p, uint64_t v) {
-  for (int i = 0; i < 8; i++) p[i] = (unsigned char)((v >> (8 * i)) & 0xFFu);
-}
-static uint16_t get16(const unsigned char *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
-static uint32_t get32(const unsigned char *p) {
-  uint32_t v = 0;
-  for (int i = 3; i >= 0; i--) v = (v << 8) | p[i];
-  return v;
-}
-static uint64_t get64(const unsigned char *p) {
-  uint64_t v = 0;
-  for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
-  return v;
-}
-
 lm_status lm_state_slot_encode(uint64_t sequence, const lm_state_coord *coord,
                                unsigned char out[LM_STATE_SLOT_SIZE]) {
   if (coord == NULL || out == NULL || sequence == 0) return LM_EINVAL;
-  put16(out + OFF_MAGIC, (uint16_t)LM_STATE_MAGIC);
-  put16(out + OFF_VERSION, (uint16_t)LM_STATE_VERSION);
-  put32(out + OFF_EPOCH, coord->epoch);
-  put64(out + OFF_SEQUENCE, sequence);
-  put64(out + OFF_BATCH, coord->batch_index);
-  put64(out + OFF_SAMPLE, coord->sample_index);
-  put64(out + OFF_POS, coord->source_pos);
-  put64(out + OFF_POS2, coord->source_pos2);
-  put64(out + OFF_LSN, coord->wal_lsn);
-  put32(out + OFF_SHARD, coord->shard);
-  put32(out + OFF_CRC, lm_crc32c(out, OFF_CRC));
+  lm_le_put16(out + OFF_MAGIC, (uint16_t)LM_STATE_MAGIC);
+  lm_le_put16(out + OFF_VERSION, (uint16_t)LM_STATE_VERSION);
+  lm_le_put32(out + OFF_EPOCH, coord->epoch);
+  lm_le_put64(out + OFF_SEQUENCE, sequence);
+  lm_le_put64(out + OFF_BATCH, coord->batch_index);
+  lm_le_put64(out + OFF_SAMPLE, coord->sample_index);
+  lm_le_put64(out + OFF_POS, coord->source_pos);
+  lm_le_put64(out + OFF_POS2, coord->source_pos2);
+  lm_le_put64(out + OFF_LSN, coord->wal_lsn);
+  lm_le_put32(out + OFF_SHARD, coord->shard);
+  lm_le_put32(out + OFF_CRC, lm_crc32c(out, OFF_CRC));
   return LM_OK;
 }
 
@@ -90,20 +69,20 @@ lm_status lm_state_slot_decode(const unsigned char in[LM_STATE_SLOT_SIZE], uint6
     }
   }
   if (all_zero) return LM_ENOTFOUND;
-  if (get16(in + OFF_MAGIC) != LM_STATE_MAGIC) return LM_ECORRUPT;
-  if (get32(in + OFF_CRC) != lm_crc32c(in, OFF_CRC)) return LM_ECORRUPT;
-  if (get16(in + OFF_VERSION) != LM_STATE_VERSION) return LM_EVERSION;
-  uint64_t seq = get64(in + OFF_SEQUENCE);
+  if (lm_le_get16(in + OFF_MAGIC) != LM_STATE_MAGIC) return LM_ECORRUPT;
+  if (lm_le_get32(in + OFF_CRC) != lm_crc32c(in, OFF_CRC)) return LM_ECORRUPT;
+  if (lm_le_get16(in + OFF_VERSION) != LM_STATE_VERSION) return LM_EVERSION;
+  uint64_t seq = lm_le_get64(in + OFF_SEQUENCE);
   if (seq == 0) return LM_ECORRUPT;
   if (sequence != NULL) *sequence = seq;
   if (coord != NULL) {
-    coord->epoch = get32(in + OFF_EPOCH);
-    coord->shard = get32(in + OFF_SHARD);
-    coord->batch_index = get64(in + OFF_BATCH);
-    coord->sample_index = get64(in + OFF_SAMPLE);
-    coord->source_pos = get64(in + OFF_POS);
-    coord->source_pos2 = get64(in + OFF_POS2);
-    coord->wal_lsn = get64(in + OFF_LSN);
+    coord->epoch = lm_le_get32(in + OFF_EPOCH);
+    coord->shard = lm_le_get32(in + OFF_SHARD);
+    coord->batch_index = lm_le_get64(in + OFF_BATCH);
+    coord->sample_index = lm_le_get64(in + OFF_SAMPLE);
+    coord->source_pos = lm_le_get64(in + OFF_POS);
+    coord->source_pos2 = lm_le_get64(in + OFF_POS2);
+    coord->wal_lsn = lm_le_get64(in + OFF_LSN);
   }
   return LM_OK;
 }
@@ -124,74 +103,17 @@ struct lm_state {
   slot_info slot[2];
 };
 
-static lm_status pread_full(int fd, unsigned char *buf, size_t n, off_t off) {
-  size_t done = 0;
-  while (done < n) {
-    ssize_t r = pread(fd, buf + done, n - done, off + (off_t)done);
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      return LM_EIO;
-    }
-    if (r == 0) return LM_ECORRUPT; /* file shrank under us */
-    done += (size_t)r;
-  }
-  return LM_OK;
+/* The whole of n bytes at off: LM_OK, LM_EIO, or LM_ECORRUPT when the file
+ * ends first (it shrank under us). */
+static lm_status pread_full(int fd, unsigned char *buf, size_t n, uint64_t off) {
+  ssize_t r = lm_io_pread_full(fd, buf, n, off);
+  if (r < 0) return LM_EIO;
+  return (size_t)r == n ? LM_OK : LM_ECORRUPT;
 }
 
-static lm_status pwrite_full(int fd, const unsigned char *buf, size_t n, off_t off) {
-  size_t done = 0;
-  while (done < n) {
-    ssize_t r = pwrite(fd, buf + done, n - done, off + (off_t)done);
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      return LM_EIO;
-    }
-    if (r == 0) {
-      errno = EIO;
-      return LM_EIO;
-    }
-    done += (size_t)r;
-  }
-  return LM_OK;
-}
-
-static lm_status datasync(int fd) {
-  for (;;) {
-    if (fdatasync(fd) == 0) return LM_OK;
-    if (errno != EINTR) return LM_EIO;
-  }
-}
-
-/* fsync of the directory holding `path` so that a create/rename is durable. */
-static lm_status sync_parent_dir(const char *path) {
-  const char *slash = strrchr(path, '/');
-  char *dir;
-  if (slash == NULL) {
-    dir = malloc(2);
-    if (dir == NULL) return LM_ENOMEM;
-    dir[0] = '.';
-    dir[1] = '\0';
-  } else {
-    size_t len = (slash == path) ? 1 : (size_t)(slash - path);
-    dir = malloc(len + 1);
-    if (dir == NULL) return LM_ENOMEM;
-    memcpy(dir, path, len);
-    dir[len] = '\0';
-  }
-  int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  free(dir);
-  if (dfd < 0) return LM_EIO;
-  lm_status s = LM_OK;
-  while (fsync(dfd) != 0) {
-    if (errno != EINTR) {
-      s = LM_EIO;
-      break;
-    }
-  }
-  int saved = errno;
-  close(dfd);
-  errno = saved;
-  return s;
+/* Write n bytes at off, then fdatasync. */
+static lm_status write_synced(int fd, const unsigned char *buf, size_t n, uint64_t off) {
+  return lm_io_pwrite_full(fd, buf, n, off) || lm_io_fdatasync(fd) ? LM_EIO : LM_OK;
 }
 
 /* Creates `path` with 128 zero bytes via path.tmp + fsync + rename + dir fsync.
@@ -202,35 +124,14 @@ static lm_status create_file(const char *path, int *fd_out) {
   if (tmp == NULL) return LM_ENOMEM;
   memcpy(tmp, path, plen);
   memcpy(tmp + plen, ".tmp", 5);
-  int fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    free(tmp);
-    return LM_EIO;
-  }
   unsigned char zeros[LM_STATE_FILE_SIZE];
   memset(zeros, 0, sizeof zeros);
-  lm_status s = pwrite_full(fd, zeros, sizeof zeros, 0);
-  if (s == LM_OK) {
-    while (fsync(fd) != 0) {
-      if (errno != EINTR) {
-        s = LM_EIO;
-        break;
-      }
-    }
-  }
-  if (s == LM_OK && rename(tmp, path) != 0) s = LM_EIO;
-  if (s == LM_OK) s = sync_parent_dir(path);
-  if (s != LM_OK) {
-    int saved = errno;
-    close(fd);
-    unlink(tmp);
-    errno = saved;
-    free(tmp);
-    return s;
-  }
+  struct iovec part = {zeros, sizeof zeros};
+  int bad = lm_io_replace_file(tmp, path, NULL, &part, 1, fd_out);
+  int saved = errno;
   free(tmp);
-  *fd_out = fd;
-  return LM_OK;
+  errno = saved;
+  return !bad ? LM_OK : saved == ENOMEM ? LM_ENOMEM : LM_EIO;
 }
 
 /* Reads both slots from disk into st->slot. */
@@ -349,8 +250,7 @@ lm_status lm_state_commit(lm_state *st, const lm_state_coord *coord) {
   /* From here on the target slot's content is unknown until the sync succeeds. */
   st->slot[target].status = LM_EIO;
   st->slot[target].sequence = 0;
-  s = pwrite_full(st->fd, buf, sizeof buf, (off_t)target * LM_STATE_SLOT_SIZE);
-  if (s == LM_OK) s = datasync(st->fd);
+  s = write_synced(st->fd, buf, sizeof buf, (uint64_t)target * LM_STATE_SLOT_SIZE);
   if (s != LM_OK) return s;
   st->slot[target].status = LM_OK;
   st->slot[target].sequence = seq;
@@ -366,8 +266,7 @@ lm_status lm_state_reset(lm_state *st) {
     st->slot[i].status = LM_EIO;
     st->slot[i].sequence = 0;
   }
-  lm_status s = pwrite_full(st->fd, zeros, sizeof zeros, 0);
-  if (s == LM_OK) s = datasync(st->fd);
+  lm_status s = write_synced(st->fd, zeros, sizeof zeros, 0);
   if (s != LM_OK) return s;
   for (int i = 0; i < 2; i++) {
     memset(&st->slot[i], 0, sizeof st->slot[i]);

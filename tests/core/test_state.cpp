@@ -19,6 +19,7 @@
 #include <vector>
 
 extern "C" {
+#include "../../core/src/durable_internal.h" /* the shared durable I/O and LE codec */
 #include "luminamoon/crc32c.h"
 #include "luminamoon/state.h"
 }
@@ -571,4 +572,84 @@ TEST(StateTracker, KillNineDuringCommitsLeavesAValidState) {
     lm_state_close(st);
   }
   EXPECT_GT(last_seq, 0u);
+}
+
+// ------------------------------------------------ durable I/O (core/src/durable.c)
+
+TEST(StateDurable, LittleEndianCodecIsExplicit) {
+  uint8_t b[8];
+  lm_le_put16(b, 0x0102);
+  EXPECT_EQ(b[0], 0x02);
+  EXPECT_EQ(b[1], 0x01);
+  lm_le_put32(b, 0x01020304u);
+  EXPECT_EQ(std::string((char *)b, 4), std::string("\x04\x03\x02\x01", 4));
+  lm_le_put64(b, 0x0102030405060708ull);
+  EXPECT_EQ(std::string((char *)b, 8), std::string("\x08\x07\x06\x05\x04\x03\x02\x01", 8));
+  EXPECT_EQ(lm_le_get64(b), 0x0102030405060708ull);
+  EXPECT_EQ(lm_le_get32(b), 0x05060708u);
+  EXPECT_EQ(lm_le_get16(b), 0x0708u);
+  // a hash array in file order is (lo, hi) little-endian: swapping twice is the identity
+  lm_hash128_t h[2] = {{0x0102030405060708ull, 0x1112131415161718ull}, {1, 2}};
+  lm_le_hashes_swap(h, 2);
+  uint8_t raw[32];
+  memcpy(raw, h, 32);
+  EXPECT_EQ(lm_le_get64(raw), 0x0102030405060708ull);
+  EXPECT_EQ(lm_le_get64(raw + 8), 0x1112131415161718ull);
+  EXPECT_EQ(lm_le_get64(raw + 16), 1u);
+  lm_le_hashes_swap(h, 2);
+  EXPECT_EQ(h[0].lo, 0x0102030405060708ull);
+  EXPECT_EQ(h[1].hi, 2u);
+}
+
+TEST(StateDurable, ReplaceFileIsAllOrNothing) {
+  TempDir td;
+  ASSERT_FALSE(td.path().empty());
+  std::string path = td.path() + "/f", tmp = td.path() + "/f.tmp";
+  const char a[] = "hello ", b[] = "world";
+  struct iovec parts[2] = {{(void *)a, 6}, {(void *)b, 5}};
+  int fd = -7;
+  ASSERT_EQ(lm_io_replace_file(tmp.c_str(), path.c_str(), nullptr, parts, 2, &fd), 0);
+  ASSERT_GE(fd, 0);
+  char got[16] = {0};
+  EXPECT_EQ(lm_io_pread_full(fd, got, sizeof got, 0), 11);  // short only at the end of the file
+  EXPECT_EQ(std::string(got), "hello world");
+  EXPECT_EQ(lm_io_pread_full(fd, got, 4, 6), 4);
+  EXPECT_EQ(lm_io_pwrite_full(fd, "W", 1, 6), 0);
+  EXPECT_EQ(lm_io_fdatasync(fd), 0);
+  close(fd);
+  struct stat sb;
+  EXPECT_NE(stat(tmp.c_str(), &sb), 0);  // renamed away
+  // replace again without keeping the descriptor: the new content, no tmp left
+  ASSERT_EQ(lm_io_replace_file(tmp.c_str(), path.c_str(), td.path().c_str(), parts + 1, 1, nullptr), 0);
+  fd = open(path.c_str(), O_RDONLY);
+  memset(got, 0, sizeof got);
+  EXPECT_EQ(lm_io_pread_full(fd, got, sizeof got, 0), 5);
+  EXPECT_EQ(std::string(got), "world");
+  close(fd);
+  // a failure (tmp in a missing folder) leaves the target as it was, errno kept
+  errno = 0;
+  fd = -7;
+  std::string bad_tmp = td.path() + "/missing/f.tmp";
+  EXPECT_EQ(lm_io_replace_file(bad_tmp.c_str(), path.c_str(), nullptr, parts, 2, &fd), -1);
+  EXPECT_EQ(errno, ENOENT);
+  EXPECT_EQ(fd, -1);
+  fd = open(path.c_str(), O_RDONLY);
+  memset(got, 0, sizeof got);
+  EXPECT_EQ(lm_io_pread_full(fd, got, sizeof got, 0), 5);
+  close(fd);
+  errno = 0;
+  EXPECT_EQ(lm_io_fsync_dir((td.path() + "/missing").c_str()), -1);
+  EXPECT_EQ(errno, ENOENT);
+  EXPECT_EQ(lm_io_pwrite_full(-1, "x", 1, 0), -1);
+  EXPECT_EQ(errno, EBADF);
+}
+
+TEST(StateDurable, Dirname) {
+  const char *cases[][2] = {{"a/b/c", "a/b"}, {"c", "."}, {"/c", "/"}, {"/a/c", "/a"}, {"./c", "."}};
+  for (auto &c : cases) {
+    char *d = lm_io_dirname(c[0]);
+    ASSERT_NE(d, nullptr);
+    EXPECT_STREQ(d, c[1]) << c[0];
+    free(d);
+  }
 }

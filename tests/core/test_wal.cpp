@@ -631,6 +631,17 @@ TEST(Wal, WalWithoutTagStillOpensAsTagZero) {
   lm_dedup_destroy(d);
   // the core's own header for seed 9 and no tag is byte for byte the old one
   EXPECT_EQ(read_all(path).substr(0, 64), old.substr(0, 64));
+  // and a log the core writes is, byte for byte, the layout built here (explicit little-endian)
+  std::string fresh = td.file("fresh.wal");
+  lm_dedup_params p;
+  lm_dedup_params_default(&p);
+  p.wal_path = fresh.c_str();
+  p.seed = 9;
+  ASSERT_EQ(lm_dedup_create(&p, &d), LM_OK);
+  for (auto &h : hs) ASSERT_EQ(lm_dedup_check_insert_hash(d, h, &nw), LM_OK);
+  ASSERT_EQ(lm_dedup_sync(d, nullptr), LM_OK);
+  lm_dedup_destroy(d);
+  EXPECT_EQ(read_all(fresh), old);
 }
 
 TEST(Wal, InspectAndReadHashesAreReadOnlyAndChecked) {
