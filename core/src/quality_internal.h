@@ -121,6 +121,12 @@ typedef struct {
 typedef struct {
   uint32_t *slot; /* index+1 into lmq_specials; 0 = empty */
   size_t mask;
+  size_t max_len;         /* longest special case (bytes) */
+  uint64_t first[4];      /* bit b: some special case starts with byte b */
+  /* the currency and unit literals by their last byte: unit_lit[unit_at[b] .. unit_at[b+1]) */
+  uint16_t unit_at[257];
+  const char *unit_lit[256];
+  uint8_t unit_len[256];
 } lmq_special_index;
 
 int lmq_special_index_build(lmq_special_index *ix);

@@ -29,6 +29,7 @@ static uint64_t sp_hash(const uint8_t *s, size_t n) {
 }
 
 int lmq_special_index_build(lmq_special_index *ix) {
+  memset(ix, 0, sizeof *ix);
   size_t cap = 1;
   while (cap < lmq_n_specials * 4) cap <<= 1;
   ix->slot = (uint32_t *)calloc(cap, sizeof(uint32_t));
@@ -38,7 +39,26 @@ int lmq_special_index_build(lmq_special_index *ix) {
     size_t h = (size_t)sp_hash((const uint8_t *)lmq_specials[i].key, lmq_specials[i].len) & ix->mask;
     while (ix->slot[h]) h = (h + 1) & ix->mask;
     ix->slot[h] = (uint32_t)i + 1;
+    if (lmq_specials[i].len > ix->max_len) ix->max_len = lmq_specials[i].len;
+    uint8_t b0 = (uint8_t)lmq_specials[i].key[0];
+    ix->first[b0 >> 6] |= (uint64_t)1 << (b0 & 63);
   }
+  /* unit / currency literals bucketed by last byte (order inside a bucket: the tables') */
+  size_t nlit = lmq_n_currency + lmq_n_units, k = 0;
+  if (nlit > 256) { free(ix->slot); ix->slot = NULL; return -1; }
+  for (int b = 0; b < 256; b++) {
+    ix->unit_at[b] = (uint16_t)k;
+    for (size_t u = 0; u < nlit; u++) {
+      const char *lit = u < lmq_n_currency ? lmq_currency[u] : lmq_units[u - lmq_n_currency];
+      size_t l = strlen(lit);
+      if (l && (uint8_t)lit[l - 1] == b) {
+        ix->unit_lit[k] = lit;
+        ix->unit_len[k++] = (uint8_t)l;
+      }
+    }
+  }
+  ix->unit_at[256] = (uint16_t)k;
+  if (ix->max_len > 64) ix->max_len = 64; /* special_find never looked past 64 bytes */
   return 0;
 }
 
@@ -49,7 +69,7 @@ void lmq_special_index_free(lmq_special_index *ix) {
 }
 
 static const lmq_special *special_find(const lmq_special_index *ix, const uint8_t *s, size_t n) {
-  if (n == 0 || n > 64) return NULL;
+  if (n == 0 || n > ix->max_len || !((ix->first[s[0] >> 6] >> (s[0] & 63)) & 1)) return NULL;
   size_t h = (size_t)sp_hash(s, n) & ix->mask;
   for (;;) {
     uint32_t v = ix->slot[h];
@@ -154,18 +174,17 @@ static int push_special(span_ctx *c, const lmq_special *sp, size_t i, size_t j) 
 
 static inline int is_d(uint32_t cp) { return cp >= '0' && cp <= '9'; }
 
-/* Does the UTF-8 literal `lit` equal code points [p, j) for some p?  Returns
- * its code-point length j - p, or 0. */
-static size_t lit_at_end(span_ctx *c, size_t j, const char *lit) {
-  size_t nb = strlen(lit);
+/* Do the nb bytes of `lit` end the span at code point j, starting on a code
+ * point p?  Returns its code-point length j - p, or 0. */
+static size_t lit_at_end(span_ctx *c, size_t j, const char *lit, size_t nb) {
   uint32_t endb = BO(c, j);
   if (nb > endb) return 0;
   uint32_t startb = endb - (uint32_t)nb;
+  if (memcmp(c->s + startb, lit, nb) != 0) return 0;
   /* find the code point where startb begins */
   size_t p = j;
   while (p > 0 && BO(c, p) > startb) p--;
   if (BO(c, p) != startb || p == j) return 0;
-  if (memcmp(c->s + startb, lit, nb) != 0) return 0;
   return j - p;
 }
 
@@ -191,13 +210,13 @@ uint64_t lmq_debug_unit_scans(void) { return unit_scans; }
 static uint64_t unit_matches(span_ctx *c, size_t j) {
   uint64_t m = 0;
   unit_scans++;
-  for (int pass = 0; pass < 2; pass++) {
-    const char *const *lits = pass ? lmq_units : lmq_currency;
-    size_t nl = pass ? lmq_n_units : lmq_n_currency;
-    for (size_t u = 0; u < nl; u++) {
-      size_t k = lit_at_end(c, j, lits[u]);
-      if (k && k < 64 && j - k >= 1 && is_d(CP(c, j - k - 1))) m |= (uint64_t)1 << k;
-    }
+  uint32_t endb = BO(c, j);
+  if (!endb) return 0;
+  const lmq_special_index *ix = c->ix;
+  uint8_t last = c->s[endb - 1];
+  for (size_t u = ix->unit_at[last]; u < ix->unit_at[last + 1]; u++) {
+    size_t k = lit_at_end(c, j, ix->unit_lit[u], ix->unit_len[u]);
+    if (k && k < 64 && j - k >= 1 && is_d(CP(c, j - k - 1))) m |= (uint64_t)1 << k;
   }
   return m;
 }
@@ -361,15 +380,18 @@ static size_t infix_at(span_ctx *c, size_t i, size_t p, size_t j) {
   if (ch == '.' && (pf & LMQ_F_INFIX_DOT_LB) && has_next && (FL(c, p + 1) & LMQ_F_INFIX_DOT_LA)) return 1;
   if (ch == ',' && (pf & LMQ_F_SP_ALPHA) && has_next && (FL(c, p + 1) & LMQ_F_SP_ALPHA)) return 1;
   if ((pf & LMQ_F_SP_ALPHA) || is_d(prev)) {
-    for (int h = 0; h < 7; h++) {
-      size_t L = k_hyph_len[h];
-      if (p + L >= j) continue;
-      int ok = 1;
-      for (size_t q = 0; q < L && ok; q++) {
-        uint32_t want = h == 4 ? '-' : k_hyph[h][q];
-        ok = CP(c, p + q) == want;
+    /* hyphens: every pattern starts with '-', U+2013, U+2014 or '~' */
+    if (ch == '-' || ch == 0x2013 || ch == 0x2014 || ch == '~') {
+      for (int h = 0; h < 7; h++) {
+        size_t L = k_hyph_len[h];
+        if (p + L >= j) continue;
+        int ok = 1;
+        for (size_t q = 0; q < L && ok; q++) {
+          uint32_t want = h == 4 ? '-' : k_hyph[h][q];
+          ok = CP(c, p + q) == want;
+        }
+        if (ok && (FL(c, p + L) & LMQ_F_SP_ALPHA)) return L;
       }
-      if (ok && (FL(c, p + L) & LMQ_F_SP_ALPHA)) return L;
     }
     if ((ch == ':' || ch == '<' || ch == '>' || ch == '=' || ch == '/') && has_next &&
         (FL(c, p + 1) & LMQ_F_SP_ALPHA))
