@@ -142,6 +142,12 @@ void param_doubles(const py::dict &d, const char *name, double *out, size_t n, c
 
 // ---------------------------------------------------------------- objects
 
+// The stages' default max_doc_bytes (the core's default is 0 = no limit): twice
+// the CLI's 64 MB record limit, so a record the CLI accepts is never refused,
+// while one document's working memory stays bounded (QualityFilter <= ~16 B per
+// byte).  Pass max_doc_bytes=0 for no limit, or a larger value.
+static const size_t kDefaultMaxDocBytes = size_t(128) << 20;
+
 Cleaner::Cleaner(const py::dict &p) {
   static const char *const known[] = {"normalize",       "remove_control", "normalize_newlines", "fold_spaces",
                                       "collapse_spaces", "trim_trailing",  "max_blank_lines",    "drop_empty",
@@ -159,6 +165,7 @@ Cleaner::Cleaner(const py::dict &p) {
   param_bool(p, "trim_trailing", &params.trim_trailing, w);
   param_int(p, "max_blank_lines", &params.max_blank_lines, w, -1, 1 << 30);
   param_bool(p, "drop_empty", &params.drop_empty, w);
+  params.max_doc_bytes = kDefaultMaxDocBytes;
   param_size(p, "max_doc_bytes", &params.max_doc_bytes, w);
   lm_status s = lm_cleaner_create(&params, &obj);
   if (s) raise_status(s, w);
@@ -199,6 +206,7 @@ Quality::Quality(const py::dict &p) {
   param_u64(p, "enabled", &params.enabled, w);
   if (params.enabled >> LM_Q_RULE_COUNT) throw py::value_error("QualityFilter: 'enabled' has bits of unknown rules");
   param_bool(p, "c4_modify_text", &params.c4_modify_text, w);
+  params.max_doc_bytes = kDefaultMaxDocBytes;
   param_size(p, "max_doc_bytes", &params.max_doc_bytes, w);
   param_double(p, "gr_dup_para_frac", &params.gr_dup_para_frac, w);
   param_double(p, "gr_dup_para_char_frac", &params.gr_dup_para_char_frac, w);
@@ -243,6 +251,7 @@ Pii::Pii(const py::dict &p) {
   param_bool(p, "ipv4_public_only", &params.ipv4_public_only, w);
   param_bool(p, "ipv6_public_only", &params.ipv6_public_only, w);
   param_bool(p, "cycle_across_documents", &params.cycle_across_documents, w);
+  params.max_doc_bytes = kDefaultMaxDocBytes;
   param_size(p, "max_doc_bytes", &params.max_doc_bytes, w);
   if (p.contains("replacements") && !p["replacements"].is_none()) {
     py::handle r = p["replacements"];
@@ -300,11 +309,13 @@ void bind_text_stages(py::module_ &m) {
   m.def("cleaner_params_default", []() {
     lm_cleaner_params p;
     lm_cleaner_params_default(&p);
+    p.max_doc_bytes = kDefaultMaxDocBytes;
     return cleaner_params_dict(p);
   });
   m.def("quality_params_default", []() {
     lm_quality_params p;
     lm_quality_params_default(&p);
+    p.max_doc_bytes = kDefaultMaxDocBytes;
     return quality_params_dict(p);
   });
   m.def("quality_rules", []() {

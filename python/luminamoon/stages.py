@@ -235,6 +235,11 @@ class _Stage:
 
 _NORMALIZE = {None: 0, "none": 0, "NFC": 1, "NFKC": 2}
 
+#: The default ``max_doc_bytes`` of TextCleaner, QualityFilter and PIIMasker
+#: (twice the CLI's 64 MB ``max_record_bytes``): a larger document is dropped
+#: with reason TOO_LARGE.  Raise it per stage (``max_doc_bytes=...``; 0 = no limit).
+DEFAULT_MAX_DOC_BYTES = 128 << 20
+
 
 class TextCleaner(_Stage):
     """UTF-8 repair, control characters, Unicode spaces, blank lines; optional NFC/NFKC.
@@ -243,7 +248,8 @@ class TextCleaner(_Stage):
     "NFC", "NFKC"), ``remove_control``, ``normalize_newlines``,
     ``fold_spaces``, ``collapse_spaces``, ``trim_trailing`` (bools, default
     True), ``max_blank_lines`` (2; -1 = no limit), ``drop_empty`` (True),
-    ``max_doc_bytes`` (0 = no limit).
+    ``max_doc_bytes`` (default ``DEFAULT_MAX_DOC_BYTES`` = 128 MiB; 0 = no
+    limit): a larger document is dropped with reason TOO_LARGE.
 
     >>> TextCleaner()(["a\\u00a0\\u00a0b  \\n\\n\\n\\nc\\x00"]).texts.tolist()
     ['a b\\n\\n\\nc']
@@ -300,7 +306,11 @@ class QualityFilter(_Stage):
     rule-set names (``"gopher_quality"``, ``"gopher_repetition"``, ``"c4"``,
     ``"fineweb"``).  Thresholds by their core names (``gq_min_doc_words=50``,
     ``fw_short_line_thr=0.67``, ``c4_modify_text=True``, ...; see
-    ``QualityFilter.defaults()``).
+    ``QualityFilter.defaults()``) and ``max_doc_bytes`` (default
+    ``DEFAULT_MAX_DOC_BYTES`` = 128 MiB; 0 = no limit): a larger document is
+    dropped with reason TOO_LARGE.  Working memory is at most ~16 bytes per
+    byte of the largest document checked (9 per token, a word copy, C4's line
+    buffers), plus the hash sets of distinct lines and n-grams.
 
     >>> r = QualityFilter(rules=["gopher_quality"])(["too short"])
     >>> reason_name(r.reasons[0])
@@ -345,7 +355,8 @@ class PIIMasker(_Stage):
     names (``PII_TYPES``) to mask (default: all of the mode).  Other
     parameters: ``ipv4_public_only``, ``ipv6_public_only``,
     ``cycle_across_documents`` (bools), ``replacements`` ({type: str or
-    list of str}) and ``max_doc_bytes`` (0 = no limit): a larger document is
+    list of str}) and ``max_doc_bytes`` (default ``DEFAULT_MAX_DOC_BYTES`` =
+    128 MiB; 0 = no limit): a larger document is
     refused — dropped with reason TOO_LARGE, never passed through unmasked —
     and ``find`` raises ValueError for it.
 
