@@ -107,7 +107,8 @@ static int set_grow(lmq_set *st) {
  * (a, b) with count 1.  Returns the slot (SIZE_MAX on ENOMEM); *seen = 1
  * when it was already there (its count is then incremented). */
 typedef int (*set_eq_fn)(const void *ctx, uint32_t a0, uint32_t b0, uint32_t a, uint32_t b);
-static size_t set_add_eq(lmq_set *st, uint64_t h, uint32_t a, uint32_t b, set_eq_fn eq, const void *ctx, int *seen) {
+static inline __attribute__((always_inline)) size_t set_add_eq(lmq_set *st, uint64_t h, uint32_t a, uint32_t b,
+                                                        set_eq_fn eq, const void *ctx, int *seen) {
   h |= 1u;
   size_t i = (size_t)(h ^ (h >> 32)) & st->mask;
   for (;;) {
@@ -135,12 +136,13 @@ static size_t set_add_eq(lmq_set *st, uint64_t h, uint32_t a, uint32_t b, set_eq
 }
 
 /* Byte strings base[a..b). */
-static int eq_bytes(const void *ctx, uint32_t a0, uint32_t b0, uint32_t a, uint32_t b) {
+static inline int eq_bytes(const void *ctx, uint32_t a0, uint32_t b0, uint32_t a, uint32_t b) {
   const uint8_t *base = (const uint8_t *)ctx;
   return b0 - a0 == b - a && memcmp(base + a0, base + a, b - a) == 0;
 }
 
-static size_t set_add(lmq_set *st, const uint8_t *base, uint32_t a, uint32_t b, int *seen) {
+static inline __attribute__((always_inline)) size_t set_add(lmq_set *st, const uint8_t *base, uint32_t a, uint32_t b,
+                                                     int *seen) {
   return set_add_eq(st, lm_hash64(base + a, b - a, 0), a, b, eq_bytes, base, seen);
 }
 
@@ -255,7 +257,7 @@ typedef struct {
   size_t ng;
 } joined_ctx;
 
-static int eq_joined(const void *ctx, uint32_t a0, uint32_t i0, uint32_t a, uint32_t i) {
+static inline int eq_joined(const void *ctx, uint32_t a0, uint32_t i0, uint32_t a, uint32_t i) {
   const joined_ctx *j = (const joined_ctx *)ctx;
   size_t bytes = 0;
   for (size_t k = 0; k < j->ng; k++) {
