@@ -220,6 +220,56 @@ def test_stateful_dataloader_resume_keeps_the_dedup_state(num_workers):
         assert sorted(full) == cleaned(96)
 
 
+def dataset_with_near_copies(n):
+    """dataset_with_copies(n) plus a near copy (one word changed) of every third document, later."""
+    near = []
+    for i in range(0, n, 3):
+        words = doc(i).split(" ")
+        words[len(words) // 2] = "changed"
+        near.append({"id": 2 * n + i, "text": " ".join(words)})
+    return dataset_with_copies(n) + near
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_stateful_dataloader_resume_keeps_the_near_dedup_state(num_workers):
+    """near_dedup=True: the pass's band keys ride in the loader's state_dict; a resumed loader
+    delivers what the uninterrupted one delivers (issue 12 part 4)."""
+    sdl = pytest.importorskip("torchdata.stateful_dataloader")
+    collates = [create_resumable_collate(return_string_tensor=True, near_dedup=True)]
+
+    def make(docs, new_collate=False):
+        if new_collate:
+            collates.append(pickle.loads(pickle.dumps(collates[0])))
+        c = collates[-1]
+        return sdl.StatefulDataLoader(c.stateful(docs), batch_size=8, collate_fn=c, num_workers=num_workers)
+
+    docs = dataset_with_near_copies(96)
+    full, got = _resume_once(make, docs, 7, True)
+    assert got == full
+    if num_workers == 0:  # one worker: exact + near dedup over the epoch == the NearDeduplicator's own decisions
+        import luminamoon
+
+        with luminamoon.FusedPipeline(near_dedup=True, pii=False) as fp:
+            ref = fp([d["text"] for d in docs])
+        assert len(full) == len(ref) == 96  # the 96 originals; the exact and the near copies were dropped
+        assert ref.reason_counts() == {"kept": 96, "duplicate": 48, "near_duplicate": 32}
+        assert sorted(full) == sorted(create_resumable_collate(return_string_tensor=True)(ref.texts.tolist())
+                                      .tolist())
+    # the state of a collate without near dedup is refused by one with it, and the other way round
+    plain = create_resumable_collate(return_string_tensor=True)
+    near = create_resumable_collate(return_string_tensor=True, near_dedup=True)
+    plain([doc(1)])
+    near([doc(1)])
+    with pytest.raises(ValueError, match="near dedup"):
+        create_resumable_collate(return_string_tensor=True, near_dedup=True)._load_state_dict(plain._state_dict())
+    with pytest.raises(ValueError, match="near dedup"):
+        create_resumable_collate(return_string_tensor=True)._load_state_dict(near._state_dict())
+    with pytest.raises(TypeError, match="near_dedup"):
+        create_resumable_collate(near_dedup="yes")
+    with pytest.raises(ValueError, match="num_buckets"):
+        create_resumable_collate(near_dedup={"num_buckets": 0})
+
+
 class _Stream(torch.utils.data.IterableDataset):
     def __iter__(self):
         return iter(DOCS)

@@ -35,6 +35,13 @@ worker was handed.  What "duplicate" means therefore depends on ``dedup``:
   delivered documents is deterministic, the batch a given copy lands in is not.
 * ``dedup=None``: no deduplication.
 
+Near duplicates: ``near_dedup=True`` (or a dict of ``NearDeduplicator``
+arguments) also drops near-duplicates (MinHash LSH band keys, issue 12), after
+exact dedup and before PII, with ``dedup="worker"``'s scope whatever ``dedup``
+is: per pass, per worker process (one band index per pass; its admitted band
+keys, 16 bytes each, ride in the loader's ``state_dict`` like the worker
+table's hashes, so a resumed loader decides exactly as the uninterrupted one).
+
 Resuming (``StatefulDataLoader``)
 ---------------------------------
 The dedup state is part of the loader's ``state_dict`` when the dataset is
@@ -358,6 +365,20 @@ class _Table:
         self.dedup = None
         self.chunks: List[bytes] = []
         self.tail = bytearray()
+        self.near = None  # the pass's NearDeduplicator and the log of its admitted band keys
+        self.near_chunks: List[bytes] = []
+        self.near_tail = bytearray()
+
+    def log_near(self, admitted: bytes) -> None:
+        self.near_tail += admitted
+        while len(self.near_tail) >= 16 * _CHUNK:
+            self.near_chunks.append(bytes(self.near_tail[:16 * _CHUNK]))
+            del self.near_tail[:16 * _CHUNK]
+
+    def near_chunk_dict(self) -> Dict[str, bytes]:
+        d = {str(i): c for i, c in enumerate(self.near_chunks)}
+        d[str(len(self.near_chunks))] = bytes(self.near_tail)
+        return d
 
     def log(self, admitted: bytes) -> None:
         self.tail += admitted
@@ -398,7 +419,21 @@ class ResumableCollate:
                  dedup: Union[str, GlobalDedup, None] = "worker", stages: Optional[Dict[str, Any]] = None,
                  tokenizer: Union[str, Callable, Any] = "bytes", max_length: Optional[int] = None,
                  pad_id: int = 0, bos_id: int = -1, eos_id: int = -1, return_string_tensor: bool = False,
-                 num_threads: Optional[int] = 1, dedup_max_entries: int = 0):
+                 num_threads: Optional[int] = 1, dedup_max_entries: int = 0,
+                 near_dedup: Union[bool, Dict[str, Any]] = False):
+        if not isinstance(near_dedup, (bool, dict)):
+            raise TypeError(f"near_dedup must be a bool or a dict of NearDeduplicator arguments, "
+                            f"got {type(near_dedup).__name__}")
+        if isinstance(near_dedup, dict) and "wal_path" in near_dedup:
+            raise ValueError("near_dedup: the collate's band index lives in memory (its keys ride in the loader's "
+                             "state_dict); leave wal_path out")
+        if near_dedup is not False:
+            if pipeline is None:
+                raise ValueError("near_dedup needs a pipeline ('fused' or 'chain'), got pipeline=None")
+            from .. import stages as _S
+
+            _S.NearDeduplicator(**(near_dedup if isinstance(near_dedup, dict) else {})).close()  # bad args raise now
+        self.near_dedup = near_dedup
         if not isinstance(text_key, str):
             raise TypeError(f"text_key must be str, got {type(text_key).__name__}")
         if pipeline not in ("fused", "chain", None):
@@ -468,7 +503,7 @@ class ResumableCollate:
         cls = S.FusedPipeline if self.pipeline == "fused" else S.ChainPipeline
         if self.pipeline is None:
             parts["main"] = None
-        elif self.dedup is None:
+        elif self.dedup is None and self.near_dedup is False:
             kw["dedup"] = False
             parts["main"] = cls(**kw)
         else:
@@ -497,7 +532,8 @@ class ResumableCollate:
         return t
 
     def _check_stateful(self, fetcher, stateful: bool) -> None:
-        if not stateful or self.dedup is None or self.pipeline is None or fetcher is None:
+        if not stateful or (self.dedup is None and self.near_dedup is False) or self.pipeline is None \
+                or fetcher is None:
             return
         ds = getattr(fetcher, "dataset", None)
         if isinstance(ds, torch.utils.data.IterableDataset):
@@ -529,6 +565,23 @@ class ResumableCollate:
         t.log(hashes[keep].contiguous().numpy().tobytes())
         return keep
 
+    def _near_local(self, t: _Table, keys: torch.Tensor, has: torch.Tensor) -> torch.Tensor:
+        """bool [N]: near duplicates among N documents with band keys [N * B, 2] (admits every key)."""
+        from .. import stages as S
+
+        if t.near is None:
+            t.near = S.NearDeduplicator(**(self.near_dedup if isinstance(self.near_dedup, dict) else {}))
+        B = int(t.near.config["num_buckets"])
+        n = int(has.numel())
+        cand = torch.nonzero(has, as_tuple=False).flatten()
+        k = keys.view(n, B, 2)[cand].reshape(-1, 2).contiguous()
+        new = t.near.check_insert_hashes(k)
+        t.log_near(k[new].contiguous().numpy().tobytes())
+        dup = torch.zeros(n, dtype=torch.bool)
+        if len(cand):
+            dup[cand] = ~new.view(-1, B).all(dim=1)
+        return dup
+
     def _dedup_global(self, t: _Table, hashes: torch.Tensor) -> torch.Tensor:
         P, key = self._proc(), self._pass_key(t)
         keep, P.count, earlier = self.dedup._admit(self._client(), key, hashes.contiguous().numpy().tobytes())
@@ -545,14 +598,15 @@ class ResumableCollate:
     def _state_dict(self) -> Dict[str, Any]:
         fetcher, _ = _find_pass()
         t, P = self._table(fetcher), self._proc()
+        near = {} if self.near_dedup is False or self.pipeline is None else {"near_keys": t.near_chunk_dict()}
         if self.pipeline is None or self.dedup is None:
-            return {"format": 1, "dedup": None}
+            return {"format": 1, "dedup": None, **near}
         if self.dedup == "worker":
-            return {"format": 1, "dedup": "worker", "hashes": t.chunk_dict()}
+            return {"format": 1, "dedup": "worker", "hashes": t.chunk_dict(), **near}
         client = self._client()
         if P.count is None:
             P.count = self.dedup._count(client)
-        return {"format": 1, "dedup": "global", "client": client, "count": P.count}
+        return {"format": 1, "dedup": "global", "client": client, "count": P.count, **near}
 
     def _load_state_dict(self, state: Dict[str, Any]) -> None:
         kind = None if self.pipeline is None or self.dedup is None else \
@@ -563,8 +617,27 @@ class ResumableCollate:
         if state["dedup"] != kind:
             raise ValueError(f"load_state_dict: the state was taken with dedup {state['dedup']!r}, this collate "
                              f"has {kind!r}: resuming would change which documents are delivered")
+        near_on = self.near_dedup is not False and self.pipeline is not None
+        if near_on != ("near_keys" in state):
+            raise ValueError(f"load_state_dict: the state was taken with near dedup "
+                             f"{'on' if 'near_keys' in state else 'off'}, this collate has it "
+                             f"{'on' if near_on else 'off'}: resuming would change which documents are delivered")
         P, t = self._proc(), _Table()
         t.restored = True
+        if near_on:
+            chunks = state["near_keys"]
+            if not isinstance(chunks, dict):
+                raise ValueError("load_state_dict: the state's 'near_keys' must be a dict of byte chunks")
+            blob = b"".join(chunks[k] for k in sorted(chunks, key=int))
+            if len(blob) % 16:
+                raise ValueError(f"load_state_dict: near-dedup band keys must be N x 16 bytes, got {len(blob)}")
+            from .. import stages as S
+
+            t.near = S.NearDeduplicator(**(self.near_dedup if isinstance(self.near_dedup, dict) else {}))
+            if blob:
+                k = torch.frombuffer(bytearray(blob), dtype=torch.int64).reshape(-1, 2)
+                t.near.check_insert_hashes(k)
+                t.log_near(blob)
         if kind == "worker":
             chunks = state.get("hashes")
             if not isinstance(chunks, dict):
@@ -635,10 +708,20 @@ class ResumableCollate:
         if "main" in parts:
             return parts["main"](st).texts
         pre = parts["pre"](st).texts
-        hashes = _C.hash128(pre.offsets, pre.data, 0).reshape(-1, 2)
         t = self._table(fetcher)
-        keep = self._dedup_local(t, hashes) if self.dedup == "worker" else self._dedup_global(t, hashes)
-        kept = pre.mask(keep)
+        if self.dedup is None:
+            kept = pre
+        else:
+            hashes = _C.hash128(pre.offsets, pre.data, 0).reshape(-1, 2)
+            keep = self._dedup_local(t, hashes) if self.dedup == "worker" else self._dedup_global(t, hashes)
+            kept = pre.mask(keep)
+        if self.near_dedup is not False:
+            if t.near is None:
+                from .. import stages as S
+
+                t.near = S.NearDeduplicator(**(self.near_dedup if isinstance(self.near_dedup, dict) else {}))
+            keys, has = t.near.keys(kept)
+            kept = kept.mask(~self._near_local(t, keys, has))
         return parts["post"](kept).texts if parts["post"] is not None else kept
 
     def __call__(self, samples: Sequence[Any]):
@@ -724,7 +807,8 @@ def create_resumable_collate(text_key: str = "text", pipeline: Union[str, None] 
                              tokenizer: Union[str, Callable, Any] = "bytes", max_length: Optional[int] = None,
                              pad_id: int = 0, bos_id: int = -1, eos_id: int = -1,
                              return_string_tensor: bool = False, num_threads: Optional[int] = 1,
-                             dedup_max_entries: int = 0) -> ResumableCollate:
+                             dedup_max_entries: int = 0,
+                             near_dedup: Union[bool, Dict[str, Any]] = False) -> ResumableCollate:
     """A picklable ``collate_fn`` running the luminamoon pipeline (see the module docstring).
 
     Returns ``{"input_ids", "attention_mask", "lengths"}`` (int64 tensors) or,
@@ -737,6 +821,8 @@ def create_resumable_collate(text_key: str = "text", pipeline: Union[str, None] 
     ``state_dict`` (see the module docstring).
     ``dedup_max_entries`` bounds each worker's table (``dedup="worker"``; 0: no
     bound); at the bound the collate raises ValueError saying the table is full.
+    ``near_dedup``: True or a dict of ``NearDeduplicator`` arguments also drops
+    near duplicates (per pass and worker; see the module docstring).
     """
     return ResumableCollate(text_key, pipeline, dedup, stages, tokenizer, max_length, pad_id, bos_id, eos_id,
-                            return_string_tensor, num_threads, dedup_max_entries)
+                            return_string_tensor, num_threads, dedup_max_entries, near_dedup)
