@@ -522,6 +522,7 @@ int lmq_tokenize(const lmq_special_index *ix, const uint8_t *s, size_t n, uint32
     /* non-whitespace span: ASCII-letters fast path */
     size_t st = i;
     int letters = 1, ascii = 1;
+    size_t ncps = 0;
     while (i < n) {
       uint8_t ch = s[i];
       if (ch < 0x80) {
@@ -535,6 +536,7 @@ int lmq_tokenize(const lmq_special_index *ix, const uint8_t *s, size_t n, uint32
         ascii = 0;
         i += l;
       }
+      ncps++;
     }
     if (letters) {
       const lmq_special *sp = special_find(ix, s + st, i - st);
@@ -553,8 +555,8 @@ int lmq_tokenize(const lmq_special_index *ix, const uint8_t *s, size_t n, uint32
       continue;
     }
     /* decode the span */
-    if (nb + 1 > b->cap_cp) {
-      size_t cap = nb + 256;
+    if (ncps + 1 > b->cap_cp) { /* sized by code points: 12 B each */
+      size_t cap = ncps + 256;
       void *q0 = realloc(b->cp, cap * sizeof(uint32_t));
       if (!q0) return -1;
       b->cp = (uint32_t *)q0;

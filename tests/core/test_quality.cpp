@@ -396,7 +396,9 @@ TEST(Quality, ScratchMemoryPerInputByteIsBounded) {
   while (mixed.size() < n) mixed += ")(,;!?.\"-:'";
   std::string spaced;
   while (spaced.size() < n) spaced += ") ";
-  for (const std::string *t : {&close, &open, &mixed, &spaced}) {
+  std::string marks = "a";  // one whitespace-free non-ASCII span: decoded per code point
+  while (marks.size() < n) marks += "\xCC\x81\xCC\x96";
+  for (const std::string *t : {&close, &open, &mixed, &spaced, &marks}) {
     Q q(-1);
     lm_quality_doc_result r;
     ASSERT_EQ(lm_quality_check(q.q, q.s, (const uint8_t *)t->data(), t->size(), &r, nullptr), LM_OK);
