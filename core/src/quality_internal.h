@@ -123,11 +123,17 @@ typedef struct {
   size_t mask;
   size_t max_len;         /* longest special case (bytes) */
   uint64_t first[4];      /* bit b: some special case starts with byte b */
+  uint64_t bloom[1024];   /* bit lmq_special_bloom(key): some special case may be that key */
   /* the currency and unit literals by their last byte: unit_lit[unit_at[b] .. unit_at[b+1]) */
   uint16_t unit_at[257];
   const char *unit_lit[256];
   uint8_t unit_len[256];
 } lmq_special_index;
+
+/* Bloom position of a special-case candidate s[0..n) (n >= 1). */
+static inline size_t lmq_special_bloom(const uint8_t *s, size_t n) {
+  return ((size_t)s[0] * 31u + (size_t)s[n - 1] * 131u + (size_t)s[n / 2] * 7u + n * 2053u) & 0xFFFFu;
+}
 
 int lmq_special_index_build(lmq_special_index *ix);
 void lmq_special_index_free(lmq_special_index *ix);

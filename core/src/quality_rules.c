@@ -3,9 +3,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "luminamoon/hash.h"
 #include "luminamoon/bytebuf.h"
 #include "quality_internal.h"
+
+/* XXH3 inlined here: the n-gram sets hash millions of short keys per MB (the
+ * values only place elements in the set; they never decide anything). */
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+static inline uint64_t qhash(const uint8_t *p, size_t n) { return (uint64_t)XXH3_64bits(p, n); }
 
 #define ON(q, r) (((q)->p.enabled >> (r)) & 1u)
 
@@ -143,7 +149,7 @@ static inline int eq_bytes(const void *ctx, uint32_t a0, uint32_t b0, uint32_t a
 
 static inline __attribute__((always_inline)) size_t set_add(lmq_set *st, const uint8_t *base, uint32_t a, uint32_t b,
                                                      int *seen) {
-  return set_add_eq(st, lm_hash64(base + a, b - a, 0), a, b, eq_bytes, base, seen);
+  return set_add_eq(st, qhash(base + a, b - a), a, b, eq_bytes, base, seen);
 }
 
 static inline size_t cp_count(const uint8_t *s, size_t n) { return lmq_cp_count(s, n); }
@@ -350,7 +356,7 @@ static int gopher_repetition(const lm_quality *q, lm_quality_scratch *s, const u
         a += w[i - 1].len;
         e += w[i + ng - 1].len;
       }
-      size_t slot = set_add_eq(&s->set, lm_hash64(wb + a, e - a, 0), a, (uint32_t)i, eq_joined, &jc, &seen);
+      size_t slot = set_add_eq(&s->set, qhash(wb + a, e - a), a, (uint32_t)i, eq_joined, &jc, &seen);
       if (slot == SIZE_MAX) return -1;
       uint32_t c = s->set.cnt[slot], first = s->set.a[slot];
       if (c > best_cnt || (c == best_cnt && first < best_first)) {

@@ -42,6 +42,8 @@ int lmq_special_index_build(lmq_special_index *ix) {
     if (lmq_specials[i].len > ix->max_len) ix->max_len = lmq_specials[i].len;
     uint8_t b0 = (uint8_t)lmq_specials[i].key[0];
     ix->first[b0 >> 6] |= (uint64_t)1 << (b0 & 63);
+    size_t bl = lmq_special_bloom((const uint8_t *)lmq_specials[i].key, lmq_specials[i].len);
+    ix->bloom[bl >> 6] |= (uint64_t)1 << (bl & 63);
   }
   /* unit / currency literals bucketed by last byte (order inside a bucket: the tables') */
   size_t nlit = lmq_n_currency + lmq_n_units, k = 0;
@@ -70,6 +72,8 @@ void lmq_special_index_free(lmq_special_index *ix) {
 
 static const lmq_special *special_find(const lmq_special_index *ix, const uint8_t *s, size_t n) {
   if (n == 0 || n > ix->max_len || !((ix->first[s[0] >> 6] >> (s[0] & 63)) & 1)) return NULL;
+  size_t bl = lmq_special_bloom(s, n);
+  if (!((ix->bloom[bl >> 6] >> (bl & 63)) & 1)) return NULL;
   size_t h = (size_t)sp_hash(s, n) & ix->mask;
   for (;;) {
     uint32_t v = ix->slot[h];
