@@ -281,6 +281,14 @@ int lm_dt_insert(lm_dtable *t, lm_hash128_t h) {
     t->count++;
     return 1;
   }
+  if (!t->old) { /* the common case, no growth running: one array */
+    size_t pos;
+    if (arr_find(t->slots, t->nslots, t->cap, 0, h, &pos)) return 0;
+    if ((t->count + 1) * 5 <= t->cap * 4 && arr_put(t->slots, t->nslots, pos, h) == 0) {
+      t->count++;
+      return 1;
+    }
+  }
   for (;;) {
     dt_side s = side_of(t, h);
     size_t pos;
