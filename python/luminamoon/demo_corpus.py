@@ -42,6 +42,8 @@ import os
 import random
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
+from ._durable import atomic_replace
+
 __all__ = ["generate", "iter_documents", "KINDS", "luhn_check_digit", "iban_check_digits"]
 
 # Share of each kind among generated pages (duplicates need earlier pages, so
@@ -650,16 +652,9 @@ def generate(out_dir: str, size_mb: float = 50.0, seed: int = 1234, shard_mb: fl
             return
         path = os.path.join(out_dir, f"web-{len(paths):05d}.jsonl{suffix}")
         data = b"".join(buf)
-        tmp = path + ".tmp"
-        try:
+        # a full disk, Ctrl-C: no half-written shard left behind (a demo corpus is regenerated, not fsynced)
+        with atomic_replace(path, tmp=path + ".tmp", durable=False) as tmp:
             _write_shard(tmp, data, compression)
-        except BaseException:  # a full disk, Ctrl-C: no half-written shard left behind
-            try:
-                os.remove(tmp)
-            except OSError:
-                pass
-            raise
-        os.replace(tmp, path)
         paths.append(path)
         buf, size = [], 0
 

@@ -24,6 +24,8 @@ from typing import Any, Dict, Iterable, List, Optional
 
 import numpy as np
 
+from ._durable import atomic_replace
+
 __all__ = ["RunStats", "render_report", "LENGTH_EDGES", "length_histogram", "format_summary"]
 
 #: bin edges of the length histograms, in bytes: 0, then quarter octaves 1 .. 2^30
@@ -211,11 +213,9 @@ class RunStats:
 
     def write_json(self, path: str) -> Dict[str, Any]:
         data = self.to_json()
-        tmp = path + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
+        with atomic_replace(path, tmp=path + ".tmp") as tmp, open(tmp, "w", encoding="utf-8") as f:
             json.dump(data, f, indent=2, ensure_ascii=False)
             f.write("\n")
-        os.replace(tmp, path)
         return data
 
 
@@ -516,8 +516,7 @@ def _render_report(stats: Dict[str, Any], path: str, title: Optional[str]) -> st
             ax.text(b.get_width() * 1.1 + 0.5, b.get_y() + b.get_height() / 2, f"{v:,}", va="center", fontsize=8.5)
         ax.set_title("What the cleaner repaired and removed (characters unless noted)")
         ax.grid(axis="y", visible=False)
-    tmp = path + ".tmp.png"
-    fig.savefig(tmp, dpi=110)
+    with atomic_replace(path, tmp=path + ".tmp.png") as tmp:  # savefig picks the format from the suffix
+        fig.savefig(tmp, dpi=110)
     plt.close(fig)
-    os.replace(tmp, path)
     return path

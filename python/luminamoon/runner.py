@@ -434,7 +434,7 @@ class _Manifest:
 
 
 def _write_run_file(run_file: str, ident: Dict[str, Any]) -> None:
-    from .data._prefetch import atomic_write
+    from ._durable import atomic_write
 
     atomic_write(run_file, (json.dumps(ident, indent=1) + "\n").encode("utf-8"))
 
@@ -811,7 +811,7 @@ def _kept_types(paths: List[str], fmt: str, keep: List[str]) -> Dict[str, Any]:
 
 
 def _write_json(path: str, data: Dict[str, Any]) -> None:
-    from .data._prefetch import atomic_write  # names the file on failure, leaves no tmp
+    from ._durable import atomic_write  # names the file on failure, leaves no tmp
 
     atomic_write(path, (json.dumps(data, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
 
@@ -980,7 +980,7 @@ def _near_stream_kwargs(nd: Dict[str, Any]) -> Dict[str, int]:
 
 
 def _save_npy_atomic(path: str, arr: np.ndarray) -> None:
-    from .data._prefetch import atomic_write
+    from ._durable import atomic_write
     import io
 
     buf = io.BytesIO()

@@ -25,7 +25,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import pyarrow as pa
 
-from .data._prefetch import fsync_dir
+from ._durable import atomic_replace
 
 __all__ = ["ShardWriter", "PART_RE", "repair_surrogates", "json_value", "id_text"]
 
@@ -233,10 +233,6 @@ class ShardWriter:
         try:
             self._write_part(table, tmp, final)
         except OSError as e:  # full, read-only, ...: no half-written file left, and the error names the part
-            try:
-                os.remove(tmp)
-            except OSError:
-                pass
             if e.filename:
                 raise
             raise OSError(e.errno, f"writing {final}: {e.strerror or e}", final) from e
@@ -249,30 +245,25 @@ class ShardWriter:
         return rec
 
     def _write_part(self, table: pa.Table, tmp: str, final: str) -> None:
-        if self.fmt == "parquet":
-            import pyarrow.parquet as pq
+        with atomic_replace(final, tmp=tmp):  # fsync, rename, fsync folder; no tmp left on failure
+            if self.fmt == "parquet":
+                import pyarrow.parquet as pq
 
-            with open(tmp, "wb") as f:
-                pq.write_table(table, f, compression=None if self.compression == "none" else self.compression,
-                               row_group_size=min(max(table.num_rows, 1), 1 << 16))
-                f.flush()
-                os.fsync(f.fileno())
-        else:
-            data = _ndjson(table, raw=self.extra_fields)
-            if self.compression == "gzip":
-                import gzip
+                with open(tmp, "wb") as f:
+                    pq.write_table(table, f, compression=None if self.compression == "none" else self.compression,
+                                   row_group_size=min(max(table.num_rows, 1), 1 << 16))
+            else:
+                data = _ndjson(table, raw=self.extra_fields)
+                if self.compression == "gzip":
+                    import gzip
 
-                data = gzip.compress(data, compresslevel=6, mtime=0)
-            elif self.compression == "zstd":
-                import zstandard
+                    data = gzip.compress(data, compresslevel=6, mtime=0)
+                elif self.compression == "zstd":
+                    import zstandard
 
-                data = zstandard.ZstdCompressor(level=3).compress(data)
-            with open(tmp, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-        os.replace(tmp, final)
-        fsync_dir(self.out_dir)
+                    data = zstandard.ZstdCompressor(level=3).compress(data)
+                with open(tmp, "wb") as f:
+                    f.write(data)
 
     def state(self) -> Dict[str, Any]:
         """The finished parts, for ``commit(extra=...)``."""

@@ -14,6 +14,8 @@ import threading
 from collections import deque
 from typing import Any, Callable, Deque, Dict, Iterable, Optional, Tuple
 
+from .._durable import atomic_write, fsync_dir  # re-exported: their home is luminamoon/_durable.py
+
 __all__ = ["END", "Prefetcher", "fsync_dir", "atomic_write", "DEFAULT_MAX_PREFETCH_BYTES", "check_max_bytes",
            "empty_prefetch_stats", "tensor_memory", "lock_state_dir", "unlock_state_dir", "LOCK_NAME"]
 
@@ -196,31 +198,3 @@ def unlock_state_dir(fd: int) -> None:
             os.close(fd)
         except OSError:
             pass
-
-
-def fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def atomic_write(path: str, data: bytes) -> None:
-    """tmp + fsync + rename + directory fsync: the file holds the old or the new bytes, never a mix."""
-    tmp = f"{path}.{os.getpid()}.tmp"
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        fsync_dir(os.path.dirname(path) or ".")
-    except BaseException as e:  # full, read-only, interrupted, ...: the old file stays as it was, no tmp left
-        try:
-            os.remove(tmp)
-        except OSError:
-            pass
-        if isinstance(e, OSError):
-            raise OSError(e.errno, f"writing {path}: {e.strerror or e}", path) from e
-        raise

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from .. import _C
-from ._prefetch import atomic_write
+from .._durable import atomic_write
 
 __all__ = ["crc32c", "read_wal_hashes", "validate_wal", "atomic_write", "wal_path", "global_sidecar_path",
            "rank_sidecar_path", "WAL_NAME_RE", "owner_of", "restore_dedup", "cleanup"]

@@ -62,6 +62,8 @@ import sys
 import zlib
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
+from .._durable import atomic_replace
+
 __all__ = [
     "Source", "IterableSource", "JsonlSource", "TextSource", "ParquetSource",
     "HFIterableSource", "expand_paths", "write_jsonl", "BadRecordError",
@@ -213,16 +215,11 @@ def write_jsonl(path: str, records: Iterable[Any], frame_bytes: int = 1 << 20, l
         raise ValueError(f"level must be in [-1, 9] for gzip, got {level}")
     if comp == "zstd" and not -(1 << 17) <= level <= 22:
         raise ValueError(f"level must be in [-131072, 22] for zstd, got {level}")
-    tmp = path + ".tmp"
     try:
-        _write_jsonl_to(tmp, comp, records, frame_bytes, level)
-        os.replace(tmp, path)
-    except BaseException as e:
-        try:
-            os.remove(tmp)
-        except OSError:
-            pass
-        if isinstance(e, OSError) and e.filename is None:  # a failed write() does not say which file
+        with atomic_replace(path, tmp=path + ".tmp") as tmp:  # fsync, rename, fsync folder; no tmp left
+            _write_jsonl_to(tmp, comp, records, frame_bytes, level)
+    except OSError as e:
+        if e.filename is None:  # a failed write() does not say which file
             raise OSError(e.errno, f"write_jsonl: {e.strerror or e}", path) from e
         raise
 
@@ -258,8 +255,6 @@ def _write_jsonl_to(tmp: str, comp: str, records: Iterable[Any], frame_bytes: in
             if size >= frame_bytes:
                 flush()
         flush()
-        f.flush()
-        os.fsync(f.fileno())
 
 
 # ---------------------------------------------------------------------------
@@ -387,16 +382,12 @@ class _IndexedGzipReader(_PlainReader):
             if not loaded:
                 _check_gzip_whole(path)
                 self._f.build_full_index()
-                tmp = f"{index_path}.{os.getpid()}.tmp"
                 try:  # the index is a cache: a folder we cannot write (read-only, full) costs speed, not the read
                     os.makedirs(index_dir, exist_ok=True)
-                    self._f.export_index(tmp)
-                    os.replace(tmp, index_path)
+                    with atomic_replace(index_path, durable=False) as tmp:
+                        self._f.export_index(tmp)
                 except OSError:
-                    try:
-                        os.remove(tmp)
-                    except OSError:
-                        pass
+                    pass
             self._f.seek(offset)
         except Exception as e:
             self._f.close()
