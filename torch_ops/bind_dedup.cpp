@@ -2,7 +2,7 @@
 // (sync, truncate, snapshot), stats, close.  Using it after close() raises
 // ValueError("... closed").
 #include <cerrno>
-#include <cstdio>
+#include <utility>
 #include <cstring>
 
 #include "bind_stages.h"
@@ -73,6 +73,15 @@ lm_hash128_t hash_of(const Dedup &o, py::handle text) {
   if (PyBytes_Check(text.ptr()))
     return lm_hash128(PyBytes_AS_STRING(text.ptr()), size_t(PyBytes_GET_SIZE(text.ptr())), o.params.seed);
   throw py::type_error(std::string("text must be str or bytes, got ") + Py_TYPE(text.ptr())->tp_name);
+}
+
+// Run fn() (an lm_status call) with the GIL released: its status and the errno it left.
+template <typename Fn>
+std::pair<lm_status, int> without_gil(Fn fn) {
+  py::gil_scoped_release nogil;
+  errno = 0;
+  lm_status s = fn();
+  return {s, errno};
 }
 
 std::string tag_hex(const uint8_t *t) {
@@ -166,14 +175,7 @@ Dedup::Dedup(const py::dict &p) {
     std::memcpy(params.tag, t.data(), t.size());  // the rest stays zero
   }
   params.wal_path = path.empty() ? nullptr : path.c_str();
-  lm_status s;
-  int err = 0;
-  {
-    py::gil_scoped_release nogil;
-    errno = 0;
-    s = lm_dedup_create(&params, &obj);
-    err = errno;
-  }
+  auto [s, err] = without_gil([&] { return lm_dedup_create(&params, &obj); });
   params.wal_path = nullptr;  // copied by the core; path keeps it for messages
   if (s == LM_ENOMEM && params.initial_capacity) {
     std::string m = "StreamDeduplicator: cannot allocate the table for initial_capacity=" +
@@ -248,14 +250,7 @@ void bind_dedup(py::module_ &m) {
       [](py::handle path_obj) {
         std::string path = path_arg(path_obj, "dedup_wal_inspect");
         lm_dedup_wal_info info;
-        lm_status s;
-        int err = 0;
-        {
-          py::gil_scoped_release nogil;
-          errno = 0;
-          s = lm_dedup_wal_inspect(path.c_str(), &info);
-          err = errno;
-        }
+        auto [s, err] = without_gil([&] { return lm_dedup_wal_inspect(path.c_str(), &info); });
         if (s == LM_EIO || s == LM_ENOMEM) raise_status(s, "dedup_wal_inspect", path, err);
         return wal_info_dict(info, s);
       },
@@ -270,16 +265,9 @@ void bind_dedup(py::module_ &m) {
         if (limit_lsn < 0) throw py::value_error("dedup_wal_read_hashes: limit_lsn must be >= 0");
         auto out = at::empty({limit_lsn, 2}, at::TensorOptions().dtype(at::kLong));
         static_assert(sizeof(lm_hash128_t) == 16, "hash layout");
-        lm_status s;
         uint64_t n = 0;
-        int err = 0;
-        {
-          py::gil_scoped_release nogil;
-          errno = 0;
-          s = lm_dedup_wal_read_hashes(path.c_str(), uint64_t(limit_lsn),
-                                       reinterpret_cast<lm_hash128_t *>(out.data_ptr<int64_t>()), &n);
-          err = errno;
-        }
+        auto *dst = reinterpret_cast<lm_hash128_t *>(out.data_ptr<int64_t>());
+        auto [s, err] = without_gil([&] { return lm_dedup_wal_read_hashes(path.c_str(), uint64_t(limit_lsn), dst, &n); });
         if (s == LM_EIO || s == LM_ENOMEM || s == LM_EINVAL) raise_status(s, "dedup_wal_read_hashes", path, err);
         return py::make_tuple(out.narrow(0, 0, int64_t(n)), lm_status_name(s));
       },

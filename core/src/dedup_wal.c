@@ -85,9 +85,7 @@ lm_status lm_dwal_close(lm_dedup *d) {
   lm_status s = LM_OK;
   if (d->fd < 0) return LM_OK;
   if (!d->failed) s = lm_dwal_sync(d);
-  int e = errno;
-  close(d->fd);
-  errno = e;
+  lm_io_close_quietly(d->fd);
   d->fd = -1;
   return s;
 }
@@ -475,9 +473,7 @@ static lm_status wal_open_ro(const char *path, lm_dedup_wal_info *info, int *fd_
   uint8_t h[LM_WAL_HDR_SIZE];
   ssize_t r = fstat(fd, &sb) ? -1 : lm_io_pread_full(fd, h, sizeof h, 0);
   if (r < 0) {
-    int e = errno;
-    close(fd);
-    errno = e;
+    lm_io_close_quietly(fd);
     return LM_EIO;
   }
   info->file_bytes = (uint64_t)sb.st_size;
@@ -512,9 +508,7 @@ lm_status lm_dedup_wal_inspect(const char *path, lm_dedup_wal_info *info) {
     info->records++;
     info->valid_bytes = off;
   }
-  int e = errno;
-  close(fd);
-  errno = e;
+  lm_io_close_quietly(fd);
   return s;
 }
 
@@ -556,10 +550,8 @@ lm_status lm_dedup_wal_read_hashes(const char *path, uint64_t limit_lsn, lm_hash
     got += take;
     off += LM_WAL_REC_HDR + (uint64_t)c * 16u;
   }
-  int e = errno;
-  free(buf);
-  close(fd);
-  errno = e;
+  free(buf); /* free keeps errno (POSIX 2024; glibc) */
+  lm_io_close_quietly(fd);
   if (n_read) *n_read = got;
   return s;
 }

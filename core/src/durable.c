@@ -44,6 +44,13 @@ ssize_t lm_io_pread_full(int fd, void *buf, size_t len, uint64_t off) {
   return (ssize_t)got;
 }
 
+void lm_io_close_quietly(int fd) {
+  if (fd < 0) return;
+  int e = errno;
+  close(fd);
+  errno = e;
+}
+
 int lm_io_fsync(int fd) {
   while (fsync(fd) != 0)
     if (errno != EINTR) return -1;
@@ -60,9 +67,7 @@ int lm_io_fsync_dir(const char *dir) {
   int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return -1;
   int r = lm_io_fsync(fd);
-  int e = errno;
-  close(fd);
-  errno = e;
+  lm_io_close_quietly(fd);
   return r;
 }
 
@@ -99,10 +104,13 @@ int lm_io_replace_file(const char *tmp, const char *path, const char *dir, const
     bad = (!dir && !own) || lm_io_fsync_dir(dir ? dir : own) != 0;
     free(own);
   }
-  int e = errno;
-  if (bad || !fd_out) close(fd);
-  if (bad) unlink(tmp); /* after a rename it names nothing (ENOENT, ignored) */
-  if (!bad && fd_out) *fd_out = fd;
-  errno = e;
-  return bad ? -1 : 0;
+  if (bad || !fd_out) lm_io_close_quietly(fd);
+  if (bad) {
+    int e = errno;
+    unlink(tmp); /* after a rename it names nothing (ENOENT, ignored) */
+    errno = e;
+    return -1;
+  }
+  if (fd_out) *fd_out = fd;
+  return 0;
 }

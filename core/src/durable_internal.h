@@ -83,6 +83,10 @@ int lm_io_pwrite_full(int fd, const void *buf, size_t len, uint64_t off);
  * at the end of the file, or -1 (errno). */
 ssize_t lm_io_pread_full(int fd, void *buf, size_t len, uint64_t off);
 
+/* close(fd), leaving errno as it was (for error paths that report an earlier
+ * failure); fd < 0 is ignored. */
+void lm_io_close_quietly(int fd);
+
 int lm_io_fsync(int fd);     /* fsync; 0 or -1 (errno) */
 int lm_io_fdatasync(int fd); /* fdatasync; 0 or -1 (errno) */
 

@@ -160,9 +160,7 @@ lm_status lm_state_open(const char *path, lm_state **out) {
   }
   struct stat sb;
   if (fstat(fd, &sb) != 0) {
-    int saved = errno;
-    close(fd);
-    errno = saved;
+    lm_io_close_quietly(fd);
     return LM_EIO;
   }
   if (!S_ISREG(sb.st_mode) || sb.st_size != (off_t)LM_STATE_FILE_SIZE) {
