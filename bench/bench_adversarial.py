@@ -11,8 +11,9 @@ StreamDeduplicator, FusedPipeline), each on one thread, and each input
 
 at 1 KB, 100 KB and 10 MB (--quick: 1 KB, 10 KB, 100 KB), it prints
 
-  * CPU time per input byte (ns/B; best of up to 200 runs for small inputs: the
-    1 KB column is mostly the fixed cost of one call, ~20-40 us),
+  * CPU time per input byte (ns/B; the best of the runs that fit in ~0.5 s, at
+    least one: the steady state; the 1 KB column is mostly the fixed cost of one
+    call, ~10-40 us),
   * the growth exponent log(t_big / t_mid) / log(size_big / size_mid)
     (1.0 = linear, 2.0 = quadratic),
   * the ratio of the largest size's ns/B to the same stage's ns/B on normal text
@@ -178,9 +179,19 @@ def child_measure(stage: str, inp: str, size: int) -> dict:
     kept = int(res.kept.sum()) if hasattr(res.kept, "sum") else len(res)
     reasons = res.reason_counts() if hasattr(res, "reason_counts") else {}
     del res
-    # more runs for small inputs (best CPU time), within ~1 s
+    # More runs (best CPU time), within ~1 s, at every size: the steady state of a stage that sees
+    # one batch after another.  From here glibc keeps freed buffers of up to 64 MiB in its heap (as its
+    # dynamic threshold would), so a 10 MB run does not page-fault fresh output pages that a 100 KB run
+    # gets from the heap: the exponent compares like with like.  The first run above gave the peak.
+    try:
+        import ctypes
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(-1, 128 << 20)  # M_TRIM_THRESHOLD
+        libc.mallopt(-3, 64 << 20)   # M_MMAP_THRESHOLD
+    except (OSError, AttributeError):
+        pass
     runs, spent = 1, wall
-    while spent < 0.5 and runs < 200 and wall < 0.3:
+    while spent < 0.5 and runs < 200 and wall < 0.25:
         c0, w0 = time.process_time(), time.perf_counter()
         r = run()
         c, w = time.process_time() - c0, time.perf_counter() - w0
