@@ -436,6 +436,90 @@ static inline void emit(lm_minhash_scratch *s, ws_state *w, uint32_t c) {
   nfd_cp(s, c);
 }
 
+/* The ASCII fast path of simplify: every ASCII character is a letter, a digit, or whitespace /
+ * datatrove punctuation (checked by the tests against datatrove's table), so a run of ASCII
+ * bytes needs no table lookup beyond casedness.  Called with c = an ASCII code point the reader
+ * has consumed (no pending lowercase expansion).  Returns 0 when it did nothing (c is left for
+ * the general path), else 1 with c / ok set to the next unprocessed code point.  A number whose
+ * digits or decimal separator touch a non-ASCII byte is left to the general path (non-ASCII
+ * digits are \p{Nd} too). */
+static int ascii_run(lm_minhash_scratch *s, lower_reader *L, ws_state *w, uint32_t *c, int *ok) {
+  if (s->nrun) flush_run(s);
+  if (s->oom) return 0;
+  if (s->len_text + (L->n - L->i) + 2 > s->cap_text &&
+      lm_grow_array((void **)&s->text, &s->cap_text, s->len_text + (L->n - L->i) + 2, 1, 256) != LM_OK) {
+    s->oom = 1;
+    return 0;
+  }
+  const uint8_t *t = L->t;
+  const size_t n = L->n;
+  size_t i = L->i;
+  uint8_t *o0 = s->text + s->len_text, *o = o0;
+  int pend = w->pending_space, handled = 0, pc = L->prev_cased;
+  uint32_t ch = *c;
+  for (;;) {
+    if (ch - 'a' < 26u) {
+      if (pend) {
+        *o++ = ' ';
+        pend = 0;
+      }
+      *o++ = (uint8_t)ch;
+    } else if (ch - '0' < 10u) {
+      size_t k = i;
+      while (k < n && (uint32_t)t[k] - '0' < 10u) k++;
+      if (k < n && t[k] >= 0x80) break;
+      if (k + 1 < n && (t[k] == '.' || t[k] == ',')) {
+        if (t[k + 1] >= 0x80) break;
+        if ((uint32_t)t[k + 1] - '0' < 10u) {
+          k += 2;
+          while (k < n && (uint32_t)t[k] - '0' < 10u) k++;
+          if (k < n && t[k] >= 0x80) break;
+        }
+      }
+      if (k > i) pc = 0; /* the last consumed character is a digit or a separator (neither cased) */
+      if (pend) {
+        *o++ = ' ';
+        pend = 0;
+      }
+      *o++ = '0';
+      i = k;
+    } else {
+      pend = 1; /* whitespace or punctuation */
+    }
+    handled = 1;
+    if (i >= n) {
+      *ok = 0;
+      break;
+    }
+    const uint8_t b = t[i];
+    if (b >= 0x80) {
+      L->i = i;
+      L->prev_cased = pc;
+      s->len_text += (size_t)(o - o0);
+      w->pending_space = pend;
+      *c = lower_next(L, ok);
+      return 1;
+    }
+    i++;
+    if ((uint32_t)b - 'A' < 26u) {
+      ch = (uint32_t)b + 32;
+      pc = 1;
+    } else {
+      ch = b;
+      if ((uint32_t)b - 'a' < 26u) pc = 1;
+      else if (!(lmh_recs[lmh_stage2[b]].flags & LMH_F_IGN)) pc = 0;
+    }
+  }
+  /* the end of the text, or a number left to the general path (ch consumed, not processed) */
+  L->i = i;
+  L->prev_cased = pc;
+  s->len_text += (size_t)(o - o0);
+  w->pending_space = pend;
+  if (*ok == 0) return 1;
+  *c = ch;
+  return handled;
+}
+
 static lm_status simplify(lm_minhash_scratch *s, const uint8_t *text, size_t len) {
   s->len_text = 0;
   s->nrun = 0;
@@ -446,6 +530,7 @@ static lm_status simplify(lm_minhash_scratch *s, const uint8_t *text, size_t len
   int ok;
   uint32_t c = lower_next(&L, &ok);
   while (ok && !s->oom) {
+    if (c < 0x80 && L.ipend >= L.npend && ascii_run(s, &L, &w, &c, &ok)) continue;
     if (c < 0x80 ? (c - '0' < 10u) : (cp_flags(c) & LMH_F_ND) != 0) {
       /* \p{Nd}+([.,،٫⎖⎗⎘]\p{Nd}+)? -> "0" */
       do {
