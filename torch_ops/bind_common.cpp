@@ -194,3 +194,169 @@ void param_double(const py::dict &d, const char *name, double *out, const char *
 }
 
 }  // namespace luminamoon
+
+// ---------------------------------------------------------------- StringTensor.from_list
+#include <sys/mman.h>
+
+extern "C" {
+#include "luminamoon/string_tensor.h"
+}
+
+namespace luminamoon {
+namespace {
+
+// A growable payload: malloc/realloc while small, then an anonymous mapping grown
+// with mremap (no copy, and pages never written cost no memory), advised onto
+// transparent huge pages (a fresh 50 MB payload otherwise takes ~12,000 page faults).
+class GrowBuf {
+ public:
+  static constexpr size_t kMapAt = size_t(8) << 20;
+  static constexpr size_t kHuge = size_t(2) << 20;
+  ~GrowBuf() { release(); }
+  uint8_t *ensure(size_t need) {  // room for `need` bytes in all; nullptr when out of memory
+    if (need <= cap_) return p_;
+    size_t cap = cap_ ? cap_ : 4096;
+    while (cap < need) cap = cap > SIZE_MAX / 2 ? need : cap * 2;
+    if (cap < kMapAt) {
+      void *q = std::realloc(p_, cap);
+      if (!q) return nullptr;
+      p_ = static_cast<uint8_t *>(q);
+    } else {
+      cap = (cap + kHuge - 1) / kHuge * kHuge;
+      void *q;
+      if (mapped_) {
+        q = mremap(p_, cap_, cap, MREMAP_MAYMOVE);
+      } else {
+        q = mmap(nullptr, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (q != MAP_FAILED && used_) std::memcpy(q, p_, used_);
+      }
+      if (q == MAP_FAILED) return nullptr;
+#ifdef MADV_HUGEPAGE
+      madvise(q, cap, MADV_HUGEPAGE);
+#endif
+      if (!mapped_) std::free(p_);
+      p_ = static_cast<uint8_t *>(q);
+      mapped_ = true;
+    }
+    cap_ = cap;
+    return p_;
+  }
+  void set_used(size_t n) { used_ = n; }
+  // The bytes as a uint8 tensor of `used_` bytes that owns them (shrunk to size first).
+  at::Tensor take() {
+    const int64_t n = int64_t(used_);
+    if (!p_) return at::empty({0}, at::TensorOptions().dtype(at::kByte));
+    uint8_t *p = p_;
+    at::Tensor t;
+    if (mapped_) {
+      size_t keep = (used_ + kHuge - 1) / kHuge * kHuge;
+      if (keep == 0) keep = kHuge;
+      if (keep < cap_) {
+        void *q = mremap(p_, cap_, keep, 0);  // shrink in place
+        if (q != MAP_FAILED) cap_ = keep;
+      }
+      const size_t cap = cap_;
+      t = at::from_blob(p, {n}, [cap](void *q) { munmap(q, cap); }, at::TensorOptions().dtype(at::kByte));
+    } else {
+      void *q = used_ ? std::realloc(p_, used_) : nullptr;
+      if (q) p = static_cast<uint8_t *>(q);
+      t = at::from_blob(p, {n}, [](void *q) { std::free(q); }, at::TensorOptions().dtype(at::kByte));
+    }
+    p_ = nullptr;
+    cap_ = used_ = 0;
+    mapped_ = false;
+    return t;
+  }
+
+ private:
+  void release() {
+    if (!p_) return;
+    if (mapped_) munmap(p_, cap_);
+    else std::free(p_);
+    p_ = nullptr;
+  }
+  uint8_t *p_ = nullptr;
+  size_t cap_ = 0, used_ = 0;
+  bool mapped_ = false;
+};
+
+}  // namespace
+
+py::tuple from_list_views(py::handle seq, bool allow_bytes, bool validate) {
+  PyObject *obj = seq.ptr();
+  py::object holder;  // a list copy only for sequences that are neither list nor tuple
+  if (!PyList_Check(obj) && !PyTuple_Check(obj)) {
+    holder = py::reinterpret_steal<py::object>(PySequence_List(obj));
+    if (!holder) throw py::error_already_set();
+    obj = holder.ptr();
+  }
+  const bool is_list = PyList_Check(obj);
+  const Py_ssize_t n = is_list ? PyList_GET_SIZE(obj) : PyTuple_GET_SIZE(obj);
+  at::Tensor off32 = at::empty({n + 1}, at::TensorOptions().dtype(at::kInt)), off64;
+  at::Tensor views = at::empty({n, 16}, at::TensorOptions().dtype(at::kByte));
+  int32_t *o32 = off32.data_ptr<int32_t>();
+  int64_t *o64 = nullptr;
+  auto *v = reinterpret_cast<lm_string_view *>(views.data_ptr<uint8_t>());
+  GrowBuf buf;
+  uint64_t pos = 0;
+  // The GIL is held throughout and no Python code runs (PyUnicode_AsUTF8AndSize at
+  // most caches the UTF-8 form of a non-ASCII str), so the list cannot change under
+  // us; its length is still re-read each step.
+  for (Py_ssize_t i = 0; i < n; i++) {
+    const Py_ssize_t now = is_list ? PyList_GET_SIZE(obj) : n;
+    if (i >= now) throw py::value_error("strings changed size while it was read");
+    PyObject *o = is_list ? PyList_GET_ITEM(obj, i) : PyTuple_GET_ITEM(obj, i);
+    const char *p;
+    Py_ssize_t len;
+    bool is_str = PyUnicode_Check(o);
+    if (is_str) {
+      p = PyUnicode_AsUTF8AndSize(o, &len);
+      if (!p) {
+        PyErr_Clear();
+        throw py::value_error("strings[" + std::to_string(i) +
+                              "] cannot be encoded as UTF-8 (it holds a lone surrogate)");
+      }
+    } else if (allow_bytes && PyBytes_Check(o)) {
+      char *q;
+      if (PyBytes_AsStringAndSize(o, &q, &len) < 0) throw py::error_already_set();
+      p = q;
+    } else {
+      std::string tn = Py_TYPE(o)->tp_name;
+      throw py::type_error("strings[" + std::to_string(i) + "] must be str" +
+                           std::string(allow_bytes ? " or bytes" : "") + ", got " + tn);
+    }
+    if (uint64_t(len) > LM_MAX_STRING_LEN)
+      throw py::value_error("strings[" + std::to_string(i) + "] is longer than 2^31-1 bytes");
+    if (!is_str && validate) {
+      size_t bad_pos = 0;
+      if (lm_utf8_validate(reinterpret_cast<const uint8_t *>(p), size_t(len), &bad_pos) != LM_OK)
+        throw py::value_error("strings[" + std::to_string(i) + "] is not valid UTF-8 (first bad byte at offset " +
+                              std::to_string(bad_pos) + "); pass validate=False for bytes semantics");
+    }
+    const uint64_t end = pos + uint64_t(len);
+    if (!o64 && end > uint64_t(INT32_MAX)) {  // past 2 GiB: int64 offsets from here on
+      off64 = at::empty({n + 1}, at::TensorOptions().dtype(at::kLong));
+      o64 = off64.data_ptr<int64_t>();
+      for (Py_ssize_t k = 0; k <= i; k++) o64[k] = k < i ? o32[k] : int64_t(pos);
+      off32 = at::Tensor();
+      o32 = nullptr;
+    }
+    if (o64) o64[i] = int64_t(pos);
+    else o32[i] = int32_t(pos);
+    if (len) {
+      uint8_t *d = buf.ensure(size_t(end));
+      if (!d) throw std::bad_alloc();
+      std::memcpy(d + pos, p, size_t(len));
+    }
+    lm_sv_make(&v[i], reinterpret_cast<const uint8_t *>(p), uint32_t(len), uint32_t(pos >> LM_WINDOW_SHIFT),
+               uint32_t(pos & ((uint64_t(1) << LM_WINDOW_SHIFT) - 1)));
+    pos = end;
+    buf.set_used(size_t(pos));
+  }
+  if (o64) o64[n] = int64_t(pos);
+  else o32[n] = int32_t(pos);
+  at::Tensor data = buf.take();
+  return py::make_tuple(o64 ? off64 : off32, data, views);
+}
+
+}  // namespace luminamoon

@@ -52,6 +52,14 @@ struct ResultGuard {
   ~ResultGuard() { lm_batch_result_free(&r); }
 };
 
+// StringTensor.from_list: a list/tuple (any other sequence is copied to a list) of str
+// (or bytes when allow_bytes; checked as UTF-8 when validate) -> (offsets, data, views)
+// in one pass over the items: offsets int32 (int64 past 2 GiB), data uint8, views uint8
+// [N, 16] pointing into data (buffer w = data[w * 2**31:]).  No copy of the list and no
+// per-string side array: the peak is the final size (plus the payload's growth slack,
+// which is address space, not memory, past 8 MB).
+py::tuple from_list_views(py::handle seq, bool allow_bytes, bool validate);
+
 // num_threads <= 0: torch's intra-op thread count.
 lm_exec make_exec(int num_threads);
 

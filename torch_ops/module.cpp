@@ -226,6 +226,7 @@ at::Tensor hash128(const at::Tensor &offsets_in, const at::Tensor &data, uint64_
 }  // namespace
 
 void register_stages(py::module_ &m);  // stages.cpp
+py::tuple from_list_views(py::handle seq, bool allow_bytes, bool validate);  // bind_common.cpp
 void bind_minhash(py::module_ &m);  // minhash.cpp
 void bind_near_dedup(py::module_ &m);  // bind_near_dedup.cpp
 void bind_near_cluster(py::module_ &m);  // bind_near_cluster.cpp
@@ -242,6 +243,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("validate_views", &validate_views, py::arg("views"), py::arg("buffers"));
   m.def("cpu_count", &lm_cpu_count);
   m.def("hash128", &hash128, py::arg("offsets"), py::arg("data"), py::arg("seed") = 0);
+  m.def("from_list_views", &from_list_views, py::arg("strings"), py::arg("allow_bytes") = false,
+        py::arg("validate") = true);
   register_stages(m);
   bind_minhash(m);
   bind_near_dedup(m);

@@ -212,38 +212,60 @@ typedef struct {
   uint8_t *out;
 } CTX(eq);
 
-/* One pass: both pairs read once and checked; strings of up to 16 bytes whose 16
- * bytes lie inside both payloads compare as two masked words (no branch on the
- * answer); others (long, or near the end of a payload) take memcmp when the
- * lengths match. */
+/* Per block: pass 1 checks both pairs and compares the lengths (branch-free,
+ * vectorised: 8 bytes of offsets a string); the indices of equal-length pairs are
+ * gathered without a branch; each such candidate re-reads and re-checks its pairs,
+ * then compares up to 16 bytes as two masked words when they lie inside both
+ * payloads, else memcmp (the payloads LM_OFF_AHEAD candidates on prefetched). */
 static lm_status RNG(eq)(void *ctx, size_t begin, size_t end) {
   const CTX(eq) *c = ctx;
-  const OFF_T *oa = c->oa, *ob = c->ob;
+  const OFF_T *restrict oa = c->oa, *restrict ob = c->ob;
   const uint8_t *da = c->da, *db = c->db;
-  uint8_t *out = c->out;
+  uint8_t *restrict out = c->out;
   const uint64_t dla = c->la, dlb = c->lb;
   const UOFF_T lima = dla > (uint64_t)OFF_MAX ? (UOFF_T)OFF_MAX : (UOFF_T)dla;
   const UOFF_T limb = dlb > (uint64_t)OFF_MAX ? (UOFF_T)OFF_MAX : (UOFF_T)dlb;
   const uint64_t wa = dla >= 16 ? dla - 16 : 0, wb = dlb >= 16 ? dlb - 16 : 0;
   const int words = dla >= 16 && dlb >= 16;
-  for (size_t i = begin; i < end; i++) {
-    if (i + LM_OFF_AHEAD < end) {
-      LM_OFF_PREFETCH((uintptr_t)da + (uint64_t)(UOFF_T)oa[i + LM_OFF_AHEAD]);
-      LM_OFF_PREFETCH((uintptr_t)db + (uint64_t)(UOFF_T)ob[i + LM_OFF_AHEAD]);
+  uint16_t cand[LM_OFF_BLOCK];
+  for (size_t b0 = begin; b0 < end; b0 += LM_OFF_BLOCK) {
+    const size_t b1 = end - b0 < LM_OFF_BLOCK ? end : b0 + LM_OFF_BLOCK;
+    UOFF_T bad = 0;
+    for (size_t i = b0; i < b1; i++) {
+      const UOFF_T a0 = (UOFF_T)oa[i], a1 = (UOFF_T)oa[i + 1], x0 = (UOFF_T)ob[i], x1 = (UOFF_T)ob[i + 1];
+      const UOFF_T ok = (UOFF_T)(a0 <= a1) & (UOFF_T)(a1 <= lima) & (UOFF_T)(x0 <= x1) & (UOFF_T)(x1 <= limb);
+      bad |= ok ^ 1u;
+      out[i] = (uint8_t)(ok & (UOFF_T)(a1 - a0 == x1 - x0));
     }
-    const UOFF_T a0 = (UOFF_T)oa[i], a1 = (UOFF_T)oa[i + 1], x0 = (UOFF_T)ob[i], x1 = (UOFF_T)ob[i + 1];
-    if (!((a0 <= a1) & (a1 <= lima) & (x0 <= x1) & (x1 <= limb))) return LM_EINVAL;
-    const uint64_t la = (uint64_t)(a1 - a0), lb = (uint64_t)(x1 - x0);
-    if (words & (la <= 16) & ((uint64_t)a0 <= wa) & ((uint64_t)x0 <= wb)) {
-      /* masks of the first k0 = min(la, 8) and k1 = la - k0 bytes; shifts of at most 32, no branch */
-      const uint64_t k0 = la < 8 ? la : 8, k1 = la - k0;
-      const uint64_t m0 = ~((~0ull << (4 * k0)) << (4 * k0));
-      const uint64_t m1 = ~((~0ull << (4 * k1)) << (4 * k1));
-      const uint64_t d0 = (lm_off_load64(da + a0) ^ lm_off_load64(db + x0)) & m0;
-      const uint64_t d1 = (lm_off_load64(da + a0 + 8) ^ lm_off_load64(db + x0 + 8)) & m1;
-      out[i] = (uint8_t)((la == lb) & ((d0 | d1) == 0));
-    } else {
-      out[i] = (uint8_t)(la == lb && (la == 0 || memcmp(da + a0, db + x0, la) == 0));
+    if (bad) return LM_EINVAL;
+    size_t nc = 0;
+    for (size_t i = b0; i < b1; i++) {
+      cand[nc] = (uint16_t)(i - b0);
+      nc += out[i];
+    }
+    /* prefetching pays only when strings lie cache lines apart */
+    const int far = (uint64_t)((UOFF_T)oa[b1] - (UOFF_T)oa[b0]) > 64 * (uint64_t)(b1 - b0);
+    for (size_t k = 0; k < nc; k++) {
+      const size_t i = b0 + cand[k];
+      if (far && k + LM_OFF_AHEAD < nc) {
+        const size_t j = b0 + cand[k + LM_OFF_AHEAD];
+        LM_OFF_PREFETCH((uintptr_t)da + (uint64_t)(UOFF_T)oa[j]);
+        LM_OFF_PREFETCH((uintptr_t)db + (uint64_t)(UOFF_T)ob[j]);
+      }
+      const UOFF_T a0 = (UOFF_T)oa[i], a1 = (UOFF_T)oa[i + 1], x0 = (UOFF_T)ob[i], x1 = (UOFF_T)ob[i + 1];
+      if (!((a0 <= a1) & (a1 <= lima) & (x0 <= x1) & (x1 <= limb))) return LM_EINVAL; /* re-read: check again */
+      const uint64_t la = (uint64_t)(a1 - a0), lb = (uint64_t)(x1 - x0);
+      if (words & (la <= 16) & ((uint64_t)a0 <= wa) & ((uint64_t)x0 <= wb)) {
+        /* masks of the first k0 = min(la, 8) and k1 = la - k0 bytes; shifts of at most 32, no branch */
+        const uint64_t k0 = la < 8 ? la : 8, k1 = la - k0;
+        const uint64_t m0 = ~((~0ull << (4 * k0)) << (4 * k0));
+        const uint64_t m1 = ~((~0ull << (4 * k1)) << (4 * k1));
+        const uint64_t d0 = (lm_off_load64(da + a0) ^ lm_off_load64(db + x0)) & m0;
+        const uint64_t d1 = (lm_off_load64(da + a0 + 8) ^ lm_off_load64(db + x0 + 8)) & m1;
+        out[i] = (uint8_t)((la == lb) & ((d0 | d1) == 0));
+      } else {
+        out[i] = (uint8_t)(la == lb && (la == 0 || memcmp(da + a0, db + x0, la) == 0));
+      }
     }
   }
   return LM_OK;

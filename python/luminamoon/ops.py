@@ -139,6 +139,13 @@ def _views_hash64_fake(views, buffers, seed=0):
     return views.new_empty((views.shape[0],), dtype=torch.int64)
 
 
+@torch.library.register_fake("luminamoon::views_compact")
+def _views_compact_fake(views, mask):
+    _same_device("views_compact", views=views, mask=mask)
+    kept = torch.library.get_ctx().new_dynamic_size()
+    return views.new_empty((kept, 16))
+
+
 # ---------------------------------------------------------------- wrappers
 # The wrappers check their scalar arguments (the dispatcher would raise a RuntimeError
 # for them) and leave the tensor checks to the kernels, which name the argument.

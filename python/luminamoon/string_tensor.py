@@ -6,9 +6,15 @@
 * views layout (CPU): ``views`` (uint8 [N, 16], Arrow's Utf8View bytes) plus the
   payload ``buffers`` the long views point into.
 
-Either layout is derived from the other on demand and cached: offsets → views
-copies no payload; views → offsets copies the payload once.  Slicing, masks
-and index tensors on the views layout copy no payload bytes either.
+``from_list`` builds both layouts in its one pass over the list, over one shared
+payload (16 bytes a string for the views on top of 4 for the offsets).  The
+zero-copy constructors (``from_arrow``, ``from_buffers``) and the stages' outputs
+hold one layout and build the other on first use, then keep it: building views
+costs a pass over the offsets (not over the payload) that a tensor headed for
+``collate`` or a GPU never needs.  Either layout is derived from the other that
+way: offsets → views copies no payload; views → offsets copies the payload once.
+Slicing, masks and index tensors on the views layout copy no payload bytes either.
+On the CPU each method runs on its faster layout (see ``StringTensor.fast_eq``).
 
 Example:
     >>> from luminamoon import StringTensor
@@ -88,6 +94,11 @@ def _frombuffer(buf) -> torch.Tensor:
     if mv.readonly:
         return torch.from_numpy(arr.copy())
     return torch.from_numpy(arr)
+
+
+def _windows(data: torch.Tensor) -> tuple:
+    """The payload buffers views over ``data`` address: buffer w is data[w * 2**31:]."""
+    return tuple(data[w * _WINDOW:] for w in range((data.numel() >> 31) + 1))
 
 
 def _pinning_available() -> bool:
@@ -173,6 +184,14 @@ class StringTensor:
     def from_list(cls, strings: Iterable[str], *, validate: bool = True) -> "StringTensor":
         """Build from a sequence of ``str`` (or ``bytes``, checked as UTF-8 unless ``validate=False``).
 
+        Both layouts are built in the same single pass over the list and share one payload:
+        the offsets layout (4 bytes a string, 8 past 2 GiB, plus the UTF-8 bytes) and the
+        16-byte views (Arrow Utf8View) whose long strings point into that payload, so every
+        method runs on its fastest layout from the first call.  Memory: 20 bytes a string
+        plus the payload (the views are 16 of them: for one-byte strings 21 bytes a string
+        in all, for ~700-byte documents +2%).  The peak while building is that final size
+        (no copy of the list, no side array per string).
+
         >>> StringTensor.from_list(["x", "y"]).tolist()
         ['x', 'y']
         """
@@ -185,10 +204,13 @@ class StringTensor:
                 strings = list(strings)
             except TypeError:
                 raise TypeError(f"strings must be an iterable of str, got {type(strings).__name__}") from None
-        offsets, data = _C.from_list(strings, True, validate)
+        # One pass over the items builds both layouts over one payload (no copy of the list,
+        # no per-string side array): offsets + data, and the views whose long strings point
+        # into data (buffer w is data[w * 2**31:]).
+        offsets, data, views = _C.from_list_views(strings, True, validate)
         # str items are UTF-8 by construction; unchecked bytes items make it bytes semantics
         utf8 = True if validate else all(isinstance(x, str) for x in strings)
-        return cls(offsets, data, utf8=utf8)
+        return cls(offsets, data, views, _windows(data), utf8=utf8)
 
     @classmethod
     def from_buffers(cls, offsets, data, *, validate: bool = True) -> "StringTensor":
@@ -291,9 +313,7 @@ class StringTensor:
         if data.device.type != "cpu":
             raise ValueError("the views layout exists on the CPU only; call .cpu() first")
         views = _lib.views_from_offsets(offsets, data)
-        n = data.numel()
-        windows = (n >> 31) + 1
-        vb = (views, tuple(data[w * _WINDOW:] for w in range(windows)))
+        vb = (views, _windows(data))
         self._vb = vb  # one store publishes both
         return vb
 
@@ -363,11 +383,11 @@ class StringTensor:
         self._require_data("tolist")
         if self.device.type != "cpu":
             return self.cpu().tolist(bytes=bytes)
+        od = self._od
+        if od is not None:  # the offsets layout when present: a smaller snapshot to check
+            return _C.to_list(od[0], od[1], bytes)
         vb = self._vb
-        if vb is not None:
-            return _C.views_to_list(vb[0], list(vb[1]), bytes)
-        offsets, data = self._od
-        return _C.to_list(offsets, data, bytes)
+        return _C.views_to_list(vb[0], list(vb[1]), bytes)
 
     to_pylist = tolist
 
@@ -466,7 +486,7 @@ class StringTensor:
         if self.device.type != "cpu":
             return self._derived(*_lib.compact(*self._od, mask))
         views, buffers = self._vb_pair()
-        return self._derived(views=views[mask], buffers=buffers)
+        return self._derived(views=_lib.views_compact(views, mask), buffers=buffers)
 
     compact = mask
 
@@ -477,12 +497,19 @@ class StringTensor:
             return StringTensor.from_list(other)
         raise TypeError(f"other must be a str, StringTensor or list of str, got {type(other).__name__}")
 
+    # Which layout each method uses on the CPU (its fastest, measured by bench/bench_strings.py):
+    #   starts_with / filter_by_prefix / mask / take / slices: the views (the first 4 bytes of
+    #     every string sit in its view: a prefix of up to 4 bytes is decided on 16 sequential
+    #     bytes a string, with no payload access; the views are built on first use and kept
+    #     when the tensor has none, e.g. after from_arrow / from_buffers or a stage);
+    #   fast_eq / hash64: the offsets layout when present (equality first compares lengths, 4
+    #     bytes a string instead of 16; hashing reads every byte either way), else the views.
     def fast_eq(self, other) -> torch.Tensor:
         """bool[N]: element-wise equality with one ``str`` or another StringTensor of the same length."""
         if isinstance(other, str):
             _ops._str_arg("fast_eq", "other", other)
-            vb = self._vb
-            if self.device.type == "cpu" and vb is not None:
+            od, vb = self._od, self._vb
+            if od is None and self.device.type == "cpu":
                 return _lib.views_equal_scalar(vb[0], list(vb[1]), other)
             return _lib.equal_scalar(*self._od_pair(), other)
         other = self._other(other)
@@ -491,7 +518,8 @@ class StringTensor:
         if other.device != self.device:
             raise ValueError(f"other is on {other.device}, self on {self.device}")
         va, vb = self._vb, other._vb
-        if self.device.type == "cpu" and va is not None and vb is not None:
+        if (self.device.type == "cpu" and va is not None and vb is not None
+                and (self._od is None or other._od is None)):
             return _lib.views_equal(va[0], list(va[1]), vb[0], list(vb[1]))
         (a, da), (b, db) = self._od_pair(), other._od_pair()
         if a.dtype != b.dtype:
@@ -516,8 +544,8 @@ class StringTensor:
     def starts_with(self, prefix: str) -> torch.Tensor:
         """bool[N]: which strings start with ``prefix``."""
         _ops._str_arg("starts_with", "prefix", prefix)
-        vb = self._vb
-        if self.device.type == "cpu" and vb is not None:
+        if self.device.type == "cpu":
+            vb = self._vb_pair()  # built on first use and kept
             return _lib.views_prefix_match(vb[0], list(vb[1]), prefix)
         return _lib.prefix_match(*self._od_pair(), prefix)
 
@@ -536,8 +564,8 @@ class StringTensor:
             raise ValueError(f"seed must be in [-2**63, 2**64) (64 bits), got {seed}")
         if seed >= 1 << 63:
             seed -= 1 << 64
-        vb = self._vb
-        if self.device.type == "cpu" and vb is not None:
+        od, vb = self._od, self._vb
+        if od is None and self.device.type == "cpu":
             return _lib.views_hash64(vb[0], list(vb[1]), seed)
         return _lib.hash64(*self._od_pair(), seed)
 

@@ -36,6 +36,7 @@ def test_opcheck_every_op(large):
         (OPS.views_equal_scalar.default, (views, [data], "apple")),
         (OPS.views_equal.default, (views, [data], views, [data])),
         (OPS.views_hash64.default, (views, [data], 3)),
+        (OPS.views_compact.default, (views, torch.tensor([True, False, False, True] * 2))),
     ]
     for op, args in cases:
         torch.library.opcheck(op, args)
@@ -264,3 +265,72 @@ def test_racing_writer_never_crashes_an_op():
     r = subprocess.run([sys.executable, "-c", _RACE_CHILD, "12"], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0 and "SURVIVED" in r.stdout, (
         f"the child died (returncode {r.returncode}): {r.stderr[-2000:]}")
+
+
+def _ragged(rng, n, max_len, alphabet=b"ab\xc3\xa9x"):
+    return [bytes(rng.choice(list(alphabet), size=int(rng.integers(0, max_len + 1)))).decode("utf-8", "replace")
+            for _ in range(n)]
+
+
+@pytest.mark.parametrize("wide", [False, True])
+def test_offsets_ops_every_length_and_the_end_of_data(wide):
+    """Issue 13: the offsets kernels compare up to 8 (16) bytes as words when those bytes lie inside
+    data and fall back to memcmp near its end, and hash short strings grouped by XXH3's length
+    class; every prefix / scalar length and every string length (including strings ending exactly
+    at the end of a payload with no slack) against Python."""
+    import numpy as np
+    import xxhash
+
+    rng = np.random.default_rng(7)
+    items = _ragged(rng, 3000, 40) + ["", "a", "ab" * 9]
+    other = [x if rng.random() < 0.5 else y for x, y in zip(items, _ragged(rng, len(items), 40))]
+    for src, oth in ((items, other), (items[-3:], other[-3:]), (items[:1], other[:1])):
+        st, st2 = StringTensor.from_list(src), StringTensor.from_list(oth)
+        off, data = st.offsets, st.data.clone()  # exactly nbytes: no slack after the last string
+        o2, d2 = st2.offsets, st2.data.clone()
+        if wide:
+            off, o2 = off.long(), o2.long()
+        probes = {src[0], src[-1], "", "a", "ab", "aba", "ab" * 9} | {x[:k] for x in src[:50] for k in range(0, 20)}
+        for p in sorted(probes):
+            assert OPS.prefix_match(off, data, p).tolist() == [x.startswith(p) for x in src], p
+            assert OPS.equal_scalar(off, data, p).tolist() == [x == p for x in src], p
+        assert OPS.equal(off, data, o2, d2).tolist() == [x == y for x, y in zip(src, oth)]
+        for seed in (0, 1, 2**64 - 1):
+            want = [xxhash.xxh3_64_intdigest(x.encode(), seed=seed) for x in src]
+            got = OPS.hash64(off, data, seed - (1 << 64) if seed >= 1 << 63 else seed)
+            assert [h & (2**64 - 1) for h in got.tolist()] == want
+
+
+def test_offsets_ops_refuse_bad_offsets_with_the_old_messages():
+    """The element-wise ops check each pair of offsets as they read it (no snapshot, no separate
+    validation pass): bad offsets still raise ValueError naming the argument."""
+    data = torch.tensor(list(b"abcdef"), dtype=torch.uint8)
+    cases = [(torch.tensor([0, 3, 2, 6], dtype=torch.int32), "non-decreasing"),
+             (torch.tensor([-1, 3], dtype=torch.int64), "non-decreasing"),
+             (torch.tensor([0, 3, 9], dtype=torch.int32), "past the end"),
+             (torch.tensor([7], dtype=torch.int64), "past the end")]
+    for off, msg in cases:
+        for call in (lambda: OPS.prefix_match(off, data, "ab"), lambda: OPS.equal_scalar(off, data, "ab"),
+                     lambda: OPS.hash64(off, data, 0), lambda: OPS.equal(off, data, off, data)):
+            with pytest.raises(ValueError, match=msg):
+                call()
+    good = torch.tensor([0, 3, 6], dtype=torch.int32)
+    with pytest.raises(ValueError, match="offsets_b"):
+        OPS.equal(good, data, torch.tensor([0, 4, 2], dtype=torch.int32), data)
+
+
+def test_views_compact_matches_a_mask():
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    items = _ragged(rng, 500, 30)
+    st = StringTensor.from_list(items)
+    for p in (0.0, 0.02, 0.5, 1.0):
+        m = torch.from_numpy(rng.random(len(items)) < p)
+        got = OPS.views_compact(st.views, m)
+        assert torch.equal(got, st.views[m])
+        assert st.mask(m).tolist() == [x for x, k in zip(items, m.tolist()) if k]
+    with pytest.raises(ValueError, match="mask"):
+        OPS.views_compact(st.views, torch.ones(3, dtype=torch.bool))
+    with pytest.raises(TypeError, match="mask"):
+        OPS.views_compact(st.views, torch.ones(len(items), dtype=torch.int64))

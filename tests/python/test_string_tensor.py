@@ -16,10 +16,12 @@ SETTINGS = settings(max_examples=60, deadline=None)
 
 
 def both_layouts(items):
-    """The same strings in the offsets layout and in the views layout only."""
+    """The same strings as from_list builds them (both layouts), in the views layout only and in
+    the offsets layout only (views built on first use)."""
     a = StringTensor.from_list(items)
     b = StringTensor(views=a.views, buffers=a.buffers)
-    return a, b
+    c = StringTensor(a.offsets, a.data)
+    return a, b, c
 
 
 @SETTINGS
@@ -83,7 +85,7 @@ def test_hash64_is_xxh3(items, seed):
 @SETTINGS
 @given(texts)
 def test_layout_round_trips(items):
-    a, b = both_layouts(items)
+    a, b, _ = both_layouts(items)
     assert StringTensor(views=a.views, buffers=a.buffers).offsets.tolist() == a.offsets.tolist()
     assert torch.equal(b.data, a.data)
     assert a.offsets[0] == 0 and a.offsets.dtype == torch.int32
@@ -203,12 +205,13 @@ def test_lazy_layouts_are_published_whole_under_threads():
     import threading
 
     items = [f"string number {i} that is long" for i in range(64)]
+    base = StringTensor.from_list(items)
     old = sys.getswitchinterval()
     sys.setswitchinterval(1e-6)
     errors = []
     try:
         for _ in range(2000):
-            s = StringTensor.from_list(items)
+            s = StringTensor.from_buffers(base.offsets, base.data)  # offsets only: views built below
             go, done = threading.Event(), threading.Event()
 
             def reader(s=s, go=go, done=done):
@@ -234,3 +237,73 @@ def test_lazy_layouts_are_published_whole_under_threads():
     finally:
         sys.setswitchinterval(old)
     assert not errors, f"{len(errors)} failures, the first: {errors[:3]}"
+
+
+def test_from_list_builds_both_layouts_over_one_payload():
+    """Issue 13 item 1: from_list gives the views as well (one pass), long views pointing into
+    the same payload as the offsets; from_buffers builds them on first use and keeps them."""
+    items = ["short", "", "a string longer than twelve bytes", "日本語テキストです", "x" * 13, "twelve bytes"]
+    s = StringTensor.from_list(items)
+    assert s.has_offsets_layout and s.has_views_layout
+    assert s.buffers[0].data_ptr() == s.data.data_ptr()
+    assert torch.equal(s.views, torch.ops.luminamoon.views_from_offsets(s.offsets, s.data))
+    t = StringTensor.from_buffers(s.offsets, s.data)
+    assert not t.has_views_layout
+    assert t.starts_with("a s").tolist() == [x.startswith("a s") for x in items]
+    assert t.has_views_layout
+    views = t.views
+    t.filter_by_prefix("x")
+    assert t.views is views  # kept, not rebuilt
+    for bad in ([1], ["a", 2], [None]):
+        with pytest.raises(TypeError, match=r"strings\["):
+            StringTensor.from_list(bad)
+    with pytest.raises(ValueError, match="surrogate"):
+        StringTensor.from_list(["ok", "\ud800"])
+    with pytest.raises(ValueError, match="UTF-8"):
+        StringTensor.from_list([b"ok", b"\xff"])
+    assert StringTensor.from_list([b"ok", b"\xff"], validate=False).to_pylist(bytes=True) == [b"ok", b"\xff"]
+    # a payload that grows through the mapped (mremap) path, and every length class
+    big = [("%d" % i) * (i % 40) for i in range(100000)]
+    b = StringTensor.from_list(big)
+    assert b.nbytes > (8 << 20) and b.tolist() == big
+    assert torch.equal(b.views, torch.ops.luminamoon.views_from_offsets(b.offsets, b.data))
+
+
+_PEAK_CHILD = r"""
+import resource, sys
+import luminamoon
+from luminamoon import StringTensor
+n = int(sys.argv[1])
+strings = [chr(97 + i % 26) for i in range(n)]   # one-byte strings (26 shared str objects)
+StringTensor.from_list(strings[:1000])            # warm up allocators and lazy imports
+def hwm():
+    with open("/proc/self/status") as f:
+        return next(int(l.split()[1]) * 1024 for l in f if l.startswith("VmHWM"))
+def rss():
+    with open("/proc/self/status") as f:
+        return next(int(l.split()[1]) * 1024 for l in f if l.startswith("VmRSS"))
+with open("/proc/self/clear_refs", "w") as f:     # reset the peak to the current RSS
+    f.write("5")
+before = rss()
+st = StringTensor.from_list(strings)
+peak = hwm() - before
+print(peak, st.storage_nbytes)
+"""
+
+
+def test_from_list_peak_memory_is_its_final_size():
+    """Issue 21 item 7: from_list peaked at 5.7x its final size (a tuple copy of the list, 8 bytes a
+    string, and a 16-byte side array per string, on top of the offsets and payload).  Built in one
+    pass, its peak is the tensor it returns (offsets, payload and views) plus small slack.  Measured
+    in a fresh child process as the rise of VmHWM (the peak resident set, reset just before)."""
+    import subprocess
+    import sys
+
+    n = 3_000_000
+    r = subprocess.run([sys.executable, "-c", _PEAK_CHILD, str(n)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    peak, final = map(int, r.stdout.split())
+    # final: 4 (offsets) + 1 (payload) + 16 (views) bytes a string; the old code's peak was
+    # 8 (tuple) + 16 (side array) + 5 = 29 bytes a string against a final 5.
+    assert final >= 21 * n
+    assert peak <= 1.1 * final + (8 << 20), (peak, final, peak / final)
