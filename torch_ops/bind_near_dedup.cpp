@@ -190,6 +190,10 @@ NearDedup::NearDedup(const py::dict &p) {
                             "configurations were recorded); use another wal_path");
     }
   }
+  if (s == LM_ESTATE && !path.empty())
+    throw py::value_error("NearDeduplicator: the WAL " + path +
+                          " is in use (locked by another open NearDeduplicator, in this or another process); "
+                          "close that one first or use another wal_path");
   if (s) raise_status(s, kWhat, path, err);
 }
 
@@ -350,6 +354,7 @@ void bind_near_dedup(py::module_ &m) {
       .def_property_readonly("closed", [](NearDedup &o) { return o.closed; })
       .def_property_readonly("path",
                              [](NearDedup &o) { return o.path.empty() ? py::object(py::none()) : py::str(o.path); })
+      .def_property_readonly("index_seed", [](NearDedup &o) { return lm_near_dedup_index_seed(&o.params); })
       .def_property_readonly("config", [](NearDedup &o) {
         py::dict d;
         d["seed"] = o.params.seed;

@@ -77,6 +77,13 @@ static lm_status check_params(const lm_near_dedup_params *p) {
   return LM_OK;
 }
 
+uint64_t lm_near_dedup_index_seed(const lm_near_dedup_params *p) {
+  if (!p) return 0;
+  uint8_t tag[LM_NEAR_DEDUP_TAG_BYTES];
+  lm_near_dedup_tag(p, tag);
+  return lm_hash64(tag, sizeof tag, 0x4c4d4e454152ull);
+}
+
 lm_status lm_near_dedup_create(const lm_near_dedup_params *params, lm_near_dedup **out) {
   if (!out) return LM_EINVAL;
   *out = NULL;
@@ -114,7 +121,7 @@ lm_status lm_near_dedup_create(const lm_near_dedup_params *params, lm_near_dedup
   lm_near_dedup_tag(&p, tag);
   /* The configuration is the index's tag (checked on open) and, as a second
    * check, its hash seed (a WAL remembers its seed; another gives LM_EINVAL). */
-  dp.seed = lm_hash64(tag, sizeof tag, 0x4c4d4e454152ull);
+  dp.seed = lm_near_dedup_index_seed(&p);
 #ifdef LM_DEDUP_TAG_SIZE
   memcpy(dp.tag, tag, sizeof tag);
 #endif

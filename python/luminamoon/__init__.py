@@ -23,4 +23,6 @@ __all__ += ["TextCleaner", "QualityFilter", "PIIMasker", "StreamDeduplicator", "
             "StageResult", "reason_name", "hash128", "StateTracker", "StateCorruptError", "CorruptError",
             "FormatVersionError", "DedupFullError"]
 __all__ += ["MinHash"]
+from .stages import NearDeduplicator  # noqa: F401,E402
+__all__ += ["NearDeduplicator"]
 __version__ = "0.1.0"

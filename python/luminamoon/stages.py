@@ -592,6 +592,11 @@ class NearDeduplicator(_Stage):
         return self._obj.config
 
     @property
+    def index_seed(self) -> int:
+        """The hash seed recorded in the band index's WAL header (derived from the configuration)."""
+        return self._obj.index_seed
+
+    @property
     def lsn(self) -> int:
         """The number of distinct band keys admitted (the state is 'the first lsn admissions')."""
         return self._obj.lsn()
@@ -731,28 +736,28 @@ def _resolve(value, cls, name: str):
 class _Pipeline:
     def __init__(self, cleaner, quality, dedup, pii, num_threads, near_dedup=None):
         self._num_threads = _threads_arg(num_threads)
+        self._near, self._owns_near = None, False
+        self._dedup, self._owns_dedup = None, False
         self._cleaner, _ = _resolve(cleaner, TextCleaner, "cleaner")
         self._quality, _ = _resolve(quality, QualityFilter, "quality")
         self._pii, _ = _resolve(pii, PIIMasker, "pii")
+        self._dedup, self._owns_dedup = _resolve(dedup, StreamDeduplicator, "dedup")
         if self._dedup is not None and self._dedup.closed:
             raise ValueError(f"{type(self).__name__}: the StreamDeduplicator is closed")
+        self._near, self._owns_near = _resolve(near_dedup, NearDeduplicator, "near_dedup")
+        if self._near is not None and self._near.closed:
+            raise ValueError(f"{type(self).__name__}: the NearDeduplicator is closed")
 
     @property
     def num_threads(self) -> int:
         return self._num_threads or torch.get_num_threads()
 
-        self._near, self._owns_near = None, False
-        self._dedup, self._owns_dedup = None, False
     @property
     def cleaner(self) -> Optional[TextCleaner]:
         return self._cleaner
 
-        self._dedup, self._owns_dedup = _resolve(dedup, StreamDeduplicator, "dedup")
     @property
     def quality(self) -> Optional[QualityFilter]:
-        self._near, self._owns_near = _resolve(near_dedup, NearDeduplicator, "near_dedup")
-        if self._near is not None and self._near.closed:
-            raise ValueError(f"{type(self).__name__}: the NearDeduplicator is closed")
         return self._quality
 
     @property
@@ -764,10 +769,17 @@ class _Pipeline:
     def pii(self) -> Optional[PIIMasker]:
         return self._pii
 
+    @property
+    def near_dedup(self) -> Optional[NearDeduplicator]:
+        """The NearDeduplicator (shared with whoever passed it in), or None."""
+        return self._near
+
     def close(self) -> None:
         """Close the deduplicators this pipeline created."""
         if self._dedup is not None and self._owns_dedup:
             self._dedup.close()
+        if self._near is not None and self._owns_near:
+            self._near.close()
 
     def __enter__(self):
         return self
@@ -775,17 +787,10 @@ class _Pipeline:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    @property
-    def near_dedup(self) -> Optional[NearDeduplicator]:
-        """The NearDeduplicator (shared with whoever passed it in), or None."""
-        return self._near
-
     def __getstate__(self):
         if self._dedup is not None or self._near is not None:
             raise TypeError(f"a {type(self).__name__} with a StreamDeduplicator or NearDeduplicator cannot be "
                             "pickled; build it in each process")
-        if self._near is not None and self._owns_near:
-            self._near.close()
         return {"cleaner": self._cleaner or False, "quality": self._quality or False, "dedup": False,
                 "pii": self._pii or False, "num_threads": self._num_threads}
 
@@ -866,6 +871,15 @@ class FusedPipeline(_Pipeline):
     def reset_counters(self) -> None:
         """Zero the counters and the PII replacement cycle."""
         self._obj.reset_counters()
+        self._near_drops = 0
+        if self._pii_obj is not None:
+            self._pii_obj.reset_counters()
+
+    @property
+    def retained_bytes(self) -> int:
+        """Bytes the pipeline keeps between batches (its per-range arenas; bounded after every batch:
+        at most 16 MiB per phase, whatever the batch held)."""
+        return self._obj.retained_bytes()
 
     @property
     def pii_cycle(self) -> list:
@@ -877,15 +891,6 @@ class FusedPipeline(_Pipeline):
     def pii_cycle(self, value) -> None:
         (self._pii_obj or self._obj).set_pii_cycle(_cycle_arg(value))
 
-        self._near_drops = 0
-        if self._pii_obj is not None:
-            self._pii_obj.reset_counters()
-
-    @property
-    def retained_bytes(self) -> int:
-        """Bytes the pipeline keeps between batches (its per-range arenas; bounded after every batch:
-        at most 16 MiB per phase, whatever the batch held)."""
-        return self._obj.retained_bytes()
 
 class ChainPipeline(_Pipeline):
     """The modular chain: clean -> quality -> dedup -> PII as four separate batch calls.

@@ -95,6 +95,11 @@ lm_status lm_near_dedup_tag(const lm_near_dedup_params *p, uint8_t tag[LM_NEAR_D
  * tag (e.g. the WAL of a StreamDeduplicator). */
 lm_status lm_near_dedup_tag_decode(const uint8_t tag[LM_NEAR_DEDUP_TAG_BYTES], lm_near_dedup_params *p);
 
+/* The hash seed the band index's lm_dedup is created with (a second record
+ * of the configuration in the WAL header; readers such as
+ * lm_dedup_wal_inspect see it).  0 on NULL. */
+uint64_t lm_near_dedup_index_seed(const lm_near_dedup_params *p);
+
 /* Create; with a WAL path, open (or create) the band index's log and recover
  * it (dedup.h).  Errors: as lm_dedup_create; LM_EINVAL for bad params or a
  * WAL written with another configuration.  *out is the caller's:
