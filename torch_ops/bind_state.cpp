@@ -38,6 +38,26 @@ struct State {
   void check_open(const char *what) const {
     if (!obj) throw py::value_error(std::string(what) + ": the StateTracker is closed");
   }
+  // fn(obj) with the GIL released and the mutex held; raises the error of a
+  // failed call (ValueError when closed) naming `what`.  LM_ENOTFOUND is
+  // returned, not raised (load: nothing committed).
+  template <typename Fn>
+  lm_status call(const char *what, Fn fn) {
+    lm_status s = LM_ESTATE;
+    int err = 0;
+    {
+      py::gil_scoped_release nogil;
+      std::lock_guard<std::mutex> lk(mu);
+      if (obj) {
+        errno = 0;
+        s = fn(obj);
+        err = errno;
+      }
+    }
+    if (s == LM_ESTATE) check_open(what);
+    if (s && s != LM_ENOTFOUND) raise_status(s, what, path, err, true);
+    return s;
+  }
 };
 
 py::dict coord_dict(const lm_state_coord &c) {
@@ -84,23 +104,8 @@ void bind_state(py::module_ &m) {
            [](State &st) -> py::object {
              lm_state_coord c;
              uint64_t seq = 0;
-             lm_status s;
-             int err;
-             {
-               py::gil_scoped_release nogil;
-               std::lock_guard<std::mutex> lk(st.mu);
-               if (!st.obj) {
-                 s = LM_ESTATE;
-                 err = 0;
-               } else {
-                 errno = 0;
-                 s = lm_state_load(st.obj, &c, &seq);
-                 err = errno;
-               }
-             }
-             if (s == LM_ESTATE) st.check_open("StateTracker.load");
+             lm_status s = st.call("StateTracker.load", [&](lm_state *o) { return lm_state_load(o, &c, &seq); });
              if (s == LM_ENOTFOUND) return py::none();
-             if (s) raise_status(s, "StateTracker.load", st.path, err, true);
              return py::make_tuple(coord_dict(c), seq);
            })
       .def(
@@ -115,50 +120,23 @@ void bind_state(py::module_ &m) {
             c.source_pos2 = u64_arg(source_pos2, "source_pos2", UINT64_MAX);
             c.shard = uint32_t(u64_arg(shard, "shard", UINT32_MAX));
             c.wal_lsn = u64_arg(wal_lsn, "wal_lsn", UINT64_MAX);
-            lm_status s;
-            int err = 0;
             uint64_t seq = 0;
-            {
-              py::gil_scoped_release nogil;
-              std::lock_guard<std::mutex> lk(st.mu);
-              if (!st.obj) {
-                s = LM_ESTATE;
-              } else {
-                errno = 0;
-                s = lm_state_commit(st.obj, &c);
-                err = errno;
-                if (s == LM_OK) {
-                  lm_status ss[2];
-                  uint64_t sq[2];
-                  lm_state_inspect(st.obj, ss, sq);
-                  seq = sq[0] > sq[1] ? sq[0] : sq[1];
-                }
+            st.call("StateTracker.commit", [&](lm_state *o) {
+              lm_status s = lm_state_commit(o, &c);
+              if (s == LM_OK) {
+                lm_status ss[2];
+                uint64_t sq[2];
+                lm_state_inspect(o, ss, sq);
+                seq = sq[0] > sq[1] ? sq[0] : sq[1];
               }
-            }
-            if (s == LM_ESTATE) st.check_open("StateTracker.commit");
-            if (s) raise_status(s, "StateTracker.commit", st.path, err, true);
+              return s;
+            });
             return seq;
           },
           py::kw_only(), py::arg("epoch") = 0, py::arg("batch_index") = 0, py::arg("sample_index") = 0,
           py::arg("source_pos") = 0, py::arg("source_pos2") = 0, py::arg("shard") = 0, py::arg("wal_lsn") = 0)
       .def("reset",
-           [](State &st) {
-             lm_status s;
-             int err = 0;
-             {
-               py::gil_scoped_release nogil;
-               std::lock_guard<std::mutex> lk(st.mu);
-               if (!st.obj) {
-                 s = LM_ESTATE;
-               } else {
-                 errno = 0;
-                 s = lm_state_reset(st.obj);
-                 err = errno;
-               }
-             }
-             if (s == LM_ESTATE) st.check_open("StateTracker.reset");
-             if (s) raise_status(s, "StateTracker.reset", st.path, err, true);
-           })
+           [](State &st) { st.call("StateTracker.reset", [](lm_state *o) { return lm_state_reset(o); }); })
       .def("inspect",
            [](State &st) {
              lm_status ss[2];
