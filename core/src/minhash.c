@@ -16,6 +16,7 @@
 #include "minhash_internal.h"
 #include "quality_internal.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -722,12 +723,13 @@ __attribute__((target("avx512f,avx512dq"))) static void from_hashes_avx512(const
 }
 
 static int have_avx512(void) {
-  static volatile int cached = -1; /* benign race: every thread computes the same value */
-  int c = cached;
+  /* every thread computes the same value; relaxed atomics keep the race defined (TSan-clean) */
+  static _Atomic int cached = -1;
+  int c = atomic_load_explicit(&cached, memory_order_relaxed);
   if (c < 0) {
     __builtin_cpu_init();
     c = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
-    cached = c;
+    atomic_store_explicit(&cached, c, memory_order_relaxed);
   }
   return c;
 }
