@@ -1,16 +1,31 @@
-"""StringTensor against pyarrow, Polars and xxhash, on one CPU core, in the same run.
+"""StringTensor against pyarrow.compute and Polars, one thread each, in the same run.
 
-    python bench/bench_strings.py            # the shared corpus (68k documents, 47 MB)
+    python bench/bench_strings.py                 # words, lines and documents of the shared corpus
+    python bench/bench_strings.py --regimes words --max-words 500000
+    python bench/bench_strings.py --markdown      # the README table
 
-Prints one table: our time, the peer's time, and the ratio (peer / ours: > 1 means
-we are faster).  Every library is pinned to one thread.
+Three regimes from the shared corpus (bench/common.py, 68k documents, 47 MB):
+  words      every document split on whitespace (~11 bytes a string)
+  lines      every document split into lines
+  documents  whole documents (~680 bytes a string)
+
+Every row times ours, pyarrow.compute and Polars side by side (best of 7 rounds), and
+prints ratio = peer time / our time (> 1: we are faster).  torch, pyarrow
+(pa.set_cpu_count(1)) and Polars (POLARS_MAX_THREADS=1, set before import) each use
+one thread.  "StringTensor" rows call the methods of a tensor built by from_list (its
+views layout, built in the same pass); "offsets op" rows call the registered operators
+torch.ops.luminamoon.* on the offsets layout (what a compiled model calls).  The cost of
+building the views from the offsets layout (what a tensor from from_arrow / from_buffers /
+a stage pays on its first method call) is its own row, as is from_list.  A last table times
+starts_with, fast_eq and hash64 on documents with 2 threads against 1.
 """
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 
-os.environ.setdefault("POLARS_MAX_THREADS", "1")
+os.environ["POLARS_MAX_THREADS"] = "1"
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
@@ -23,74 +38,155 @@ import xxhash  # noqa: E402
 sys.path.insert(0, os.path.dirname(__file__))
 from common import best_time, load_corpus, print_table  # noqa: E402
 
-import luminamoon  # noqa: E402
 from luminamoon import StringTensor  # noqa: E402
 
 OPS = torch.ops.luminamoon
 
 
+def regimes(texts: list[str], which: list[str], max_words: int, max_lines: int) -> dict[str, list[str]]:
+    out = {}
+    if "words" in which:
+        words: list[str] = []
+        for t in texts:
+            words.extend(t.split())
+            if len(words) >= max_words:
+                break
+        out["words"] = words[:max_words]
+    if "lines" in which:
+        lines: list[str] = []
+        for t in texts:
+            lines.extend(t.split("\n"))
+            if len(lines) >= max_lines:
+                break
+        out["lines"] = lines[:max_lines]
+    if "documents" in which:
+        out["documents"] = texts
+    return out
+
+
+def pick_prefix(strings: list[str]) -> str:
+    """A prefix that selects a few percent: the most common 3-character start among long-enough strings."""
+    from collections import Counter
+
+    c = Counter(s[:3] for s in strings[:200000] if len(s) >= 6)
+    for p, k in c.most_common():
+        if k < 0.2 * min(len(strings), 200000):
+            return p
+    return "the"
+
+
+def other_side(strings: list[str]) -> list[str]:
+    """The right-hand side of fast_eq(StringTensor): every other string replaced by its neighbour
+    (about half equal), built as a separate list so no payload is shared."""
+    n = len(strings)
+    return [(s if i % 2 == 0 else strings[(i + 1) % n]) + "" for i, s in enumerate(strings)]
+
+
+def bench_regime(name: str, strings: list[str], rows: list, ratios: dict) -> None:
+    prefix = pick_prefix(strings)
+    probe = strings[len(strings) // 2]
+    other = other_side(strings)
+    st = StringTensor.from_list(strings)
+    st2 = StringTensor.from_list(other)
+    arr, arr2 = pa.array(strings, type=pa.string()), pa.array(other, type=pa.string())
+    ser, ser2 = pl.Series(strings), pl.Series(other)
+    off, data = st.offsets, st.data
+    off2, data2 = st2.offsets, st2.data
+    nbytes = int(off[-1])
+
+    # the same answers before any timing
+    want_sw = pc.starts_with(arr, prefix).to_numpy(zero_copy_only=False)
+    assert np.array_equal(st.starts_with(prefix).numpy(), want_sw)
+    assert np.array_equal(OPS.prefix_match(off, data, prefix).numpy(), want_sw)
+    assert np.array_equal(ser.str.starts_with(prefix).to_numpy(), want_sw)
+    want_eq = pc.equal(arr, probe).to_numpy(zero_copy_only=False)
+    assert np.array_equal(st.fast_eq(probe).numpy(), want_eq)
+    assert np.array_equal(OPS.equal_scalar(off, data, probe).numpy(), want_eq)
+    want_eq2 = pc.equal(arr, arr2).to_numpy(zero_copy_only=False)
+    assert np.array_equal(st.fast_eq(st2).numpy(), want_eq2)
+    assert np.array_equal(OPS.equal(off, data, off2, data2).numpy(), want_eq2)
+    assert st.filter_by_prefix(prefix).tolist() == pc.filter(arr, pc.starts_with(arr, prefix)).to_pylist()
+    k = min(len(strings), 1000)
+    want_h = [xxhash.xxh3_64_intdigest(s.encode()) for s in strings[:k]]
+    assert [h & (2**64 - 1) for h in st.hash64()[:k].tolist()] == want_h
+    assert [h & (2**64 - 1) for h in OPS.hash64(off, data, 0)[:k].tolist()] == want_h
+
+    def row(what, ours, pa_fn=None, pl_fn=None, key=None):
+        t = best_time(ours)
+        tp = best_time(pa_fn) if pa_fn else None
+        tl = best_time(pl_fn) if pl_fn else None
+        rp = tp / t if tp else None
+        rl = tl / t if tl else None
+        if key:
+            ratios[(name, key)] = (rp, rl)
+        rows.append([name, what, f"{t * 1e9 / len(strings):.1f}",
+                     f"{tp * 1e9 / len(strings):.1f}" if tp else "-", f"{rp:.2f}x" if rp else "-",
+                     f"{tl * 1e9 / len(strings):.1f}" if tl else "-", f"{rl:.2f}x" if rl else "-"])
+
+    row("from_list (offsets + views, one pass)", lambda: StringTensor.from_list(strings),
+        lambda: pa.array(strings, type=pa.string()), lambda: pl.Series(strings), key="from_list")
+    row("build views from offsets (first use after from_arrow/from_buffers)",
+        lambda: OPS.views_from_offsets(off, data))
+    row("StringTensor.starts_with", lambda: st.starts_with(prefix),
+        lambda: pc.starts_with(arr, prefix), lambda: ser.str.starts_with(prefix), key="starts_with")
+    row("StringTensor.filter_by_prefix", lambda: st.filter_by_prefix(prefix),
+        lambda: pc.filter(arr, pc.starts_with(arr, prefix)), lambda: ser.filter(ser.str.starts_with(prefix)),
+        key="filter_by_prefix")
+    row("StringTensor.fast_eq(str)", lambda: st.fast_eq(probe),
+        lambda: pc.equal(arr, probe), lambda: ser == probe, key="fast_eq_str")
+    row("StringTensor.fast_eq(StringTensor)", lambda: st.fast_eq(st2),
+        lambda: pc.equal(arr, arr2), lambda: ser == ser2, key="fast_eq_st")
+    row("StringTensor.hash64 (XXH3-64)", lambda: st.hash64(), None, lambda: ser.hash(), key="hash64")
+    row("offsets op prefix_match", lambda: OPS.prefix_match(off, data, prefix),
+        lambda: pc.starts_with(arr, prefix), lambda: ser.str.starts_with(prefix), key="prefix_match")
+    row("offsets op equal_scalar", lambda: OPS.equal_scalar(off, data, probe),
+        lambda: pc.equal(arr, probe), lambda: ser == probe, key="equal_scalar")
+    row("offsets op equal", lambda: OPS.equal(off, data, off2, data2),
+        lambda: pc.equal(arr, arr2), lambda: ser == ser2, key="equal")
+    row("offsets op hash64", lambda: OPS.hash64(off, data, 0), None, lambda: ser.hash(), key="hash64_offsets")
+    print(f"  {name}: {len(strings)} strings, {nbytes / 1e6:.1f} MB ({nbytes / max(len(strings), 1):.1f} B each), "
+          f"prefix {prefix!r}", flush=True)
+
+
+def bench_threads(strings: list[str], rows: list) -> None:
+    st = StringTensor.from_list(strings)
+    st2 = StringTensor.from_list(other_side(strings))
+    prefix, probe = pick_prefix(strings), strings[len(strings) // 2]
+    for what, fn in (("starts_with", lambda: st.starts_with(prefix)), ("fast_eq(str)", lambda: st.fast_eq(probe)),
+                     ("fast_eq(StringTensor)", lambda: st.fast_eq(st2)), ("hash64", lambda: st.hash64())):
+        torch.set_num_threads(1)
+        t1 = best_time(fn)
+        torch.set_num_threads(2)
+        t2 = best_time(fn)
+        torch.set_num_threads(1)
+        rows.append([what, f"{t1 * 1e3:.2f}", f"{t2 * 1e3:.2f}", f"{t1 / t2:.2f}x"])
+
+
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--regimes", default="words,lines,documents")
+    ap.add_argument("--max-words", type=int, default=2_000_000)
+    ap.add_argument("--max-lines", type=int, default=1_000_000)
+    ap.add_argument("--no-threads", action="store_true", help="skip the 2-thread table")
+    args = ap.parse_args()
     torch.set_num_threads(1)
     pa.set_cpu_count(1)
     texts = load_corpus()
-    nbytes = sum(len(t.encode()) for t in texts)
-    print(f"corpus: {len(texts)} documents, {nbytes / 1e6:.1f} MB; one thread each "
-          f"(torch {torch.__version__}, pyarrow {pa.__version__}, polars {pl.__version__})")
-
-    st = StringTensor.from_list(texts)
-    views_st = StringTensor(views=st.views, buffers=st.buffers)  # the CPU views layout
-    arr = pa.array(texts, type=pa.string())
-    ser = pl.Series(texts)
-    encoded = [t.encode() for t in texts]
-    off, data = st.offsets, st.data
-    prefix = "This package"
-    probe = texts[len(texts) // 2]
-    rng = np.random.default_rng(0)
-    idx_np = rng.integers(0, len(texts), len(texts))
-    idx_t, idx_pa = torch.from_numpy(idx_np), pa.array(idx_np)
-    mask_np = rng.random(len(texts)) < 0.5
-    mask_t, mask_pa = torch.from_numpy(mask_np), pa.array(mask_np)
-
-    # sanity: the same answers
-    assert st.starts_with(prefix).numpy().tolist() == pc.starts_with(arr, prefix).to_pylist()
-    assert views_st.starts_with(prefix).numpy().tolist() == pc.starts_with(arr, prefix).to_pylist()
-    assert (views_st == probe).numpy().tolist() == pc.equal(arr, probe).to_pylist()
-    assert [h & (2**64 - 1) for h in st.hash64().tolist()[:100]] == [xxhash.xxh3_64_intdigest(t.encode()) for t in texts[:100]]
-
-    rows = []
-
-    def row(name, ours, peer_name, peer):
-        t_ours, t_peer = best_time(ours), best_time(peer)
-        rows.append([name, f"{t_ours * 1e3:.3f}", peer_name, f"{t_peer * 1e3:.3f}", f"{t_peer / t_ours:.2f}x"])
-
-    row("from_list", lambda: StringTensor.from_list(texts), "pa.array", lambda: pa.array(texts, type=pa.string()))
-    row("starts_with (views layout)", lambda: views_st.starts_with(prefix),
-        "pc.starts_with", lambda: pc.starts_with(arr, prefix))
-    row("prefix_match (offsets layout)", lambda: OPS.prefix_match(off, data, prefix),
-        "pc.starts_with", lambda: pc.starts_with(arr, prefix))
-    row("starts_with (views layout)", lambda: views_st.starts_with(prefix),
-        "polars str.starts_with", lambda: ser.str.starts_with(prefix))
-    row("equal_scalar (views layout)", lambda: views_st.fast_eq(probe), "pc.equal", lambda: pc.equal(arr, probe))
-    row("equal_scalar (offsets layout)", lambda: OPS.equal_scalar(off, data, probe), "pc.equal",
-        lambda: pc.equal(arr, probe))
-    row("hash64 (XXH3-64)", lambda: OPS.hash64(off, data, 0), "polars Series.hash", lambda: ser.hash())
-    row("hash64 (XXH3-64)", lambda: OPS.hash64(off, data, 0), "python xxhash loop",
-        lambda: [xxhash.xxh3_64_intdigest(t) for t in encoded])
-    row("take (views layout)", lambda: views_st.take(idx_t), "pc.take", lambda: pc.take(arr, idx_pa))
-    row("gather (offsets layout)", lambda: OPS.gather(off, data, idx_t), "pc.take", lambda: pc.take(arr, idx_pa))
-    row("compact (views layout)", lambda: views_st.mask(mask_t), "pc.filter", lambda: pc.filter(arr, mask_pa))
-    row("compact (offsets layout)", lambda: OPS.compact(off, data, mask_t), "pc.filter",
-        lambda: pc.filter(arr, mask_pa))
-    row("to_arrow(zero_copy)", lambda: st.to_arrow(), "pa.array(list)", lambda: pa.array(texts, type=pa.string()))
-    print_table("StringTensor vs peers (ms per call, one core; ratio = peer / ours)",
-                ["ours", "ms", "peer", "ms", "ratio"], rows)
-
-    # to_arrow is O(1): time it at 1x and 16x the size.
-    big = StringTensor.from_list(texts * 16)
-    t1, t16 = best_time(lambda: st.to_arrow()), best_time(lambda: big.to_arrow())
-    print(f"\nto_arrow(zero_copy=True): {t1 * 1e6:.1f} us at {len(texts)} strings, {t16 * 1e6:.1f} us at "
-          f"{len(texts) * 16} strings (ratio {t16 / t1:.2f}: constant time)")
-    assert luminamoon.__version__
+    which = [r.strip() for r in args.regimes.split(",") if r.strip()]
+    data = regimes(texts, which, args.max_words, args.max_lines)
+    print(f"one thread each: torch {torch.__version__} ({torch.get_num_threads()} thread), pyarrow {pa.__version__} "
+          f"(cpu_count {pa.cpu_count()}), polars {pl.__version__} (POLARS_MAX_THREADS={os.environ['POLARS_MAX_THREADS']})")
+    rows: list = []
+    ratios: dict = {}
+    for name in which:
+        bench_regime(name, data[name], rows, ratios)
+    print_table("StringTensor vs pyarrow.compute and Polars (ns per string, one thread; ratio = peer time / ours)",
+                ["regime", "call", "ours", "pyarrow", "ratio", "polars", "ratio"], rows)
+    if "documents" in data and not args.no_threads:
+        trows: list = []
+        bench_threads(data["documents"], trows)
+        print_table("documents, StringTensor methods: 1 thread vs num_threads=2 (ms per call)",
+                    ["call", "1 thread", "2 threads", "speed-up"], trows)
 
 
 if __name__ == "__main__":
