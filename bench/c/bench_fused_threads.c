@@ -81,7 +81,12 @@ static double run(const corpus *c, size_t batch, int threads, int dedup, double 
     lm_dedup_params_default(&dp);
     if (lm_dedup_create(&dp, &d)) exit(2);
   }
-  lm_fused_stages st = {cl, q, d, p};
+  lm_fused_stages st;
+  memset(&st, 0, sizeof st); /* stages not named here are off */
+  st.cleaner = cl;
+  st.quality = q;
+  st.dedup = d;
+  st.pii = p;
   lm_fused *f;
   if (lm_fused_create(&st, &f)) exit(2);
   lm_batch_result r;

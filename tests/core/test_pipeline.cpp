@@ -101,6 +101,17 @@ Batch to_batch(const std::vector<std::string> &docs, size_t b, size_t e) {
   return B;
 }
 
+// The four stages of the chain; any other stage of lm_fused_stages is off.
+lm_fused_stages stages_of(const lm_cleaner *c, const lm_quality *q, lm_dedup *d, const lm_pii_masker *p) {
+  lm_fused_stages s;
+  std::memset(&s, 0, sizeof s);
+  s.cleaner = c;
+  s.quality = q;
+  s.dedup = d;
+  s.pii = p;
+  return s;
+}
+
 struct Stages {
   lm_cleaner *c = nullptr;
   lm_quality *q = nullptr;
@@ -134,7 +145,7 @@ struct Stages {
     lm_dedup_destroy(d);
     lm_pii_destroy(p);
   }
-  lm_fused_stages fused() const { return lm_fused_stages{c, q, d, p}; }
+  lm_fused_stages fused() const { return stages_of(c, q, d, p); }
 };
 
 // The modular chain: each stage's batch call on the previous one's output.
@@ -465,7 +476,7 @@ TEST(FusedPipeline, MaxEntriesStopsLikeTheChain) {
     lm_batch_result_init(&r);
     lm_status st;
     if (which == 0) {
-      lm_fused_stages fs{c, nullptr, dd, nullptr};
+      lm_fused_stages fs = stages_of(c, nullptr, dd, nullptr);
       lm_fused *f = nullptr;
       ASSERT_EQ(lm_fused_create(&fs, &f), LM_OK);
       st = lm_fused_run(f, &d, &r, nullptr);
@@ -494,7 +505,7 @@ TEST(FusedPipeline, ResetCountersRestartsPiiCycle) {
   lm_pii_params pp;
   lm_pii_params_default(&pp, LM_PII_MODE_DATATROVE);
   ASSERT_EQ(lm_pii_create(&pp, &p), LM_OK);
-  lm_fused_stages fs{nullptr, nullptr, nullptr, p};
+  lm_fused_stages fs = stages_of(nullptr, nullptr, nullptr, p);
   lm_fused *f = nullptr;
   ASSERT_EQ(lm_fused_create(&fs, &f), LM_OK);
   Batch B;
@@ -520,7 +531,7 @@ TEST(FusedPipeline, PiiCycleGetSetContinuesAfterRestore) {
   lm_pii_params pp;
   lm_pii_params_default(&pp, LM_PII_MODE_DATATROVE);
   ASSERT_EQ(lm_pii_create(&pp, &p), LM_OK);
-  lm_fused_stages fs{nullptr, nullptr, nullptr, p};
+  lm_fused_stages fs = stages_of(nullptr, nullptr, nullptr, p);
   lm_fused *f = nullptr, *g = nullptr;
   ASSERT_EQ(lm_fused_create(&fs, &f), LM_OK);
   ASSERT_EQ(lm_fused_create(&fs, &g), LM_OK);
