@@ -184,25 +184,30 @@ static void sort_marks(int32_t *v, uint8_t *cls, size_t n, int32_t *tmp, uint8_t
   memcpy(cls, tcls, n);
 }
 
-/* Normalize the repaired form of s[0..n) (ill-formed subparts -> U+FFFD, as
- * repair()) into a malloc'd UTF-8 string *out (caller frees) of *out_len
- * bytes.  *invalid += U+FFFD inserted; *changed = output differs from the
- * repaired input.  Memory: 4 bytes per decomposed code point plus, for runs
- * of more than 16 marks, 5 bytes per mark of the longest run. */
-static lm_status normalize(const uint8_t *s, size_t n, int compat, uint8_t **out, size_t *out_len, uint64_t *invalid,
-                           int *changed) {
+/* Normalize one stretch: the repaired form of s[0..n) (ill-formed subparts
+ * -> U+FFFD), its UTF-8 left at the start of *bufp (a growable buffer of
+ * *capp code points, the caller's), *out_len bytes.  *invalid += U+FFFD
+ * inserted.  Memory: 4 bytes per decomposed code point plus, for runs of
+ * more than 16 marks, 5 bytes per mark of the longest run. */
+static lm_status normalize_seg(const uint8_t *s, size_t n, int compat, int32_t **bufp, size_t *capp, size_t *out_len,
+                               uint64_t *invalid) {
   utf8proc_option_t opts = (utf8proc_option_t)(UTF8PROC_STABLE | UTF8PROC_COMPOSE | (compat ? UTF8PROC_COMPAT : 0));
-  size_t cap = n + 16, w = 0;
-  int32_t *buf = (int32_t *)malloc(cap * sizeof(int32_t));
-  if (!buf) return LM_ENOMEM;
+  size_t cap = *capp, w = 0;
+  int32_t *buf = *bufp;
+  if (cap < n + 16) {
+    int32_t *q = (int32_t *)realloc(buf, (n + 16) * sizeof(int32_t));
+    if (!q) return LM_ENOMEM;
+    *bufp = buf = q;
+    *capp = cap = n + 16;
+  }
   size_t i = 0;
   while (i < n) {
     if (w + 32 > cap) {
       size_t nc = cap + cap / 2 + 64;
       int32_t *q = (int32_t *)realloc(buf, nc * sizeof(int32_t));
-      if (!q) { free(buf); return LM_ENOMEM; }
-      buf = q;
-      cap = nc;
+      if (!q) return LM_ENOMEM;
+      *bufp = buf = q;
+      *capp = cap = nc;
     }
     uint8_t b = s[i];
     if (b < 0x80) { /* ASCII decomposes to itself */
@@ -217,13 +222,13 @@ static lm_status normalize(const uint8_t *s, size_t n, int compat, uint8_t **out
     i += l;
     int bc = 0;
     utf8proc_ssize_t r = utf8proc_decompose_char((utf8proc_int32_t)cp, buf + w, (utf8proc_ssize_t)(cap - w), opts, &bc);
-    if (r < 0) { free(buf); return LM_EUTF8; }
+    if (r < 0) return LM_EUTF8;
     if ((size_t)r > cap - w) { /* longer than the room left: grow and redo */
       size_t nc = cap + (size_t)r + cap / 2;
       int32_t *q = (int32_t *)realloc(buf, nc * sizeof(int32_t));
-      if (!q) { free(buf); return LM_ENOMEM; }
-      buf = q;
-      cap = nc;
+      if (!q) return LM_ENOMEM;
+      *bufp = buf = q;
+      *capp = cap = nc;
       r = utf8proc_decompose_char((utf8proc_int32_t)cp, buf + w, (utf8proc_ssize_t)(cap - w), opts, &bc);
     }
     w += (size_t)r;
@@ -259,7 +264,7 @@ static lm_status normalize(const uint8_t *s, size_t n, int compat, uint8_t **out
           tcls = (uint8_t *)malloc(m);
           tcap = m;
           if (!tmp || !cls || !tcls) {
-            free(tmp); free(cls); free(tcls); free(buf);
+            free(tmp); free(cls); free(tcls);
             return LM_ENOMEM;
           }
         }
@@ -276,18 +281,67 @@ static lm_status normalize(const uint8_t *s, size_t n, int compat, uint8_t **out
   /* compose and encode in place (UTF-8 never needs more than 4 bytes per code point; one spare byte) */
   if (w + 1 > cap) {
     int32_t *q = (int32_t *)realloc(buf, (w + 1) * sizeof(int32_t));
-    if (!q) { free(buf); return LM_ENOMEM; }
-    buf = q;
+    if (!q) return LM_ENOMEM;
+    *bufp = buf = q;
+    *capp = cap = w + 1;
   }
   utf8proc_ssize_t nl = utf8proc_reencode(buf, (utf8proc_ssize_t)w, opts);
-  if (nl < 0) {
-    free(buf);
-    return nl == UTF8PROC_ERROR_NOMEM ? LM_ENOMEM : LM_EUTF8;
-  }
-  uint8_t *o = (uint8_t *)buf;
-  *changed = !eq_repaired(s, n, o, (size_t)nl);
-  *out = o;
+  if (nl < 0) return nl == UTF8PROC_ERROR_NOMEM ? LM_ENOMEM : LM_EUTF8;
   *out_len = (size_t)nl;
+  return LM_OK;
+}
+
+/* Normalize the repaired form of s[0..n) into a malloc'd string *out (the
+ * caller frees) of *out_len bytes; *invalid += U+FFFD inserted; *changed = it
+ * differs from the repaired input.  ASCII runs are copied as they are; each
+ * stretch of non-ASCII bytes is normalized together with the ASCII character
+ * before it (a starter it may compose with).  Cutting before an ASCII
+ * character is exact: it is a starter, never reordered, never the second
+ * character of a composition, and never part of an ill-formed sequence. */
+static lm_status normalize(const uint8_t *s, size_t n, int compat, uint8_t **out, size_t *out_len, uint64_t *invalid,
+                           int *changed) {
+  size_t cap = n + 16, o = 0;
+  uint8_t *res = (uint8_t *)malloc(cap);
+  if (!res) return LM_ENOMEM;
+  int32_t *buf = NULL;
+  size_t bcap = 0;
+  size_t i = 0;
+  while (i < n) {
+    size_t j = i;
+    while (j < n && s[j] < 0x80) j++;
+    size_t a = j == n ? n : (j > i ? j - 1 : i); /* the ASCII copied as is: s[i..a) */
+    size_t k = j;
+    while (k < n && s[k] >= 0x80) k++;
+    size_t seg = 0;
+    if (k > a) {
+      lm_status st = normalize_seg(s + a, k - a, compat, &buf, &bcap, &seg, invalid);
+      if (st) {
+        free(buf);
+        free(res);
+        return st;
+      }
+    }
+    if (o + (a - i) + seg > cap) {
+      size_t nc = cap + cap / 2 + (a - i) + seg;
+      uint8_t *q = (uint8_t *)realloc(res, nc);
+      if (!q) {
+        free(buf);
+        free(res);
+        return LM_ENOMEM;
+      }
+      res = q;
+      cap = nc;
+    }
+    memcpy(res + o, s + i, a - i);
+    o += a - i;
+    if (seg) memcpy(res + o, buf, seg);
+    o += seg;
+    i = k;
+  }
+  free(buf);
+  *changed = !eq_repaired(s, n, res, o);
+  *out = res;
+  *out_len = o;
   return LM_OK;
 }
 
