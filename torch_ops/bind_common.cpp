@@ -280,6 +280,55 @@ class GrowBuf {
   bool mapped_ = false;
 };
 
+// UTF-8 of a non-ASCII str written straight into `out` (room for 4 bytes a code point):
+// one pass over the code points, no intermediate copy and no UTF-8 cache left on the
+// caller's str objects (PyUnicode_AsUTF8AndSize keeps one per non-ASCII str for its
+// lifetime).  Returns the byte count, or -1 for a lone surrogate.
+template <typename CharT>
+int64_t encode_utf8(const CharT *s, Py_ssize_t n, uint8_t *out) {
+  uint8_t *o = out;
+  Py_ssize_t i = 0;
+  if (sizeof(CharT) == 1) {  // Latin-1 text is mostly ASCII: 8 characters at a time while they are
+    for (; i + 8 <= n; i += 8) {
+      uint64_t w;
+      std::memcpy(&w, s + i, 8);
+      if (w & 0x8080808080808080ull) break;
+      std::memcpy(o, &w, 8);
+      o += 8;
+    }
+  }
+  for (; i < n; i++) {
+    if (sizeof(CharT) == 1 && i + 8 <= n && (i & 7) == 0) {  // back to whole ASCII words
+      uint64_t w;
+      std::memcpy(&w, s + i, 8);
+      if (!(w & 0x8080808080808080ull)) {
+        std::memcpy(o, &w, 8);
+        o += 8;
+        i += 7;
+        continue;
+      }
+    }
+    const uint32_t c = uint32_t(s[i]);
+    if (c < 0x80) {
+      *o++ = uint8_t(c);
+    } else if (c < 0x800) {
+      *o++ = uint8_t(0xC0 | (c >> 6));
+      *o++ = uint8_t(0x80 | (c & 0x3F));
+    } else if (c < 0x10000) {
+      if (c >= 0xD800 && c <= 0xDFFF) return -1;
+      *o++ = uint8_t(0xE0 | (c >> 12));
+      *o++ = uint8_t(0x80 | ((c >> 6) & 0x3F));
+      *o++ = uint8_t(0x80 | (c & 0x3F));
+    } else {
+      *o++ = uint8_t(0xF0 | (c >> 18));
+      *o++ = uint8_t(0x80 | ((c >> 12) & 0x3F));
+      *o++ = uint8_t(0x80 | ((c >> 6) & 0x3F));
+      *o++ = uint8_t(0x80 | (c & 0x3F));
+    }
+  }
+  return int64_t(o - out);
+}
+
 }  // namespace
 
 py::tuple from_list_views(py::handle seq, bool allow_bytes, bool validate) {
@@ -309,6 +358,38 @@ py::tuple from_list_views(py::handle seq, bool allow_bytes, bool validate) {
     const char *p;
     Py_ssize_t len;
     bool is_str = PyUnicode_Check(o);
+    if (is_str && PyUnicode_IS_READY(o) && !PyUnicode_IS_ASCII(o)) {
+      // encode into the payload directly (see encode_utf8); the view is made from there
+      const Py_ssize_t cps = PyUnicode_GET_LENGTH(o);
+      if (uint64_t(cps) > (uint64_t(SIZE_MAX) - pos) / 4) throw std::bad_alloc();
+      uint8_t *d = buf.ensure(size_t(pos + 4 * uint64_t(cps)));
+      if (!d) throw std::bad_alloc();
+      const void *u = PyUnicode_DATA(o);
+      const int kind = PyUnicode_KIND(o);
+      const int64_t w = kind == PyUnicode_1BYTE_KIND   ? encode_utf8(static_cast<const Py_UCS1 *>(u), cps, d + pos)
+                        : kind == PyUnicode_2BYTE_KIND ? encode_utf8(static_cast<const Py_UCS2 *>(u), cps, d + pos)
+                                                       : encode_utf8(static_cast<const Py_UCS4 *>(u), cps, d + pos);
+      if (w < 0)
+        throw py::value_error("strings[" + std::to_string(i) +
+                              "] cannot be encoded as UTF-8 (it holds a lone surrogate)");
+      if (uint64_t(w) > LM_MAX_STRING_LEN)
+        throw py::value_error("strings[" + std::to_string(i) + "] is longer than 2^31-1 bytes");
+      const uint64_t end = pos + uint64_t(w);
+      if (!o64 && end > uint64_t(INT32_MAX)) {  // past 2 GiB: int64 offsets from here on
+        off64 = at::empty({n + 1}, at::TensorOptions().dtype(at::kLong));
+        o64 = off64.data_ptr<int64_t>();
+        for (Py_ssize_t k = 0; k <= i; k++) o64[k] = k < i ? o32[k] : int64_t(pos);
+        off32 = at::Tensor();
+        o32 = nullptr;
+      }
+      if (o64) o64[i] = int64_t(pos);
+      else o32[i] = int32_t(pos);
+      lm_sv_make(&v[i], d + pos, uint32_t(w), uint32_t(pos >> LM_WINDOW_SHIFT),
+                 uint32_t(pos & ((uint64_t(1) << LM_WINDOW_SHIFT) - 1)));
+      pos = end;
+      buf.set_used(size_t(pos));
+      continue;
+    }
     if (is_str) {
       p = PyUnicode_AsUTF8AndSize(o, &len);
       if (!p) {

@@ -307,3 +307,22 @@ def test_from_list_peak_memory_is_its_final_size():
     # 8 (tuple) + 16 (side array) + 5 = 29 bytes a string against a final 5.
     assert final >= 21 * n
     assert peak <= 1.1 * final + (8 << 20), (peak, final, peak / final)
+
+
+def test_from_list_encodes_non_ascii_once_and_leaves_the_strs_alone():
+    """from_list writes the UTF-8 of a non-ASCII str straight into the payload (one pass over its
+    code points, any of CPython's 1/2/4-byte kinds) instead of asking CPython for it, which
+    encoded it and then kept that copy attached to the caller's str for its lifetime (a list of
+    non-ASCII documents grew by their UTF-8 size)."""
+    import sys
+
+    items = ["latin ÿé" * 5, "日本語テキストです", "mixed 😀 ascii", "\u07ff\u0800\uffff\U00010000\U0010ffff", "a" * 30 + "é"]
+    sizes = [sys.getsizeof(x) for x in items]
+    st = StringTensor.from_list(items)
+    assert [sys.getsizeof(x) for x in items] == sizes  # no UTF-8 copy cached on the inputs
+    assert st.tolist() == items
+    assert bytes(st.data.tolist()) == "".join(items).encode("utf-8")
+    assert torch.equal(st.views, torch.ops.luminamoon.views_from_offsets(st.offsets, st.data))
+    for bad in ("\ud800", "ok\udfff", "日本\ud83d"):
+        with pytest.raises(ValueError, match=r"strings\[1\].*surrogate"):
+            StringTensor.from_list(["fine", bad])
