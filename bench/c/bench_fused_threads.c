@@ -3,6 +3,7 @@
  *
  * Usage: bench_fused_threads DOCS_FILE [batch=4096] [rounds=3] [dedup=0] [threads=1,2]
  *        bench_fused_threads --heavy-tiny DOCS_FILE [rounds=3]
+ *        bench_fused_threads --retained DOCS_FILE
  *
  * DOCS_FILE: little-endian u64 n, int64 offsets[n + 1], then the payload
  * (write it from the corpus with a few lines of Python: see bench_stages.py).
@@ -17,14 +18,22 @@
  * only as far as it shows in CPU time).
  * --heavy-tiny: 512 documents of ~100 KB (corpus text run together) then 512
  * of ~100 B, one batch (issue 21 item 5).
+ * --retained: the resident memory (RSS) a FusedPipeline (all stages, 2
+ * threads) keeps after one batch of 64 x 1 MB documents (corpus text run
+ * together), with the batch's result freed (issue 21 item 4); all stages,
+ * then without quality (which drops these run-together texts, so only the
+ * second run sends 64 MB through the arenas).
  * The same source builds against an older core for a before/after in one run.
  */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 #include "luminamoon/pipeline.h"
 
@@ -146,7 +155,98 @@ static void heavy_tiny(const corpus *src, corpus *c) {
   }
 }
 
+static double rss_mb(void) {
+  long pages = 0, rss = 0;
+  FILE *f = fopen("/proc/self/statm", "r");
+  if (!f) return 0;
+  if (fscanf(f, "%ld %ld", &pages, &rss) != 2) rss = 0;
+  fclose(f);
+  return (double)rss * 4096.0 / 1e6;
+}
+
+static int retained(const corpus *src, int with_quality) {
+  corpus big;
+  size_t mb1 = (size_t)1 << 20;
+  big.n = 64;
+  big.data = (uint8_t *)malloc(64 * mb1);
+  big.off = (int64_t *)malloc(65 * 8);
+  big.off[0] = 0;
+  size_t k = 0;
+  for (int i = 0; i < 64; i++) {
+    size_t got = 0;
+    while (got < mb1) {
+      size_t len = (size_t)(src->off[k + 1] - src->off[k]);
+      if (len > mb1 - got) len = mb1 - got;
+      memcpy(big.data + (size_t)i * mb1 + got, src->data + src->off[k], len);
+      got += len;
+      k = (k + 7919) % src->n;
+    }
+    big.off[i + 1] = (int64_t)((size_t)(i + 1) * mb1);
+  }
+  lm_cleaner *cl;
+  lm_quality *q;
+  lm_pii_masker *p;
+  lm_dedup *d;
+  lm_pii_params pp;
+  lm_pii_params_default(&pp, LM_PII_MODE_DATATROVE);
+  lm_dedup_params dp;
+  lm_dedup_params_default(&dp);
+  if (lm_cleaner_create(NULL, &cl) || lm_quality_create(NULL, &q) || lm_pii_create(&pp, &p) ||
+      lm_dedup_create(&dp, &d))
+    return 2;
+  if (!with_quality) {
+    lm_quality_destroy(q);
+    q = NULL;
+  }
+  lm_fused_stages st;
+  memset(&st, 0, sizeof st);
+  st.cleaner = cl;
+  st.quality = q;
+  st.dedup = d;
+  st.pii = p;
+  lm_fused *f;
+  if (lm_fused_create(&st, &f)) return 2;
+  lm_exec ex = {2, 0};
+  lm_batch_result r;
+  lm_batch_result_init(&r);
+  lm_docs warm = {src->off, src->data, 1000, (size_t)src->off[src->n]};
+  if (lm_fused_run(f, &warm, &r, &ex)) return 2;
+  lm_batch_result_free(&r);
+#ifdef __GLIBC__
+  malloc_trim(0);
+#endif
+  double r0 = rss_mb();
+  lm_docs bd = {big.off, big.data, 64, 64 * mb1};
+  lm_batch_result_init(&r);
+  if (lm_fused_run(f, &bd, &r, &ex)) return 2;
+  size_t out = r.data_len;
+  lm_batch_result_free(&r);
+  double r1 = rss_mb(), r2 = r1;
+#ifdef __GLIBC__
+  malloc_trim(0); /* what the allocator caches is not the pipeline's */
+  r2 = rss_mb();
+#endif
+  size_t kept = 0;
+#ifdef LM_PARALLEL_STATS_HOOK
+  lm_fused_retained_bytes(f, &kept);
+#endif
+  printf("%s, 64 x 1 MB batch (%zu bytes out): RSS before %.1f MB, after (result freed) %.1f MB: kept %+.1f MB; "
+         "after malloc_trim %+.1f MB; retained_bytes %.1f MB\n",
+         with_quality ? "all stages" : "clean+dedup+PII", out, r0, r1, r1 - r0, r2 - r0, (double)kept / 1e6);
+  lm_fused_destroy(f);
+  lm_cleaner_destroy(cl);
+  lm_quality_destroy(q);
+  lm_pii_destroy(p);
+  lm_dedup_destroy(d);
+  return 0;
+}
+
 int main(int argc, char **argv) {
+  if (argc > 2 && strcmp(argv[1], "--retained") == 0) {
+    corpus c;
+    if (load(argv[2], &c)) return 2;
+    return retained(&c, 1) || retained(&c, 0);
+  }
   int ht = argc > 1 && strcmp(argv[1], "--heavy-tiny") == 0;
   int a = ht ? 2 : 1;
   if (argc <= a) {
