@@ -25,8 +25,8 @@
 #include "pii_internal.h"   /* the masker's cycling configuration */
 
 #define LM_FUSED_MAX_DOCS 64 /* documents per range at most */
-/* quality scratches that saw a document above this are freed after the batch */
-#define LM_FUSED_SCRATCH_DOC_BYTES ((size_t)256 << 10)
+/* a quality scratch holding more than this after a batch is freed */
+#define LM_FUSED_SCRATCH_KEEP_BYTES ((size_t)8 << 20)
 
 typedef struct { /* phase 1 counters of one range */
   lm_clean_counters cc;
@@ -55,7 +55,7 @@ struct lm_fused {
 
 static void free_scratches(lm_fused *f, int only_big) {
   for (size_t w = 0; w < f->nqs; w++)
-    if (f->qs[w] && (!only_big || f->qs_max[w] > LM_FUSED_SCRATCH_DOC_BYTES)) {
+    if (f->qs[w] && (!only_big || lm_quality_scratch_bytes(f->qs[w]) > LM_FUSED_SCRATCH_KEEP_BYTES)) {
       lm_quality_scratch_destroy(f->qs[w]);
       f->qs[w] = NULL;
       f->qs_max[w] = 0;
@@ -116,6 +116,7 @@ lm_status lm_fused_retained_bytes(const lm_fused *f, size_t *out) {
   if (!f || !out) return LM_EINVAL;
   size_t b = sizeof *f + lm_batch_pool_bytes(&f->arenas1) + lm_batch_pool_bytes(&f->arenas3) +
              f->nqs * (sizeof *f->qs + sizeof *f->qs_max);
+  for (size_t w = 0; w < f->nqs; w++) b += lm_quality_scratch_bytes(f->qs[w]);
   *out = b;
   return LM_OK;
 }

@@ -95,12 +95,12 @@ lm_status lm_fused_reset_counters(lm_fused *f);
 lm_status lm_fused_get_pii_cycle(const lm_fused *f, uint64_t *out);
 lm_status lm_fused_set_pii_cycle(lm_fused *f, const uint64_t *in);
 
-/* Memory the pipeline keeps between batches (its per-range arenas and the
- * bookkeeping of its per-worker quality scratches; the scratches themselves
- * are not counted).  After every batch the arenas are trimmed to at most
- * LM_BATCH_RETAIN_BYTES per phase (no arena above a quarter of that is kept)
- * and quality scratches that checked a document above 256 KiB are freed, so
- * one batch of huge documents does not stay resident.  LM_EINVAL on NULL. */
+/* Memory the pipeline keeps between batches: its per-range arenas and its
+ * per-worker quality scratches (lm_quality_scratch_bytes).  After every batch
+ * the arenas are trimmed to at most LM_BATCH_RETAIN_BYTES per phase (no arena
+ * above a quarter of that is kept) and a quality scratch holding more than
+ * 8 MiB is freed, so one batch of huge documents does not stay resident.
+ * LM_EINVAL on NULL. */
 lm_status lm_fused_retained_bytes(const lm_fused *f, size_t *out);
 
 /* How the last lm_fused_run cut its work (for tests and benchmarks): the
