@@ -16,7 +16,18 @@ that same sample for the ratios, and also on the whole input (--limit) for
 their absolute throughput.  Targets: fused >= 50x datatrove docs/s per core;
 dedup >= 20 M hashes/s per core at <= 32 bytes per distinct document.
 
-Usage: python bench/bench_stages.py [--limit N] [--dt-sample N] [--dedup-hashes N]
+Threads (--threads-only runs just this part; also printed after the one-core tables):
+  * FusedPipeline on 2 threads vs 1 thread on the corpus (batches of --batch
+    documents), 1- and 2-thread runs interleaved, every round printed (the
+    machine is shared: report all rounds, not the best);
+  * the heavy-then-tiny batch of issue 21 (512 documents of ~100 KB, then 512
+    of ~100 B) on 2 vs 1 thread, same way;
+  * retained memory: FusedPipeline.retained_bytes and the process RSS growth
+    after one batch of 64 x 1 MB documents (and the same batch through
+    QualityFilter as the peer).
+
+Usage: python bench/bench_stages.py [--limit N] [--dt-sample N] [--dedup-hashes N] [--threads-only]
+                                    [--rounds N] [--batch N]
 """
 from __future__ import annotations
 
@@ -130,6 +141,90 @@ def py_clean(texts):
     return out
 
 
+# ------------------------------------------------------------------ threads
+
+def _rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * __import__("os").sysconf("SC_PAGE_SIZE")
+
+
+def threads_section(texts, rounds: int, batch: int) -> None:
+    def corpus_run(nt):
+        pipe = FusedPipeline(dedup=False, pii=PIIMasker("datatrove"), num_threads=nt)
+        t0 = time.perf_counter()
+        for i in range(0, len(batches)):
+            pipe(batches[i])
+        return time.perf_counter() - t0
+
+    batches = [StringTensor.from_list(texts[i:i + batch]) for i in range(0, len(texts), batch)]
+    mb = sum(len(t.encode()) for t in texts) / 1e6
+    rows = []
+    ratios = []
+    for r in range(rounds):
+        t1 = corpus_run(1)
+        t2 = corpus_run(2)
+        ratios.append(t1 / t2)
+        rows.append([f"corpus, batches of {batch}", r + 1, f"{len(texts) / t1:,.0f}", f"{len(texts) / t2:,.0f}",
+                     f"{mb / t1:.1f}", f"{mb / t2:.1f}", f"{t1 / t2:.2f}x"])
+        print("  " + " | ".join(map(str, rows[-1])), flush=True)
+
+    # issue 21: 512 heavy documents (~100 KB of corpus text each) then 512 tiny ones (~100 B)
+    rng = random.Random(1)
+    heavy = []
+    for _ in range(512):
+        parts, size = [], 0
+        while size < 100_000:
+            t = texts[rng.randrange(len(texts))]
+            parts.append(t)
+            size += len(t)
+        heavy.append("\n\n".join(parts)[:100_000])
+    tiny = [(texts[rng.randrange(len(texts))] + " " * 100)[:100] for _ in range(512)]
+    ht = StringTensor.from_list(heavy + tiny)
+    ht_mb = sum(len(t.encode()) for t in heavy + tiny) / 1e6
+    ratios_ht = []
+    for r in range(rounds):
+        tt = []
+        for nt in (1, 2):
+            pipe = FusedPipeline(pii=PIIMasker("datatrove"), num_threads=nt)
+            t0 = time.perf_counter()
+            pipe(ht)
+            tt.append(time.perf_counter() - t0)
+        ratios_ht.append(tt[0] / tt[1])
+        rows.append(["heavy-then-tiny (512 x 100 KB, 512 x 100 B)", r + 1, f"{1024 / tt[0]:,.0f}",
+                     f"{1024 / tt[1]:,.0f}", f"{ht_mb / tt[0]:.1f}", f"{ht_mb / tt[1]:.1f}", f"{tt[0] / tt[1]:.2f}x"])
+        print("  " + " | ".join(map(str, rows[-1])), flush=True)
+    print_table("FusedPipeline, 2 threads vs 1 (interleaved rounds, this shared 2-core machine: noisy)",
+                ["input", "round", "docs/s 1 thread", "docs/s 2 threads", "MB/s 1", "MB/s 2", "speed-up"], rows)
+    print(f"speed-up, corpus: median {sorted(ratios)[len(ratios) // 2]:.2f}x, all {[round(x, 2) for x in ratios]}; "
+          f"heavy-then-tiny: median {sorted(ratios_ht)[len(ratios_ht) // 2]:.2f}x, all "
+          f"{[round(x, 2) for x in ratios_ht]}")
+
+    # retained memory after one batch of 64 x 1 MB documents
+    big = []
+    for _ in range(64):
+        parts, size = [], 0
+        while size < 1 << 20:
+            t = texts[rng.randrange(len(texts))]
+            parts.append(t)
+            size += len(t)
+        big.append("\n\n".join(parts)[: 1 << 20])
+    bt = StringTensor.from_list(big)
+    mrows = []
+    for name, make in (("FusedPipeline (2 threads)", lambda: FusedPipeline(pii=PIIMasker("datatrove"), num_threads=2)),
+                       ("QualityFilter (2 threads), peer", lambda: QualityFilter(num_threads=2))):
+        obj = make()
+        obj(StringTensor.from_list(texts[:1000]))  # warm: a normal batch first
+        rss0 = _rss()
+        res = obj(bt)
+        del res
+        rss1 = _rss()
+        kept = obj.retained_bytes if hasattr(obj, "retained_bytes") else None
+        mrows.append([name, f"{(rss1 - rss0) / 1e6:+.1f}", "—" if kept is None else f"{kept / 1e6:.2f}"])
+        del obj
+    print_table("Memory kept after one batch of 64 x 1 MB documents (RSS growth of this process)",
+                ["object", "RSS after - before (MB)", "retained_bytes (MB)"], mrows)
+
+
 # ------------------------------------------------------------------ main
 
 def main() -> None:
@@ -138,7 +233,14 @@ def main() -> None:
     ap.add_argument("--dt-sample", type=int, default=2000, help="documents datatrove runs on (default 2000)")
     ap.add_argument("--dedup-hashes", type=int, default=10_000_000, help="distinct hashes for the dedup table test")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads-only", action="store_true", help="only the 2-threads-vs-1 and memory tables")
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds of the threads table")
+    ap.add_argument("--batch", type=int, default=4096, help="documents per batch in the threads table")
     args = ap.parse_args()
+    if args.threads_only:
+        warnings.simplefilter("ignore")
+        threads_section(load_corpus(args.limit), args.rounds, args.batch)
+        return
 
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")
@@ -274,6 +376,7 @@ def main() -> None:
                   f"{py_bytes / len(pyset):.0f}", "1x"]])
     print(f"\ncorpus dedup: {res.reasons.eq(1).sum().item()} duplicates dropped by the fused pipeline; "
           f"table {stt['table_bytes'] / 1e6:.0f} MB for {stt['entries']:,} hashes")
+    threads_section(texts, args.rounds, args.batch)
 
 
 if __name__ == "__main__":
