@@ -163,7 +163,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   make_stages(a, b, &sf);
   make_stages(a, b, &s1);
   make_stages(a, b, &sc);
-  lm_fused_stages fs = {sf.cl, sf.q, sf.d, sf.pii}, fs1 = {s1.cl, s1.q, s1.d, s1.pii};
+  lm_fused_stages fs = {sf.cl, sf.q, sf.d, sf.pii, NULL}, fs1 = {s1.cl, s1.q, s1.d, s1.pii, NULL};
   lm_fused *fu = NULL, *fu1 = NULL;
   CHECK(lm_fused_create(&fs, &fu) == LM_OK);
   CHECK(lm_fused_create(&fs1, &fu1) == LM_OK);

@@ -1,6 +1,7 @@
 // Binding of the FusedPipeline (core pipeline.h).  It borrows the C objects of
 // the stage bindings it was built from and keeps them alive; the deduplicator
 // is shared with its Python owner (locked while a batch runs).
+#include "bind_near_dedup.h"
 #include "bind_stages.h"
 
 extern "C" {
@@ -20,22 +21,25 @@ struct Fused {
   std::shared_ptr<Quality> quality;
   std::shared_ptr<Dedup> dedup;
   std::shared_ptr<Pii> pii;
+  std::shared_ptr<NearDedup> near;  // near duplicates (bind_near_dedup.h), shared like dedup
   lm_fused *obj = nullptr;
   std::mutex mu;
-  Fused(std::shared_ptr<Cleaner> c, std::shared_ptr<Quality> q, std::shared_ptr<Dedup> d, std::shared_ptr<Pii> p)
-      : cleaner(std::move(c)), quality(std::move(q)), dedup(std::move(d)), pii(std::move(p)) {
+  Fused(std::shared_ptr<Cleaner> c, std::shared_ptr<Quality> q, std::shared_ptr<Dedup> d, std::shared_ptr<Pii> p,
+        std::shared_ptr<NearDedup> nd)
+      : cleaner(std::move(c)), quality(std::move(q)), dedup(std::move(d)), pii(std::move(p)), near(std::move(nd)) {
     lm_fused_stages st;
     st.cleaner = cleaner ? cleaner->obj : nullptr;
     st.quality = quality ? quality->obj : nullptr;
     st.dedup = dedup ? dedup->obj : nullptr;
     st.pii = pii ? pii->obj : nullptr;
+    st.near = near ? near->obj : nullptr;
     lm_status s = lm_fused_create(&st, &obj);
     if (s) raise_status(s, "FusedPipeline");
   }
   ~Fused() { lm_fused_destroy(obj); }
 };
 
-py::dict counters_dict(const lm_fused_counters &c, bool has[4]) {
+py::dict counters_dict(const lm_fused_counters &c, bool has[5]) {
   py::dict d;
   d["batches"] = c.batches;
   d["docs_in"] = c.docs_in;
@@ -56,6 +60,7 @@ py::dict counters_dict(const lm_fused_counters &c, bool has[4]) {
     d["dedup"] = dd;
   }
   if (has[3]) d["pii"] = fused_pii_counters(c.pii);
+  if (has[4]) d["dropped_near_duplicate"] = c.dropped_near_duplicate;
   return d;
 }
 
@@ -63,9 +68,10 @@ py::dict counters_dict(const lm_fused_counters &c, bool has[4]) {
 
 void bind_pipeline(py::module_ &m) {
   py::class_<Fused, std::shared_ptr<Fused>>(m, "FusedPipeline")
-      .def(py::init<std::shared_ptr<Cleaner>, std::shared_ptr<Quality>, std::shared_ptr<Dedup>, std::shared_ptr<Pii>>(),
+      .def(py::init<std::shared_ptr<Cleaner>, std::shared_ptr<Quality>, std::shared_ptr<Dedup>, std::shared_ptr<Pii>,
+                    std::shared_ptr<NearDedup>>(),
            py::arg("cleaner").none(true), py::arg("quality").none(true), py::arg("dedup").none(true),
-           py::arg("pii").none(true))
+           py::arg("pii").none(true), py::arg("near_dedup").none(true) = py::none())
       .def(
           "run",
           [](Fused &f, const at::Tensor &off, const at::Tensor &data, int nt) {
@@ -78,10 +84,14 @@ void bind_pipeline(py::module_ &m) {
             {
               py::gil_scoped_release nogil;
               std::lock_guard<std::mutex> lk(f.mu);
-              std::unique_lock<std::mutex> dl;
+              std::unique_lock<std::mutex> dl, nl;
               if (f.dedup) {
                 dl = std::unique_lock<std::mutex>(f.dedup->mu);
                 closed = f.dedup->closed;
+              }
+              if (f.near) {
+                nl = std::unique_lock<std::mutex>(f.near->mu);
+                closed = closed || f.near->closed;
               }
               if (!closed) {
                 errno = 0;
@@ -89,7 +99,8 @@ void bind_pipeline(py::module_ &m) {
                 err = errno;
               }
             }
-            if (closed) throw py::value_error("FusedPipeline: its StreamDeduplicator is closed");
+            if (closed) throw py::value_error("FusedPipeline: its StreamDeduplicator or NearDeduplicator is closed");
+            if (s != LM_OK && f.near && lm_fused_near_failed(f.obj)) f.near->raise(s, "FusedPipeline", err);
             if (s == LM_ETOOBIG && f.dedup) f.dedup->raise_full("FusedPipeline");
             if (s == LM_ESTATE && f.dedup) f.dedup->raise_failed("FusedPipeline");
             if (s != LM_OK) raise_status(s, "FusedPipeline", f.dedup ? f.dedup->path : "", err);
@@ -103,7 +114,7 @@ void bind_pipeline(py::module_ &m) {
                std::lock_guard<std::mutex> lk(f.mu);
                lm_fused_get_counters(f.obj, &c);
              }
-             bool has[4] = {bool(f.cleaner), bool(f.quality), bool(f.dedup), bool(f.pii)};
+             bool has[5] = {bool(f.cleaner), bool(f.quality), bool(f.dedup), bool(f.pii), bool(f.near)};
              return counters_dict(c, has);
            })
       .def("retained_bytes",

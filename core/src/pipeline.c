@@ -51,6 +51,7 @@ struct lm_fused {
   size_t nqs;
   size_t keep_bytes;       /* bound for each pool (LM_BATCH_RETAIN_BYTES) */
   lm_fused_run_info info;
+  int near_failed; /* the last run failed in the near-dedup admission */
 };
 
 static void free_scratches(lm_fused *f, int only_big) {
@@ -139,6 +140,8 @@ typedef struct {
   const uint8_t **txt;  /* n: the text after clean + quality (set at the end of its range) */
   lm_hash128_t *hashes; /* n (dedup on) */
   uint64_t seed;
+  lm_hash128_t *near_keys; /* n * num_buckets (near dedup on) */
+  uint8_t *near_has;       /* n: the document has band keys */
 } p1_ctx;
 
 static lm_status p1_doc(p1_ctx *x, lm_bytebuf *arena, p1_counters *rc, lm_quality_scratch *qs, size_t d) {
@@ -217,16 +220,36 @@ static lm_status p1_range(void *vctx, size_t worker, size_t r, size_t d0, size_t
     if (st) return st;
   }
   /* The arena is final: the surviving texts' addresses and per-document keys. */
-  for (size_t d = d0; d < d1; d++) {
+  lm_minhash_scratch *mhs = NULL;
+  uint64_t *sig = NULL;
+  const size_t nb = f->st.near ? lm_near_dedup_num_keys(f->st.near) : 0;
+  if (f->st.near) { /* per range (ranges are cut by bytes: the scratch grows a few times at most) */
+    lm_near_dedup_params np;
+    lm_near_dedup_params_get(f->st.near, &np);
+    sig = (uint64_t *)malloc((size_t)np.num_buckets * np.hashes_per_bucket * sizeof *sig);
+    lm_status st = sig ? lm_minhash_scratch_create(&mhs) : LM_ENOMEM;
+    if (st) {
+      free(sig);
+      return st;
+    }
+  }
+  lm_status kst = LM_OK;
+  for (size_t d = d0; d < d1 && !kst; d++) {
     if (x->reasons[d] != LM_REASON_KEPT) continue;
     const uint8_t *t = x->pos[d] == SIZE_MAX ? x->docs->data + x->docs->offsets[d] : arena->data + x->pos[d];
     x->txt[d] = t;
     /* per-document keys of the surviving text (parallel, any order): the
-     * exact-dedup hash here; further keys (e.g. near-duplicate band keys)
-     * are computed next to it from (t, x->len[d]) into per-document arrays. */
+     * exact-dedup hash and the near-duplicate band keys. */
     if (f->st.dedup) x->hashes[d] = lm_hash128(t, x->len[d], x->seed);
+    if (f->st.near) {
+      int has = 0;
+      kst = lm_near_dedup_doc_keys(f->st.near, mhs, sig, t, x->len[d], x->near_keys + d * nb, &has);
+      x->near_has[d] = (uint8_t)has;
+    }
   }
-  return LM_OK;
+  lm_minhash_scratch_destroy(mhs);
+  free(sig);
+  return kst;
 }
 
 /* ------------------------------------------------------------ phase 3 */
@@ -312,6 +335,8 @@ typedef struct {
   lm_hash128_t *hashes;
   uint8_t *is_new;
   int64_t *prefix3;
+  lm_hash128_t *near_keys;
+  uint8_t *near_has, *near_dup;
 } run_bufs;
 
 static void run_bufs_free(run_bufs *b) {
@@ -327,6 +352,9 @@ static void run_bufs_free(run_bufs *b) {
   free(b->hashes);
   free(b->is_new);
   free(b->prefix3);
+  free(b->near_keys);
+  free(b->near_has);
+  free(b->near_dup);
 }
 
 static lm_status fused_run(lm_fused *f, const lm_docs *docs, lm_batch_result *out, const lm_exec *exec, run_bufs *B) {
@@ -352,7 +380,16 @@ static lm_status fused_run(lm_fused *f, const lm_docs *docs, lm_batch_result *ou
   B->is_new = f->st.dedup ? (uint8_t *)malloc(n) : NULL;
   if (!B->rc1 || !B->pos || !B->len || !B->surv || !B->txt || (f->st.dedup && (!B->hashes || !B->is_new)))
     return LM_ENOMEM;
-  p1_ctx x1 = {f, docs, B->rc1, out->reasons, B->pos, B->len, B->txt, B->hashes, f->st.dedup ? f->st.dedup->seed : 0};
+  const size_t nb = f->st.near ? lm_near_dedup_num_keys(f->st.near) : 0;
+  if (f->st.near) {
+    if (n > SIZE_MAX / (nb * sizeof(lm_hash128_t))) return LM_EOVERFLOW;
+    B->near_keys = (lm_hash128_t *)malloc(n * nb * sizeof(lm_hash128_t));
+    B->near_has = (uint8_t *)calloc(n, 1);
+    B->near_dup = (uint8_t *)malloc(n);
+    if (!B->near_keys || !B->near_has || !B->near_dup) return LM_ENOMEM;
+  }
+  p1_ctx x1 = {f, docs, B->rc1, out->reasons, B->pos, B->len, B->txt, B->hashes, f->st.dedup ? f->st.dedup->seed : 0,
+               B->near_keys, B->near_has};
   st = lm_batch_plan_run(&B->plan1, p1_range, &x1);
   if (st) return st;
 
@@ -381,9 +418,31 @@ static lm_status fused_run(lm_fused *f, const lm_docs *docs, lm_batch_result *ou
     nsurv = w;
     if (ds) return ds;
   }
-  /* admission: a further in-order admission step (e.g. near duplicates of the
-   * documents admitted so far) filters surv[0..nsurv) here, in input order,
-   * setting the reason of each document it drops. */
+  /* admission: near duplicates of the documents admitted so far (near_dedup.h:
+   * the band keys of every document reaching the step are inserted; all or
+   * nothing at the band index's max_entries), in input order. */
+  if (f->st.near && nsurv) {
+    lm_hash128_t *k = B->near_keys;
+    for (size_t j = 0; j < nsurv; j++) { /* compact, order kept (j <= surv[j]) */
+      if (j != surv[j]) memmove(k + j * nb, k + surv[j] * nb, nb * sizeof *k);
+      B->near_has[j] = B->near_has[surv[j]];
+    }
+    lm_status ns = lm_near_dedup_check_keys(f->st.near, k, B->near_has, nsurv, B->near_dup);
+    if (ns) {
+      f->near_failed = 1;
+      return ns;
+    }
+    size_t w = 0;
+    for (size_t j = 0; j < nsurv; j++) {
+      if (B->near_dup[j]) {
+        out->reasons[surv[j]] = LM_REASON_NEAR_DUPLICATE;
+        C->dropped_near_duplicate++;
+      } else {
+        surv[w++] = surv[j];
+      }
+    }
+    nsurv = w;
+  }
 
   /* The masker refuses documents over its max_doc_bytes: dropped (TOO_LARGE),
    * after the dedup admission exactly as in the chain lm_dedup_run -> lm_pii_run. */
@@ -491,10 +550,15 @@ lm_status lm_fused_run(lm_fused *f, const lm_docs *docs, lm_batch_result *out, c
   lm_status st = lm_docs_validate(docs);
   if (st) return st;
   if (f->st.dedup && (f->st.dedup->closed || f->st.dedup->failed)) return LM_ESTATE;
+  if (f->st.near) {
+    const lm_dedup *ni = lm_near_dedup_index(f->st.near);
+    if (ni->closed || ni->failed) return LM_ESTATE;
+  }
   const size_t n = docs->n;
   st = lm_batch_result_begin(out, n, (size_t)(docs->offsets[n] - docs->offsets[0]) + 16);
   if (st) return st;
   memset(&f->info, 0, sizeof f->info);
+  f->near_failed = 0;
   if (n == 0) {
     f->counters.batches++;
     return LM_OK;
@@ -509,3 +573,5 @@ lm_status lm_fused_run(lm_fused *f, const lm_docs *docs, lm_batch_result *out, c
   free_scratches(f, 1);
   return st;
 }
+
+int lm_fused_near_failed(const lm_fused *f) { return f ? f->near_failed : 0; }

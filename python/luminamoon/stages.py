@@ -821,31 +821,12 @@ class FusedPipeline(_Pipeline):
                  near_dedup=None):
         super().__init__(cleaner, quality, dedup, pii, num_threads, near_dedup)
         o = lambda s: None if s is None else s._obj  # noqa: E731
-        self._pii_obj = None
-        self._near_drops = 0
-        if self._near is None:
-            self._obj = _C.FusedPipeline(o(self._cleaner), o(self._quality), o(self._dedup), o(self._pii))
-        else:
-            # near dedup sits between exact dedup and PII: clean -> quality -> dedup in one C pass,
-            # the NearDeduplicator on the survivors, then PII (its own pass, its own cycle)
-            self._obj = _C.FusedPipeline(o(self._cleaner), o(self._quality), o(self._dedup), None)
-            if self._pii is not None:
-                self._pii_obj = _C.FusedPipeline(None, None, None, o(self._pii))
+        # near dedup sits between exact dedup and PII, in the same C pass: band keys in phase 1
+        # (parallel), admission in input order after the exact dedup admission (pipeline.h)
+        self._obj = _C.FusedPipeline(o(self._cleaner), o(self._quality), o(self._dedup), o(self._pii), o(self._near))
 
     def _run_raw(self, offsets: torch.Tensor, data: torch.Tensor):
-        nt = self.num_threads
-        if self._near is None:
-            return self._obj.run(offsets, data, nt)
-        off, data, src, reasons = self._obj.run(offsets, data, nt)
-        off, data, src2, rea = self._near._obj.run(off, data, nt)
-        reasons[src] = torch.where(rea != 0, rea, reasons[src])
-        self._near_drops += int((rea != 0).sum())
-        src = src[src2]
-        if self._pii_obj is not None:
-            off, data, src3, rea = self._pii_obj.run(off, data, nt)
-            reasons[src] = torch.where(rea != 0, rea, reasons[src])
-            src = src[src3]
-        return off, data, src, reasons
+        return self._obj.run(offsets, data, self.num_threads)
 
     def __call__(self, texts) -> StageResult:
         st = _as_string_tensor(texts)
@@ -855,25 +836,11 @@ class FusedPipeline(_Pipeline):
     @property
     def counters(self) -> dict:
         """docs_in/out, bytes, drops per stage, and each stage's counters as its batch call counts them."""
-        c = self._obj.counters()
-        if self._near is None:
-            return c
-        c["dropped_near_duplicate"] = self._near_drops
-        c["docs_out"] -= self._near_drops
-        if self._pii_obj is not None:
-            c2 = self._pii_obj.counters()
-            c["pii"] = c2["pii"]
-            c["dropped_pii"] = c2["dropped_pii"]
-            c["docs_out"] -= c2["dropped_pii"]
-            c["bytes_out"] = c2["bytes_out"]
-        return c
+        return self._obj.counters()
 
     def reset_counters(self) -> None:
         """Zero the counters and the PII replacement cycle."""
         self._obj.reset_counters()
-        self._near_drops = 0
-        if self._pii_obj is not None:
-            self._pii_obj.reset_counters()
 
     @property
     def retained_bytes(self) -> int:
@@ -885,11 +852,11 @@ class FusedPipeline(_Pipeline):
     def pii_cycle(self) -> list:
         """The pipeline's own PII replacement cycle positions (see ``PIIMasker.pii_cycle``);
         assign a saved list to continue it after a resume."""
-        return (self._pii_obj or self._obj).get_pii_cycle()
+        return self._obj.get_pii_cycle()
 
     @pii_cycle.setter
     def pii_cycle(self, value) -> None:
-        (self._pii_obj or self._obj).set_pii_cycle(_cycle_arg(value))
+        self._obj.set_pii_cycle(_cycle_arg(value))
 
 
 class ChainPipeline(_Pipeline):

@@ -323,7 +323,7 @@ TEST(Regression, FusedPipelineRefusesOversizedDocumentWithoutReservingForIt) {
   lm_cleaner_params back;
   ASSERT_EQ(lm_cleaner_get_params(c, &back), LM_OK);
   EXPECT_EQ(back.max_doc_bytes, 1024u);
-  lm_fused_stages st = {c, nullptr, nullptr, nullptr};
+  lm_fused_stages st = {c, nullptr, nullptr, nullptr, nullptr};
   lm_fused *f = nullptr;
   ASSERT_EQ(lm_fused_create(&st, &f), LM_OK);
   lm_batch_result r;

@@ -39,6 +39,7 @@
 #include "luminamoon/batch.h"
 #include "luminamoon/clean.h"
 #include "luminamoon/dedup.h"
+#include "luminamoon/near_dedup.h"
 #include "luminamoon/parallel.h"
 #include "luminamoon/pii.h"
 #include "luminamoon/quality.h"
@@ -54,6 +55,10 @@ typedef struct lm_fused_stages {
   const lm_quality *quality;
   lm_dedup *dedup; /* mutated by lm_fused_run (admissions, WAL) */
   const lm_pii_masker *pii;
+  /* Near duplicates (near_dedup.h), after exact dedup and before PII: band
+   * keys computed in phase 1, admitted in input order in phase 2.  Mutated
+   * (its band index) by lm_fused_run.  NULL: off. */
+  lm_near_dedup *near;
 } lm_fused_stages;
 
 typedef struct lm_fused_counters {
@@ -68,6 +73,7 @@ typedef struct lm_fused_counters {
   lm_quality_counters quality; /* as lm_quality_run would count them (documents the cleaner kept) */
   uint64_t dedup_probes, dedup_inserts; /* documents checked / admitted */
   lm_pii_counts pii;           /* as lm_pii_run would count them (the survivors) */
+  uint64_t dropped_near_duplicate; /* LM_REASON_NEAR_DUPLICATE */
 } lm_fused_counters;
 
 typedef struct lm_fused lm_fused;
@@ -109,6 +115,10 @@ typedef struct lm_fused_run_info {
   size_t ranges1, workers1;
 } lm_fused_run_info;
 lm_status lm_fused_last_run(const lm_fused *f, lm_fused_run_info *out);
+
+/* 1 when the last lm_fused_run failed in the near-dedup admission (e.g. its
+ * LM_ETOOBIG is the band index's, not the exact deduplicator's), else 0. */
+int lm_fused_near_failed(const lm_fused *f);
 
 #ifdef __cplusplus
 }
