@@ -21,6 +21,7 @@
 extern "C" {
 #include "luminamoon/minhash.h"
 #include "luminamoon/near_dedup.h"
+#include "luminamoon/pipeline.h"
 }
 
 namespace {
@@ -290,6 +291,84 @@ TEST(NearDedup, BadArguments) {
   EXPECT_EQ(lm_near_dedup_run(nd, nullptr, nullptr, nullptr), LM_EINVAL);
   lm_near_dedup_destroy(nd);
   lm_near_dedup_destroy(nullptr);
+}
+
+// FusedPipeline with exact + near dedup == the chain lm_dedup_run -> lm_near_dedup_run:
+// same reasons, same texts, same index sizes (issue 12 part 4: near admission in phase 2).
+TEST(NearDedup, FusedEqualsChain) {
+  std::mt19937_64 rng(5);
+  const char *words[] = {"alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa"};
+  std::vector<std::string> base;
+  for (int i = 0; i < 60; i++) {
+    std::string t;
+    for (int w = 0; w < 30; w++) t += std::string(words[rng() % 10]) + (w % 7 == 6 ? ". " : " ");
+    base.push_back(t);
+  }
+  std::vector<std::string> texts;
+  for (int i = 0; i < 200; i++) {
+    std::string t = base[rng() % base.size()];
+    if (rng() % 3 == 0) t += " extra";                          // near copy
+    if (rng() % 5 == 0) t = "short " + std::to_string(i);       // no signature
+    texts.push_back(t);
+  }
+  std::vector<int64_t> off{0};
+  std::string data;
+  for (auto &t : texts) {
+    data += t;
+    off.push_back(int64_t(data.size()));
+  }
+  lm_docs docs{off.data(), reinterpret_cast<const uint8_t *>(data.data()), texts.size(), data.size()};
+  lm_exec ex{2, 1};
+  // chain
+  lm_dedup *d1 = nullptr;
+  lm_near_dedup *n1 = nullptr;
+  ASSERT_EQ(lm_dedup_create(nullptr, &d1), LM_OK);
+  ASSERT_EQ(lm_near_dedup_create(nullptr, &n1), LM_OK);
+  lm_batch_result r1, r2, rf;
+  lm_batch_result_init(&r1);
+  lm_batch_result_init(&r2);
+  lm_batch_result_init(&rf);
+  ASSERT_EQ(lm_dedup_run(d1, &docs, &r1, &ex), LM_OK);
+  lm_docs mid{r1.offsets, r1.data, r1.n_out, r1.data_len};
+  ASSERT_EQ(lm_near_dedup_run(n1, &mid, &r2, &ex), LM_OK);
+  std::vector<int32_t> want(r1.reasons, r1.reasons + texts.size());
+  for (size_t k = 0; k < r1.n_out; k++)
+    if (r2.reasons[k]) want[size_t(r1.source_index[k])] = r2.reasons[k];
+  // fused
+  lm_dedup *d2 = nullptr;
+  lm_near_dedup *n2 = nullptr;
+  ASSERT_EQ(lm_dedup_create(nullptr, &d2), LM_OK);
+  ASSERT_EQ(lm_near_dedup_create(nullptr, &n2), LM_OK);
+  lm_fused_stages st;
+  std::memset(&st, 0, sizeof st);
+  st.dedup = d2;
+  st.near = n2;
+  lm_fused *f = nullptr;
+  ASSERT_EQ(lm_fused_create(&st, &f), LM_OK);
+  ASSERT_EQ(lm_fused_run(f, &docs, &rf, &ex), LM_OK);
+  EXPECT_EQ(std::vector<int32_t>(rf.reasons, rf.reasons + texts.size()), want);
+  ASSERT_EQ(rf.n_out, r2.n_out);
+  EXPECT_EQ(std::string(reinterpret_cast<char *>(rf.data), rf.data_len),
+            std::string(reinterpret_cast<char *>(r2.data), r2.data_len));
+  size_t near_drops = 0;
+  for (auto r : want) near_drops += r == LM_REASON_NEAR_DUPLICATE;
+  EXPECT_GT(near_drops, 0u);
+  lm_fused_counters c;
+  lm_fused_get_counters(f, &c);
+  EXPECT_EQ(c.dropped_near_duplicate, near_drops);
+  uint64_t l1 = 0, l2 = 0;
+  lm_dedup_lsn(lm_near_dedup_index(n1), &l1);
+  lm_dedup_lsn(lm_near_dedup_index(n2), &l2);
+  EXPECT_EQ(l1, l2);
+  EXPECT_EQ(lm_fused_near_failed(f), 0);
+  lm_fused_destroy(f);
+  lm_batch_result_free(&r1);
+  lm_batch_result_free(&r2);
+  lm_batch_result_free(&rf);
+  lm_dedup_destroy(d1);
+  lm_dedup_destroy(d2);
+  lm_near_dedup_destroy(n1);
+  lm_near_dedup_destroy(n2);
 }
 
 }  // namespace

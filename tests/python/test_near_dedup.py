@@ -6,12 +6,8 @@ package) of each band's little-endian values with the band index as seed and the
 the key's top byte (near_dedup.h), and the decision rule -- "a document is a near duplicate when
 any of its band keys was seen before; the keys of every document are inserted" -- is a Python set.
 """
-import os
 import random
-import subprocess
-import sys
 
-import numpy as np
 import pytest
 import torch
 import xxhash
