@@ -229,7 +229,7 @@ lm_status lm_near_dedup_check_keys(lm_near_dedup *nd, const lm_hash128_t *keys, 
   size_t m = 0;
   for (size_t i = 0; i < n; i++) m += has_keys[i] ? B : 0;
   if (!m) {
-    memset(is_dup, 0, n);
+    if (n) memset(is_dup, 0, n);
     return LM_OK;
   }
   lm_hash128_t *k = (lm_hash128_t *)malloc(m * sizeof *k);

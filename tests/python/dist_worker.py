@@ -8,6 +8,7 @@ lines, one per batch: {"step", "end" (sample_index after the step), "gidx"
 Jobs:
   {"kind": "pool", ...}   world sizes 1..world and dedup modes in one set of
                           processes, each over a subgroup of ranks 0..W-1
+  (both take "near": "global" / "local" / None for DistributedPipeline(near_dedup=...))
   {"kind": "phase", ...}  one run of an elastic / crash scenario: resume from
                           state_dir, commit at the given steps, optionally die
                           (SIGKILL) after a step, or with a fault injected in commit
@@ -68,7 +69,7 @@ def run(rank, world, init_file, spec):
                             with DistributedPipeline(JsonlSource(job["corpus"]), batch_size=job["batch_size"],
                                                      dedup=None if mode == "none" else mode, state_dir=sd,
                                                      group=group, prefetch_batches=job.get("prefetch", 2),
-                                                     stages=job.get("stages"),
+                                                     stages=job.get("stages"), near_dedup=job.get("near"),
                                                      num_threads=1) as pipe:
                                 assert pipe.world_size == W and pipe.rank == rank
                                 _lines(pipe, os.path.join(job["dir"], f"out-{tag}-rank{rank}.jsonl"))
@@ -130,7 +131,7 @@ def run(rank, world, init_file, spec):
                 with DistributedPipeline(JsonlSource(job["corpus"]), batch_size=job["batch_size"],
                                          dedup=job.get("dedup", "global"), state_dir=job["state_dir"],
                                          prefetch_batches=job.get("prefetch", 3), num_threads=1,
-                                         stages=job.get("stages"),
+                                         stages=job.get("stages"), near_dedup=job.get("near"),
                                          timeout=timedelta(seconds=30)) as pipe:
                     _lines(pipe, os.path.join(job["dir"], f"out-{job['name']}-rank{rank}.jsonl"),
                            commit_at=set(job.get("commit_at", ())), die_after=job.get("die_after"),

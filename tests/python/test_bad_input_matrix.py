@@ -709,6 +709,105 @@ def _sd_closed_answers(t):
 bad("SD-closed-reads-answer", [f"{SD}.{m}" for m in ("close", "closed", "lsn", "stats", "counters", "path", "seed",
                                                       "reset_counters")], _sd_closed_answers)
 
+# ----------------------------------------------------------- NearDeduplicator (issue 12 part 4)
+ND = "NearDeduplicator"
+NearDeduplicator = luminamoon.NearDeduplicator
+bad("ND-num_threads-str", (ND, f"{ND}.num_threads"), lambda t: NearDeduplicator(num_threads="2"), TypeError,
+    "num_threads")
+bad("ND-call-None", f"{ND}.__call__", lambda t: NearDeduplicator()(None), TypeError, "texts")
+bad("ND-call-str", f"{ND}.__call__", lambda t: NearDeduplicator()("one document"), TypeError, "texts")
+bad("ND-call-meta", f"{ND}.__call__", lambda t: NearDeduplicator()(meta3()), ValueError, "texts.*CPU")
+bad("ND-call-surrogate", f"{ND}.__call__", lambda t: NearDeduplicator()(["\ud800"]), ValueError, r"strings\[0\]")
+bad("ND-call-empty", f"{ND}.__call__", defined(lambda t: NearDeduplicator()([]), lambda r: (r.num_in == 0)))
+bad("ND-call-empty-and-one-word", f"{ND}.__call__", defined(
+    lambda t: NearDeduplicator()(["", "", "word", "word", " \n "]), lambda r: (r.reasons.tolist() == [0] * 5)))
+bad("ND-call-invalid-utf8-bytes-semantics", f"{ND}.__call__", defined(
+    lambda t: NearDeduplicator()(StringTensor.from_list([b"ok \xff\xfe end of this line here", b"ok \xff\xfe end "
+                                                         b"of this line here"], validate=False)),
+    lambda r: (r.reasons.tolist() == [0, luminamoon.stages.REASON_NEAR_DUPLICATE])))
+bad("ND-wal_path-int", ND, lambda t: NearDeduplicator(wal_path=5), TypeError, "wal_path")
+bad("ND-wal_path-empty", ND, lambda t: NearDeduplicator(wal_path=""), ValueError, "wal_path")
+bad("ND-precision", ND, lambda t: NearDeduplicator(precision=16), ValueError, "precision")
+bad("ND-bands-zero", ND, lambda t: NearDeduplicator(num_buckets=0), ValueError, "num_buckets")
+bad("ND-rows-str", ND, lambda t: NearDeduplicator(hashes_per_bucket="8"), TypeError, "hashes_per_bucket")
+bad("ND-seed-big", ND, lambda t: NearDeduplicator(seed=2**32), ValueError, "seed")
+bad("ND-unknown-param", ND, lambda t: NearDeduplicator(bands=3), TypeError, "bands")
+
+
+def _nd_other_config(t, change, name):
+    p = t / "n.wal"
+    with NearDeduplicator(wal_path=p) as d:
+        d(["the quick brown fox jumps over the lazy dog"])
+    size = p.stat().st_size
+    with pytest.raises(ValueError, match=name):
+        NearDeduplicator(wal_path=p, **change)
+    assert p.stat().st_size == size, "the refused open changed the WAL"
+
+
+for _k, _v, _name in (("seed", 9, "seed=1"), ("num_buckets", 7, "num_buckets"), ("hashes_per_bucket", 3,
+                                                                                 "hashes_per_bucket"),
+                      ("precision", 32, "precision"), ("n_grams", 2, "n_grams")):
+    bad(f"ND-wal-other-{_k}", ND, lambda t, c={_k: _v}, m=_name: _nd_other_config(t, c, m))
+
+
+def _nd_huge_doc(t):
+    big = ("lorem ipsum dolor sit amet " * (100 * 2**20 // 27 + 1))[: 100 * 2**20]
+    r = NearDeduplicator()([big, big[:2000], "an unrelated short document with enough words"])
+    # the repeated sentence has the same five 5-grams in both: the 2000-byte prefix is a near duplicate
+    assert r.reasons.tolist() == [0, luminamoon.stages.REASON_NEAR_DUPLICATE, 0]
+
+
+bad("ND-call-100MB-document", f"{ND}.__call__", _nd_huge_doc)
+
+
+def _nd_full(t):
+    d = NearDeduplicator(max_entries=20)
+    with pytest.raises(luminamoon.DedupFullError, match="max_entries=20"):
+        d(["the quick brown fox jumps over the lazy dog", "a completely different sentence with many words"])
+    assert d.lsn == 0
+
+
+bad("ND-max_entries-exceeded-leaves-state", (ND, "DedupFullError"), _nd_full)
+bad("ND-truncate-negative", f"{ND}.truncate", lambda t: NearDeduplicator().truncate(-1), ValueError, "lsn")
+bad("ND-truncate-str", f"{ND}.truncate", lambda t: NearDeduplicator().truncate("1"), TypeError, "lsn")
+bad("ND-truncate-past", f"{ND}.truncate", lambda t: NearDeduplicator().truncate(5), ValueError, "lsn 5")
+bad("ND-check_insert_hashes-None", f"{ND}.check_insert_hashes", lambda t: NearDeduplicator().check_insert_hashes(None),
+    TypeError, "keys")
+bad("ND-check_insert_hashes-shape", f"{ND}.check_insert_hashes", lambda t: NearDeduplicator().check_insert_hashes(
+    torch.zeros(3, dtype=torch.int64)), TypeError, "keys")
+bad("ND-check_keys-rows", f"{ND}.check_keys", lambda t: NearDeduplicator().check_keys(
+    torch.zeros(3, 2, dtype=torch.int64), torch.ones(1, dtype=torch.bool)), ValueError, "keys has 3 rows")
+bad("ND-check_keys-None", f"{ND}.check_keys", lambda t: NearDeduplicator().check_keys(None, None), TypeError, "keys")
+bad("ND-signature_keys-shape", f"{ND}.signature_keys", lambda t: NearDeduplicator().signature_keys(
+    torch.zeros(1, 3, dtype=torch.int64)), TypeError, "signatures")
+bad("ND-keys-None", f"{ND}.keys", lambda t: NearDeduplicator().keys(None), TypeError, "texts")
+bad("ND-decisions-int-item", f"{ND}.decisions", lambda t: NearDeduplicator().decisions(["ok", 5]), TypeError,
+    r"strings\[1\]")
+for _m, _call in (("sync", lambda d: d.sync()), ("snapshot", lambda d: d.snapshot()),
+                  ("truncate", lambda d: d.truncate(0)), ("__call__", lambda d: d(["x"])),
+                  ("keys", lambda d: d.keys(["x"]))):
+    bad(f"ND-closed-{_m}", f"{ND}.{_m}", lambda t, c=_call: c(closed(NearDeduplicator())), ValueError, "closed")
+
+
+def _nd_closed_answers(t):
+    d = NearDeduplicator(wal_path=t / "n.wal")
+    d(["the quick brown fox jumps over the lazy dog"])
+    d.close()
+    d.close()
+    assert (d.closed, d.lsn, d.stats["entries"], d.counters["entries"]) == (True, 14, 14, 14)
+    assert d.path == str(t / "n.wal") and d.config["num_buckets"] == 14 and isinstance(d.index_seed, int)
+    with pytest.raises(NotImplementedError, match="counters"):
+        d.reset_counters()
+
+
+bad("ND-closed-reads-answer", [f"{ND}.{m}" for m in ("close", "closed", "lsn", "stats", "counters", "path", "config",
+                                                      "index_seed", "reset_counters")], _nd_closed_answers)
+for _P in ("FusedPipeline", "ChainPipeline"):
+    bad(f"{_P}-near_dedup-int", (_P, f"{_P}.near_dedup"), lambda t, n=_P: getattr(luminamoon, n)(near_dedup=5),
+        TypeError, "near_dedup")
+    bad(f"{_P}-near_dedup-closed", (_P, f"{_P}.near_dedup"),
+        lambda t, n=_P: getattr(luminamoon, n)(near_dedup=closed(NearDeduplicator())), ValueError, "closed")
+
 bad("hash128-None", "hash128", lambda t: hash128(None), TypeError, "texts")
 bad("hash128-seed-str", "hash128", lambda t: hash128(["a"], "x"), TypeError, "seed")
 bad("hash128-meta", "hash128", lambda t: hash128(meta3()), ValueError, "texts")
@@ -1114,6 +1213,49 @@ def _dp_closed_reads(t):
 
 bad(f"{DP}-closed-reads-answer", [f"{DP}.{m}" for m in ("close", "state_dict", "exchange_stats", "dedup",
                                                          "prefetch_stats")], _dp_closed_reads)
+
+bad(f"{RP}-near_dedup-str", RP, lambda t: rp(t, near_dedup="yes"), TypeError, "near_dedup")
+bad(f"{RP}-near_dedup-wal_path", RP, lambda t: rp(t, near_dedup={"wal_path": "x"}), ValueError, "wal_path")
+bad(f"{RP}-near_dedup-bad-bands", RP, lambda t: rp(t, near_dedup={"num_buckets": 0}), ValueError, "num_buckets")
+
+
+def _rp_near_other_config(t):
+    docs = [f"document {i} about kernels and the many drivers they load" for i in range(30)]
+
+    def mk(**kw):
+        return ResumablePipeline(docs, state_dir=str(t / "s"), stages=STAGES, batch_size=10, **kw)
+    p = mk(near_dedup=True)
+    list(p)
+    p.commit()
+    lsn = p.near_dedup_stats["lsn"]
+    p.close()
+    assert lsn > 0
+    with pytest.raises(ValueError, match="near_dedup"):
+        mk(near_dedup={"hashes_per_bucket": 4})
+    p = mk(near_dedup=True)  # the committed state is untouched
+    assert p.near_dedup_stats["lsn"] == lsn
+    p.close()
+    assert p.near_dedup_stats["entries"] == lsn  # answers after close
+
+
+bad(f"{RP}-near_dedup-other-config", (RP, f"{RP}.near_dedup_stats"), _rp_near_other_config)
+bad(f"{DP}-near_dedup-unknown", DP, lambda t: dp(t, near_dedup="x"), ValueError, "near_dedup")
+bad(f"{DP}-near_dedup_config-list", DP, lambda t: dp(t, near_dedup="global", near_dedup_config=[1]), TypeError,
+    "near_dedup_config")
+bad(f"{DP}-near_dedup_config-bad", DP, lambda t: dp(t, near_dedup="global", near_dedup_config={"precision": 8}),
+    ValueError, "precision")
+
+
+def _dp_near_closed_reads(t):
+    p = dp(t, near_dedup="global")
+    list(p)
+    p.commit()
+    p.close()
+    assert p.near_dedup.closed and p.near_exchange_stats["steps"] == 3
+
+
+bad(f"{DP}-near-closed-reads-answer", [f"{DP}.{m}" for m in ("near_dedup", "near_exchange_stats")],
+    _dp_near_closed_reads)
 
 # =========================================================================== collate
 

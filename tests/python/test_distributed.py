@@ -61,11 +61,11 @@ def corpus(tmp_path_factory):
     return str(path), docs
 
 
-def single_process(corpus_path, stages=STAGES, dedup=True):
+def single_process(corpus_path, stages=STAGES, dedup=True, near_dedup=False):
     """{global index: text} of the kept documents of a one-process ResumablePipeline."""
     out = {}
     with ResumablePipeline(JsonlSource(corpus_path), stages=stages, dedup=dedup, batch_size=37,
-                           prefetch_batches=0) as pipe:
+                           prefetch_batches=0, near_dedup=near_dedup) as pipe:
         for b in pipe:
             for i, t in zip(b.source_index.tolist(), b.texts.tolist()):
                 g = int(b.records[i]["id"].split("-")[1])
@@ -547,3 +547,77 @@ def test_deeply_nested_json_is_a_bad_record_in_the_global_stream(tmp_path):
     with DistributedPipeline(JsonlSource(str(p), on_error="skip"), batch_size=4, stages={"quality": False},
                              prefetch_batches=0) as pipe:
         assert [t for b in pipe for t in b.texts.tolist()] == ["a", "c"]
+
+
+# ------------------------------------------------------------ near dedup (issue 12 part 4)
+
+
+def test_near_dedup_world_sizes_1_to_4_equal_single_process(corpus, tmp_path):
+    """near_dedup="global": band keys owned by rank key mod W; the union over ranks equals a
+    one-process ResumablePipeline(near_dedup=True) exactly, with exact dedup on or off.
+    near_dedup="local": each rank equals a one-process near dedup of its own records."""
+    path, docs = corpus
+    d = str(tmp_path)
+    spec = {"jobs": [
+        {"kind": "pool", "world_sizes": [1, 2, 3, 4], "modes": ["global"], "dir": d, "tag": "-near",
+         "corpus": path, "batch_size": 16, "stages": STAGES, "prefetch": 2, "near": "global"},
+        {"kind": "pool", "world_sizes": [3], "modes": ["none"], "dir": d, "tag": "-nearonly",
+         "corpus": path, "batch_size": 24, "stages": STAGES, "prefetch": 0, "near": "global"},
+        {"kind": "pool", "world_sizes": [2], "modes": ["local"], "dir": d, "tag": "-nearlocal",
+         "corpus": path, "batch_size": 16, "stages": STAGES, "near": "local"},
+    ]}
+    spawn(4, spec, d)
+    ref = single_process(path, near_dedup=True)
+    ref_exact = single_process(path)
+    assert len(ref) < len(ref_exact) - 50  # near dedup removes many more documents on this corpus
+    ref_near_only = single_process(path, dedup=False, near_dedup=True)
+    n = len(docs)
+
+    def union_of(tag, W):
+        union, inputs, near = {}, [], 0
+        for r in range(W):
+            for x in read_lines(os.path.join(d, f"out-{tag}-rank{r}.jsonl")):
+                inputs += x["gidx"]
+                near += x["reasons"].count(luminamoon.stages.REASON_NEAR_DUPLICATE)
+                for g, i, t in x["kept"]:
+                    assert i == f"doc-{g}" and g not in union
+                    union[g] = t
+        assert sorted(inputs) == list(range(n))
+        return union, near
+
+    for W in (1, 2, 3, 4):
+        union, near = union_of(f"W{W}-global-near", W)
+        assert union == ref, W
+        assert near == len(ref_exact) - len(ref)
+    assert union_of("W3-none-nearonly", 3)[0] == ref_near_only
+    for r in range(2):  # dedup="local", near_dedup="local": a one-process exact + near dedup of this rank's records
+        mine = {}
+        for x in read_lines(os.path.join(d, f"out-W2-local-nearlocal-rank{r}.jsonl")):
+            for g, _, t in x["kept"]:
+                mine[g] = t
+        sub = [g for g in range(n) if g % 2 == r]
+        with FusedPipeline(quality=False, near_dedup=True) as fp:
+            res = fp([docs[g] for g in sub])
+        assert mine == {sub[i]: t for i, t in zip(res.source_index.tolist(), res.texts.tolist())}
+
+
+def test_near_dedup_elastic_3_to_2_to_4_exactly_once(corpus, tmp_path):
+    path, docs = corpus
+    d, sd = str(tmp_path), str(tmp_path / "state")
+    base = {"kind": "phase", "dir": d, "corpus": path, "state_dir": sd, "batch_size": 16, "stages": STAGES,
+            "near": "global"}
+    spawn(3, {"jobs": [dict(base, name="a", commit_at=[4, 8], die_after=11)]}, d, expect_ok=False)
+    assert sorted(f for f in os.listdir(sd) if f.startswith("near-")) == [f"near-rank{i}-of3.wal" for i in range(3)]
+    spawn(2, {"jobs": [dict(base, name="a2", die_after=10)]}, d, expect_ok=False)
+    spawn(2, {"jobs": [dict(base, name="b", commit_at=[14], die_after=17)]}, d, expect_ok=False)
+    assert sorted(f for f in os.listdir(sd) if f.startswith("near-")) == ["near-rank0-of2.wal", "near-rank1-of2.wal"]
+    spawn(4, {"jobs": [dict(base, name="c", commit_at=[20])]}, d)
+    kept, inputs, starts = _committed(d, ["a", "a2", "b", "c"])
+    assert starts[1:] == [384, 384, 576]
+    assert sorted(inputs) == list(range(len(docs)))  # every record processed exactly once overall
+    assert kept == single_process(path, near_dedup=True)  # same exact + near decisions as one process
+    assert sorted(f for f in os.listdir(sd) if f.startswith("near-")) == [f"near-rank{i}-of4.wal" for i in range(4)]
+    # another near-dedup configuration is refused on resume
+    with pytest.raises(ValueError, match="near_dedup"):
+        DistributedPipeline(JsonlSource(path), batch_size=16, state_dir=sd, stages=STAGES, near_dedup="global",
+                            near_dedup_config={"num_buckets": 20})

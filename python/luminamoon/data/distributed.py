@@ -81,6 +81,7 @@ from ._prefetch import (DEFAULT_MAX_PREFETCH_BYTES, END, Prefetcher, check_max_b
                         lock_state_dir, tensor_memory, unlock_state_dir)
 from .dist_state import (WAL_NAME_RE, atomic_write, cleanup, dump_json, global_sidecar_path, load_json_checked,
                          rank_sidecar_path, restore_dedup)
+from .dist_near import NEAR_WAL_NAME_RE, cleanup_near, restore_near_dedup
 from .dist_stream import GlobalStream
 from .sources import IterableSource, Source
 
@@ -119,7 +120,8 @@ class DistBatch(Batch):
 
 
 def _prepared_memory(p: "_Prepared") -> int:
-    return sum(tensor_memory(x) for x in (p.texts, p.reasons, p.surv, p.gidx, p.hashes, p.pii_reasons))
+    return sum(tensor_memory(x) for x in (p.texts, p.reasons, p.surv, p.gidx, p.hashes, p.pii_reasons,
+                                          p.near_keys, p.near_has))
 
 
 @dataclass
@@ -138,6 +140,9 @@ class _Prepared:  # one step, processed up to (not including) the dedup decision
     # PII applied before the dedup decision: the masker's reason per survivor (0 kept;
     # TOO_LARGE over its max_doc_bytes), and `texts` holds only the kept ones
     pii_reasons: Optional[torch.Tensor] = None
+    # near dedup: the survivors' band keys [n_surv * B, 2] and which survivors have keys
+    near_keys: Optional[torch.Tensor] = None
+    near_has: Optional[torch.Tensor] = None
 
 
 def _fault(point: str, rank: int, commit_no: int) -> None:
@@ -199,6 +204,14 @@ class DistributedPipeline:
             has gloo, else a gloo group over the default group's ranks) or
             "nccl" (the tensors go to the current CUDA device; ``group`` is used).
         seed: the XXH3-128 seed of the document hashes.
+        near_dedup: ``"global"`` (near-duplicate removal across ranks: each
+            MinHash band key is owned by rank ``lo mod world_size``; equals a
+            one-process ``NearDeduplicator`` after exact dedup), ``"local"``
+            (per rank) or None (default).  ``near_dedup_config``: a dict of
+            NearDeduplicator arguments (``seed``, ``n_grams``, ``num_buckets``,
+            ``hashes_per_bucket``, ``precision``, ``max_entries``, ...).  The band
+            indexes live in ``state_dir/near-rank<r>-of<W>.wal``, committed and
+            re-partitioned on an elastic resume like the exact-dedup logs.
     """
 
     def __init__(self, source: Union[Source, Iterable[Any]], *, batch_size: int = 1024,
@@ -206,7 +219,8 @@ class DistributedPipeline:
                  pipeline: str = "fused", state_dir: Optional[str] = None, group: Any = None,
                  prefetch_batches: int = 2, text_key: str = "text", num_threads: Optional[int] = None,
                  timeout: Optional[timedelta] = None, exchange_backend: str = "gloo", seed: int = 0,
-                 max_prefetch_bytes: Optional[int] = DEFAULT_MAX_PREFETCH_BYTES):
+                 max_prefetch_bytes: Optional[int] = DEFAULT_MAX_PREFETCH_BYTES,
+                 near_dedup: Optional[str] = None, near_dedup_config: Optional[Dict[str, Any]] = None):
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
         if not isinstance(prefetch_batches, int) or isinstance(prefetch_batches, bool) or prefetch_batches < 0:
@@ -214,6 +228,13 @@ class DistributedPipeline:
         check_max_bytes(max_prefetch_bytes)
         if dedup not in ("global", "local", None):
             raise ValueError(f"dedup must be 'global', 'local' or None, got {dedup!r}")
+        if near_dedup not in ("global", "local", None):
+            raise ValueError(f"near_dedup must be 'global', 'local' or None, got {near_dedup!r}")
+        if near_dedup_config is not None and not isinstance(near_dedup_config, dict):
+            raise TypeError(f"near_dedup_config must be a dict of NearDeduplicator arguments, "
+                            f"got {type(near_dedup_config).__name__}")
+        if near_dedup_config and "wal_path" in near_dedup_config:
+            raise ValueError("near_dedup_config: wal_path is chosen by the pipeline; leave it out")
         if pipeline not in ("fused", "chain"):
             raise ValueError(f"pipeline must be 'fused' or 'chain', got {pipeline!r}")
         if stages is not None and not isinstance(stages, dict):
@@ -240,6 +261,8 @@ class DistributedPipeline:
         self.text_key = self.stream.text_key
         self.batch_size = batch_size
         self.dedup_mode = dedup
+        self.near_mode = near_dedup
+        self._near_cfg = dict(near_dedup_config or {})
         self.prefetch_batches = prefetch_batches
         self.max_prefetch_bytes = max_prefetch_bytes
         self.seed = int(seed)
@@ -307,16 +330,26 @@ class DistributedPipeline:
             raise TypeError(f"stages['pii'] must be True, False, a dict or a PIIMasker, got {type(pii).__name__}")
         cfg = getattr(self._pii, "_config", {}) or {}
         self._pii_after = bool(cfg.get("cycle_across_documents")) or cfg.get("mode") == "datatrove"
+        near_desc = None
+        if near_dedup is not None:  # bad near-dedup arguments raise here, before any file
+            probe = _stages.NearDeduplicator(**{k: v for k, v in self._near_cfg.items()
+                                                if k not in ("max_entries", "initial_capacity", "wal_buffer_hashes")})
+            near_desc = {"mode": near_dedup, **probe.config}
+            probe.close()
         # what shapes the output, checked at resume (design.md §8); not batch_size, which a
         # resize to another world size may change along with the global step
         self._run = {"stages": {"cleaner": describe_setting(self._local.cleaner or False),
                                 "quality": describe_setting(self._local.quality or False),
                                 "pii": describe_setting(self._pii or False)},
                      "text_key": self.text_key, "source": source.identity() if hasattr(source, "identity") else None}
+        if near_desc is not None:  # absent without near dedup: older checkpoints still resume
+            self._run["near_dedup"] = near_desc
         self._lock_fd = -1
 
         self._dedup = None
+        self._near = None
         self._exchange: Optional[HashExchange] = None
+        self._near_exchange: Optional[HashExchange] = None
         self._state = None  # rank 0's StateTracker
         self._commit_id = 0
         self._commits_here = 0
@@ -342,6 +375,8 @@ class DistributedPipeline:
         self._start_pos = self.source.position()
         if dedup == "global":
             self._exchange = HashExchange(self._dedup, self._pg, self.rank, self.world_size, device)
+        if near_dedup == "global":
+            self._near_exchange = HashExchange(self._near, self._pg, self.rank, self.world_size, device)
         _LIVE.add(self)
 
     # ------------------------------------------------------------ collectives
@@ -391,6 +426,7 @@ class DistributedPipeline:
                 src = {**src, "files": [{k: v for k, v in f.items() if k not in ("path", "mtime_ns")}
                                         for f in src["files"]]}
             mine = {"settings": {"batch_size": self.batch_size, "dedup": self.dedup_mode, "seed": self.seed,
+                                 "near_dedup": self._run.get("near_dedup") if isinstance(run, dict) else None,
                                  "pipeline": pipeline, "exchange_backend": exchange_backend,
                                  "text_key": self.text_key, "source_type": type(self.source).__name__,
                                  "stages": {"cleaner": describe_setting(self._local.cleaner or False),
@@ -486,6 +522,13 @@ class DistributedPipeline:
         except Exception as e:
             err = f"{type(e).__name__}: {e}"
         self._agree(err, "restoring the dedup state")
+        err = None
+        try:
+            self._near, _ = restore_near_dedup(self.state_dir, self.rank, self.world_size, self.near_mode,
+                                               self._near_cfg, side, self._agree)
+        except Exception as e:
+            err = f"{type(e).__name__}: {e}"
+        self._agree(err, "restoring the near-dedup state")
         if side is not None:
             self._commit_id = int(side["commit_id"])
             self._start = {"step": int(side["step"]), "sample_index": int(side["sample_index"]),
@@ -506,7 +549,7 @@ class DistributedPipeline:
             p = os.path.join(self.state_dir, name)
             if name.startswith("commit-") and name.endswith(".json") or name.endswith(".snap"):
                 held.append(name)
-            elif WAL_NAME_RE.match(name) and os.path.getsize(p) > _WAL_HEADER:
+            elif (WAL_NAME_RE.match(name) or NEAR_WAL_NAME_RE.match(name)) and os.path.getsize(p) > _WAL_HEADER:
                 held.append(f"{name} ({os.path.getsize(p)} bytes)")
         if held:
             raise OSError(f"state_dir has no state file but holds {', '.join(held[:4])}"
@@ -545,6 +588,9 @@ class DistributedPipeline:
         else:
             surv, reasons, out = torch.zeros(0, dtype=torch.int64), torch.zeros(0, dtype=torch.int32), st
         hashes = self._stages.hash128(out, self.seed) if self.dedup_mode else torch.zeros((len(out), 2), dtype=torch.int64)
+        near_keys = near_has = None
+        if self._near is not None:  # band keys of the unmasked survivors (near dedup precedes PII)
+            near_keys, near_has = self._near.keys(out)
         pii_reasons = None
         if self._pii is not None and not self._pii_after and len(out):
             # masked ahead of the dedup decision (order-independent masker); a document the
@@ -552,7 +598,7 @@ class DistributedPipeline:
             m = self._pii(out)
             out, pii_reasons = m.texts, m.reasons
         return _Prepared(step, start, len(items), pos, records, torch.tensor(gidx, dtype=torch.int64), reasons,
-                         surv, out, hashes, st.nbytes, pii_reasons)
+                         surv, out, hashes, st.nbytes, pii_reasons, near_keys, near_has)
 
     def _prepared(self) -> Iterator[_Prepared]:
         step, start = self._start["step"], self._start["sample_index"]
@@ -573,11 +619,15 @@ class DistributedPipeline:
             keep = self._dedup.check_insert_hashes(p.hashes.contiguous())
         else:
             keep = torch.ones(n_s, dtype=torch.bool)
+        near_dup = self._near_decide(p, keep) if self._near is not None else None
         reasons = p.reasons.clone()
         surv = p.surv
         texts = p.texts
         if n_s:
             reasons[surv[~keep]] = self._stages.REASON_DUPLICATE
+            if near_dup is not None:
+                reasons[surv[near_dup]] = self._stages.REASON_NEAR_DUPLICATE
+                keep = keep & ~near_dup
             if p.pii_reasons is not None:  # masked before: drop the duplicates, then the refused
                 ok = p.pii_reasons == 0
                 texts = texts[keep[ok]]
@@ -594,10 +644,30 @@ class DistributedPipeline:
         lsn = self._dedup.lsn if self._dedup is not None else 0
         coord = {"step": p.step + 1, "sample_index": p.start + p.n_global, "source": p.pos, "wal_lsn": lsn,
                  "epoch": self._start["epoch"]}
+        if self._near is not None:
+            coord["near_wal_lsn"] = self._near.lsn
         if self._pii is not None and self._pii_after:
             coord["pii_cycle"] = self._pii.pii_cycle
         return DistBatch(p.step, texts, reasons, surv, p.records, len(p.records),
                          p.bytes_in, coord, global_index=p.gidx, rank=self.rank, world_size=self.world_size)
+
+    def _near_decide(self, p: _Prepared, keep: torch.Tensor) -> torch.Tensor:
+        """bool [n_surv]: near duplicates among the survivors of exact dedup (collective under
+        near_dedup="global": every rank calls it once per step)."""
+        n_s = len(p.hashes)
+        B = int(self._near.config["num_buckets"])
+        cand = torch.nonzero(keep & p.near_has, as_tuple=False).flatten() if n_s else torch.zeros(0, dtype=torch.int64)
+        keys = p.near_keys.view(n_s, B, 2)[cand].reshape(-1, 2) if n_s else torch.zeros((0, 2), dtype=torch.int64)
+        if self.near_mode == "global":
+            g = p.gidx[p.surv][cand] if n_s else torch.zeros(0, dtype=torch.int64)
+            kg = (g.view(-1, 1) * B + torch.arange(B, dtype=torch.int64).view(1, -1)).reshape(-1)
+            is_new = self._near_exchange.keep(keys.contiguous(), kg)
+        else:
+            is_new = self._near.check_insert_hashes(keys.contiguous())
+        dup = torch.zeros(n_s, dtype=torch.bool)
+        if len(cand):
+            dup[cand] = ~is_new.view(-1, B).all(dim=1)
+        return dup
 
     def __iter__(self) -> Iterator[DistBatch]:
         """This rank's batches, one per global step (possibly empty near the end), in step order.
@@ -634,8 +704,9 @@ class DistributedPipeline:
         received before stay committable: ``commit()`` on every rank commits up to them."""
         first = self._failed is None
         self._failed = f"{type(e).__name__}: {e}"
-        x = self._exchange
-        if first and x is not None and self.world_size > 1 and not x.busy and not isinstance(e, PeerFailedError):
+        x = self._exchange or self._near_exchange  # the step's first collective: either carries the news
+        busy = any(y is not None and y.busy for y in (self._exchange, self._near_exchange))
+        if first and x is not None and self.world_size > 1 and not busy and not isinstance(e, PeerFailedError):
             try:
                 x.fail()
             except Exception:
@@ -667,7 +738,9 @@ class DistributedPipeline:
         last = self._last or {"step": self._start["step"], "sample_index": self._start["sample_index"],
                               "source": self._start_pos,
                               "wal_lsn": self._dedup.lsn if self._dedup is not None else 0,
+                              "near_wal_lsn": self._near.lsn if self._near is not None else 0,
                               "epoch": self._start["epoch"], "pii_cycle": self._cycle}
+        near_lsn = int(last.get("near_wal_lsn", 0))
         cid = self._commit_id + 1
         err = None
         try:
@@ -682,14 +755,20 @@ class DistributedPipeline:
                 durable = self._dedup.sync()  # (1) the WAL up to (at least) the step's LSN
                 if durable < lsn:
                     raise OSError(f"dedup WAL durable at {durable} < committed LSN {lsn}")
+            if self._near is not None:
+                durable = self._near.sync()  # (1b) the near-dedup WAL likewise
+                if durable < near_lsn:
+                    raise OSError(f"near-dedup WAL durable at {durable} < committed LSN {near_lsn}")
             atomic_write(rank_sidecar_path(sd, cid, r, W), dump_json(
                 {"kind": "distributed-rank", "version": _VERSION, "commit_id": cid, "rank": r, "world_size": W,
-                 "step": last["step"], "sample_index": last["sample_index"], "wal_lsn": lsn, "extra": extra}))
+                 "step": last["step"], "sample_index": last["sample_index"], "wal_lsn": lsn, "extra": extra,
+                 "near_wal_lsn": near_lsn}))
         except Exception as e:
             err = f"{type(e).__name__}: {e}"
         _fault("rank_sidecar", r, n)
         info = {"err": err, "step": last["step"], "sample_index": last["sample_index"],
-                "lsn": last["wal_lsn"], "extra": extra if err is None else None, "pii_cycle": last.get("pii_cycle"),
+                "lsn": last["wal_lsn"], "near_lsn": near_lsn, "extra": extra if err is None else None,
+                "pii_cycle": last.get("pii_cycle"),
                 "failed": self._failed}
         infos = self._gather(info)  # (2) agreement
         bad = [f"rank {i}: {x['err']}" for i, x in enumerate(infos) if x["err"] is not None]
@@ -711,6 +790,9 @@ class DistributedPipeline:
                         "epoch": last["epoch"], "source": src, "wal_lsns": [int(x["lsn"]) for x in infos],
                         "extras": [x["extra"] for x in infos], "dedup": self.dedup_mode, "seed": self.seed,
                         "run": self._run, "pii_cycles": [x["pii_cycle"] for x in infos]}
+                if self._near is not None:
+                    side["near_dedup"] = self.near_mode
+                    side["near_wal_lsns"] = [int(x["near_lsn"]) for x in infos]
                 raw = dump_json(side)
                 atomic_write(global_sidecar_path(sd, cid), raw)
                 _fault("global_sidecar", r, n)
@@ -726,6 +808,8 @@ class DistributedPipeline:
         self._commit_id = cid
         if self._cleanup_pending or cid > 2:
             cleanup(self.state_dir, cid, self.rank, self.world_size, stale_wals=self._cleanup_pending)
+            if self._cleanup_pending:
+                cleanup_near(self.state_dir, self.rank, self.world_size)
         self._cleanup_pending = False
         return cid
 
@@ -744,6 +828,20 @@ class DistributedPipeline:
         """This rank's StreamDeduplicator (the hashes it owns), or None."""
         return self._dedup
 
+    @property
+    def near_dedup(self):
+        """This rank's NearDeduplicator (the band keys it owns), or None."""
+        return self._near
+
+    @property
+    def near_exchange_stats(self) -> Dict[str, int]:
+        """The near-dedup key exchange: bytes sent / received, keys, steps, seconds."""
+        x = self._near_exchange
+        if x is None:
+            return {"bytes_sent": 0, "bytes_received": 0, "docs": 0, "steps": 0, "seconds": 0.0}
+        return {"bytes_sent": x.bytes_sent, "bytes_received": x.bytes_received, "docs": x.docs, "steps": x.steps,
+                "seconds": x.seconds}
+
     def state_dict(self) -> Dict[str, Any]:
         """The global coordinate of the last batch received and this rank's LSN (for logging;
         resume goes through ``commit()`` and ``state_dir``)."""
@@ -757,8 +855,12 @@ class DistributedPipeline:
 
     def _release(self) -> None:
         try:
-            if self._dedup is not None:
-                self._dedup.close()
+            try:
+                if self._near is not None:
+                    self._near.close()
+            finally:
+                if self._dedup is not None:
+                    self._dedup.close()
         finally:
             try:
                 if self._state is not None:
@@ -781,6 +883,8 @@ class DistributedPipeline:
         self.group = None
         if self._exchange is not None:
             self._exchange.group = None
+        if self._near_exchange is not None:
+            self._near_exchange.group = None
 
     def close(self) -> None:
         """Stop the prefetch thread and release files and the private group (uncommitted progress is lost).
