@@ -117,6 +117,13 @@ class MinHash:
 
     def bands(self, signatures: torch.Tensor) -> torch.Tensor:
         """A view of signatures as [N, num_buckets, hashes_per_bucket] (datatrove's buckets)."""
+        if not isinstance(signatures, torch.Tensor):
+            raise TypeError(f"MinHash.bands: signatures must be a torch.Tensor, got {type(signatures).__name__}")
+        if signatures.dtype != torch.int64:
+            raise TypeError(f"MinHash.bands: signatures must be int64, got {signatures.dtype}")
+        h = self.num_buckets * self.hashes_per_bucket
+        if signatures.dim() != 2 or signatures.shape[1] != h:
+            raise ValueError(f"MinHash.bands: signatures must have shape [N, {h}], got {list(signatures.shape)}")
         return signatures.view(-1, self.num_buckets, self.hashes_per_bucket)
 
     def __getstate__(self):

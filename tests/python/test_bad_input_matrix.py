@@ -128,6 +128,7 @@ ALLOW = {
     "PIIMasker.counters": "counts kept by the C object; no input",
     "PIIMasker.reset_counters": "zeroes the counts; no input",
     "FusedPipeline.cleaner": "returns the stage object given to the constructor; no input",
+    "FusedPipeline.retained_bytes": "bytes the pipeline keeps allocated between batches; no input",
     "FusedPipeline.quality": "returns the stage object given to the constructor; no input",
     "FusedPipeline.pii": "returns the stage object given to the constructor; no input",
     "ChainPipeline.cleaner": "returns the stage object given to the constructor; no input",
@@ -708,6 +709,42 @@ def _sd_closed_answers(t):
 
 bad("SD-closed-reads-answer", [f"{SD}.{m}" for m in ("close", "closed", "lsn", "stats", "counters", "path", "seed",
                                                       "reset_counters")], _sd_closed_answers)
+
+# ----------------------------------------------------------- MinHash (issue 12 parts 1-2)
+MH = "MinHash"
+MinHash = luminamoon.MinHash
+bad("MH-n_grams-zero", MH, lambda t: MinHash(n_grams=0), ValueError, "n_grams")
+bad("MH-precision-16", MH, lambda t: MinHash(precision=16), ValueError, "precision")
+bad("MH-buckets-str", MH, lambda t: MinHash(num_buckets="14"), TypeError, "num_buckets")
+bad("MH-sig-None", f"{MH}.signatures", lambda t: MinHash().signatures(None), TypeError, "texts")
+bad("MH-sig-str", f"{MH}.signatures", lambda t: MinHash().signatures("one document"), TypeError, "texts")
+bad("MH-sig-surrogate", f"{MH}.signatures", lambda t: MinHash().signatures(["\ud800"]), ValueError, r"strings\[0\]")
+bad("MH-sig-empty-batch", f"{MH}.signatures", defined(lambda t: MinHash().signatures([]), lambda r: tuple(r.shape) == (0, 112)))
+bad("MH-sig-short-docs", (f"{MH}.signatures", f"{MH}.num_hashes"),
+    defined(lambda t: MinHash().signatures(["", "one", "two words", "\xff"]),
+            lambda r: tuple(r.shape) == (4, MinHash().num_hashes) and bool((r == -1).all())))
+bad("MH-shingles-None", f"{MH}.shingles", lambda t: MinHash().shingles(None), TypeError, "texts")
+bad("MH-simplify-int", f"{MH}.simplify", lambda t: MinHash().simplify(5), TypeError, "text")
+bad("MH-bands-float", f"{MH}.bands", lambda t: MinHash().bands(torch.zeros(3, 112)), TypeError, "int64")
+bad("MH-bands-shape", f"{MH}.bands", lambda t: MinHash().bands(torch.zeros(3, 5, dtype=torch.int64)), ValueError,
+    r"shape \[N, 112\]")
+bad("MH-a-b-params", (f"{MH}.a", f"{MH}.b"), defined(lambda t: (MinHash().a, MinHash().b),
+    lambda r: r[0].dtype == torch.int64 and r[0].shape == (112,) and r[1].shape == (112,) and bool((r[0] > 0).all())))
+_MHA, _MHB = MinHash().a, MinHash().b
+bad("op-minhash-offsets-past-end", "torch.ops.luminamoon.minhash", lambda t: torch.ops.luminamoon.minhash(
+    torch.zeros(4, dtype=torch.int64), torch.tensor([0, 9]), _MHA, _MHB, 64), ValueError, "doc_offsets")
+bad("op-minhash-float", "torch.ops.luminamoon.minhash", lambda t: torch.ops.luminamoon.minhash(
+    torch.zeros(4), torch.tensor([0, 4]), _MHA, _MHB, 64), TypeError, "shingle_hashes")
+bad("op-minhash-ab-length", "torch.ops.luminamoon.minhash", lambda t: torch.ops.luminamoon.minhash(
+    torch.zeros(4, dtype=torch.int64), torch.tensor([0, 4]), _MHA, _MHB[:3], 64), ValueError, "same length")
+_VC = StringTensor.from_list(["a", "bb"]).views
+bad("op-views_compact-mask-len", "torch.ops.luminamoon.views_compact",
+    lambda t: torch.ops.luminamoon.views_compact(_VC, torch.ones(3, dtype=torch.bool)), ValueError, "mask")
+bad("op-views_compact-mask-dtype", "torch.ops.luminamoon.views_compact",
+    lambda t: torch.ops.luminamoon.views_compact(_VC, torch.ones(2, dtype=torch.int64)), TypeError, "mask must be bool")
+bad("op-views_compact-views-shape", "torch.ops.luminamoon.views_compact",
+    lambda t: torch.ops.luminamoon.views_compact(torch.zeros(2, 8, dtype=torch.uint8), torch.ones(2, dtype=torch.bool)),
+    ValueError, r"views must have shape")
 
 # ----------------------------------------------------------- NearDeduplicator (issue 12 part 4)
 ND = "NearDeduplicator"

@@ -149,9 +149,15 @@ def test_storage_nbytes_counts_each_storage_once():
     st = luminamoon.StringTensor.from_list(["short", "a string longer than twelve bytes", ""] * 10)
     off, data = st.offsets, st.data
     want = off.untyped_storage().nbytes() + data.untyped_storage().nbytes()
-    assert st.storage_nbytes == want
-    st.views  # materialise the views: its buffers are windows of `data` (same storage)
+    # from_list builds both layouts over one payload: the views add their own
+    # storage, and their payload buffers are windows of `data` (counted once).
+    assert st.views.untyped_storage().data_ptr() not in (off.untyped_storage().data_ptr(), data.untyped_storage().data_ptr())
     assert st.storage_nbytes == want + st.views.untyped_storage().nbytes()
+    # a tensor built from buffers has no views until first use; then they count too
+    fb = luminamoon.StringTensor.from_buffers(off.clone(), data.clone())
+    assert fb.storage_nbytes == want
+    fb.views
+    assert fb.storage_nbytes == want + fb.views.untyped_storage().nbytes()
     sub = st[2:5]
     assert sub.storage_nbytes >= sub.nbytes
 
