@@ -45,7 +45,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 import time
 import tracemalloc
 import zipfile
@@ -53,6 +52,8 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
 
 import numpy as np
+
+from ._durable import atomic_replace
 
 __all__ = ["cluster", "cluster_texts", "ClusterResult", "band_pairs", "union_pairs", "EMPTY_SIGNATURE",
            "compute_signatures"]
@@ -235,28 +236,10 @@ def _roots(parent: np.ndarray) -> np.ndarray:
 
 # ------------------------------------------------------------------ persistence
 def _atomic_save(path: str, **arrays: np.ndarray) -> None:
-    d = os.path.dirname(path) or "."
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".npz", dir=d)
-    try:
-        with os.fdopen(fd, "wb") as f:
+    """Write ``arrays`` as an .npz at ``path`` atomically and durably (luminamoon._durable)."""
+    with atomic_replace(path) as tmp:
+        with open(tmp, "wb") as f:  # a file object: np.savez would append ".npz" to a name
             np.savez(f, **arrays)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.remove(tmp)
-        except OSError:
-            pass
-        raise
-    try:
-        dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-    except OSError:  # pragma: no cover
-        pass
 
 
 def _load(path: str) -> Optional[Dict[str, np.ndarray]]:
