@@ -3,8 +3,6 @@ datatrove 0.10.1's four MinHash stages run with its LocalPipelineExecutor.
 
 CI: a 3,000-document sample of the shared corpus.  LM_NEAR_DUP_FULL=1: the whole
 corpus (datatrove takes about 5 minutes on one core)."""
-import gzip
-import json
 import os
 import sys
 
@@ -12,7 +10,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from conftest import CORPUS  # noqa: E402
+from conftest import corpus_texts as _corpus  # noqa: E402
 from reference_datatrove_minhash import run_datatrove_minhash  # noqa: E402
 
 from luminamoon import near_dup  # noqa: E402
@@ -20,18 +18,6 @@ from luminamoon.near_dup import band_pairs, cluster, union_pairs  # noqa: E402
 
 FULL = os.environ.get("LM_NEAR_DUP_FULL") == "1"
 SAMPLE = 3000
-
-
-def _corpus(limit):
-    if not CORPUS.exists():
-        pytest.skip(f"shared corpus not found at {CORPUS}")
-    out = []
-    with gzip.open(CORPUS, "rt", encoding="utf-8") as f:
-        for line in f:
-            out.append(json.loads(line)["text"])
-            if limit is not None and len(out) >= limit:
-                break
-    return out
 
 
 @pytest.fixture(scope="module")
