@@ -132,6 +132,9 @@ static int push_tok_raw(lmq_tokbuf *b, uint32_t off, uint32_t len, uint32_t attr
     /* 1.5x, but never past the most tokens the text can still give (one per byte) */
     size_t cap = b->cap_tok ? b->cap_tok + b->cap_tok / 2 : 256;
     if (cap > b->max_tok && b->max_tok > b->ntok) cap = b->max_tok;
+    /* the bound is an estimate (a special case can give more tokens than
+     * bytes): always make room for this one, also from a capacity of 1 */
+    if (cap <= b->ntok) cap = b->ntok + b->ntok / 2 + 1;
     void *q = realloc(b->tok, cap * sizeof(lmq_tok));
     if (!q) return -1;
     b->tok = (lmq_tok *)q;
