@@ -781,10 +781,12 @@ def _nd_other_config(t, change, name):
     assert p.stat().st_size == size, "the refused open changed the WAL"
 
 
-for _k, _v, _name in (("seed", 9, "seed=1"), ("num_buckets", 7, "num_buckets"), ("hashes_per_bucket", 3,
-                                                                                 "hashes_per_bucket"),
-                      ("precision", 32, "precision"), ("n_grams", 2, "n_grams")):
-    bad(f"ND-wal-other-{_k}", ND, lambda t, c={_k: _v}, m=_name: _nd_other_config(t, c, m))
+for _nd_key, _nd_val, _nd_name in (("seed", 9, "seed=1"), ("num_buckets", 7, "num_buckets"),
+                                   ("hashes_per_bucket", 3, "hashes_per_bucket"),
+                                   ("precision", 32, "precision"), ("n_grams", 2, "n_grams")):
+    bad(f"ND-wal-other-{_nd_key}", ND,
+        lambda t, c={_nd_key: _nd_val}, m=_nd_name: _nd_other_config(t, c, m))
+del _nd_key, _nd_val, _nd_name
 
 
 def _nd_huge_doc(t):
