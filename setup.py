@@ -124,7 +124,8 @@ setup(
     cmdclass={"build_ext": BuildExt},
     python_requires=">=3.10",
     install_requires=["numpy", "pyarrow>=15"],
-    extras_require={"polars": ["polars"], "test": ["pytest", "hypothesis", "polars"]},
+    extras_require={"polars": ["polars"], "test": ["pytest", "hypothesis", "polars"],
+                    "ray": ["ray[data]==2.60.0"]},  # luminamoon.ray, luminamoon run --engine ray
     entry_points={"console_scripts": ["luminamoon=luminamoon.cli:main"]},
     zip_safe=False,
 )

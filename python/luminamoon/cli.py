@@ -156,7 +156,7 @@ def cmd_run(args) -> int:
     t0 = time.perf_counter()
     stats = run_corpus(args.inputs, args.output, cfg, resume=args.resume, overwrite=args.overwrite,
                        quiet=args.quiet, report=not args.no_report,
-                       stop_after_batches=args.stop_after_batches)
+                       stop_after_batches=args.stop_after_batches, engine=args.engine, address=args.address)
     if not args.quiet:
         print(format_summary(stats))
         print(f"\noutput: {args.output}  ({len(stats['output']['parts'])} part file(s), "
@@ -358,6 +358,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--overwrite", action="store_true", help="start over: delete the files the earlier run in OUT wrote (only those) and its state")
     r.add_argument("--no-report", action="store_true", help="skip report.png")
     r.add_argument("--stop-after-batches", type=int, help=argparse.SUPPRESS)  # tests: a clean interruption
+    r.add_argument("--engine", choices=["local", "ray"], default="local",
+                   help="local (default): this process; ray: a Ray cluster (pip install 'luminamoon[ray]'), "
+                   "the same output; see README 'Scale-out on Ray'")
+    r.add_argument("--address", metavar="ADDR", help="--engine ray: the cluster to join (auto, HOST:6379, "
+                   "ray://HOST:10001); default: start a local one with -j CPUs")
     _add_run_flags(r)
     _add_stage_flags(r)
     r.set_defaults(func=cmd_run)

@@ -568,13 +568,19 @@ def _check_fields(cfg: Dict[str, Any]) -> List[str]:
 # ---------------------------------------------------------------------- run
 def run_corpus(inputs: Sequence[str], out: str, cfg: Dict[str, Any], *, resume: bool = False,
                overwrite: bool = False, quiet: bool = False, title: Optional[str] = None,
-               report: bool = True, stop_after_batches: Optional[int] = None) -> Dict[str, Any]:
+               report: bool = True, stop_after_batches: Optional[int] = None, engine: str = "local",
+               address: Optional[str] = None) -> Dict[str, Any]:
     """Runs the pipeline over ``inputs`` into ``out``; returns the stats.json dict.
+
+    ``engine="ray"`` (``--engine ray [--address ADDR]``) runs it on a Ray cluster
+    (``luminamoon.ray``): the same parts, stats.json and report.png.
 
     Inputs are files, folders (read recursively), globs, or ``-`` for standard
     input.  Raises RunError (bad input, output folder in use, ...) with a message for
     the user; KeyboardInterrupt passes through after the pipeline is closed
     (the last commit stands)."""
+    if engine not in ("local", "ray"):
+        raise RunError(f"engine must be local or ray, not {engine!r}")
     if resume and overwrite:
         raise RunError("--resume and --overwrite together: --resume continues the committed run, --overwrite "
                        "discards it; pass one of them")
@@ -595,7 +601,7 @@ def run_corpus(inputs: Sequence[str], out: str, cfg: Dict[str, Any], *, resume: 
         raise
     try:
         return _run_locked(inputs, out, cfg, resume, overwrite, quiet, title, report, stop_after_batches,
-                           log, keep, created_out)
+                           log, keep, created_out, (engine, address))
     except BaseException:
         if created_out:  # a start that failed leaves no empty folder behind
             _remove_if_empty(out)
@@ -639,7 +645,7 @@ def _remove_if_empty(out: str) -> None:
 
 
 def _run_locked(inputs, out, cfg, resume, overwrite, quiet, title, report, stop_after_batches, log, keep,
-                created_out) -> Dict[str, Any]:
+                created_out, engine=("local", None)) -> Dict[str, Any]:
     fmt = cfg["input"]["format"]
     prev = read_run_state(out)
     state_dir = os.path.join(out, STATE_DIRNAME)
@@ -696,6 +702,11 @@ def _run_locked(inputs, out, cfg, resume, overwrite, quiet, title, report, stop_
         if spooled:
             manifest.add(os.path.relpath(spooled[1], out))
             os.replace(*spooled)
+        if engine[0] == "ray":  # luminamoon.ray: the same output from a Ray cluster
+            from .ray import _run_ray
+
+            return _run_ray(paths, got, fmt, out, cfg, keep, manifest, resuming, committed, quiet, log, title,
+                            report, stop_after_batches, address=engine[1])
         return _run(paths, got, fmt, out, cfg, keep, manifest, resuming, committed, quiet, log, title, report,
                     stop_after_batches)
     except BaseException:
