@@ -11,13 +11,23 @@ Environment:
   LM_DEPS_PREFIX          a folder with usr/include and usr/lib/<triplet> holding
                           xxhash.h and utf8proc (Debian's packages unpacked there
                           with dpkg -x) for machines without them installed
+  LM_WHEEL=1              build for a wheel (scripts/build_wheel.sh sets it): utf8proc
+                          must be linked statically, debug info is stripped at link
+                          time, and the library path to torch is relative ($ORIGIN)
+  LM_SHARED_UTF8PROC=1    link libutf8proc.so even where libutf8proc.a exists
+
+xxHash is header-only (XXH_INLINE_ALL in core/src); utf8proc is linked statically from
+libutf8proc.a (Debian's libutf8proc-dev ships it) whenever it is found, with its symbols
+hidden, so that the extension needs no libutf8proc at run time.
 """
 import glob
 import os
 import shutil
 import sys
+import sysconfig
 
 from setuptools import find_packages, setup
+from setuptools.command.build_clib import build_clib as _build_clib
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, ROOT)
@@ -55,9 +65,26 @@ def want_cuda():
     return torch.version.cuda is not None and CUDA_HOME is not None and shutil.which("nvcc") is not None
 
 
+def find_static_lib(name, lib_dirs):
+    """The path of lib<name>.a in lib_dirs or the system's library folders, or None."""
+    multiarch = sysconfig.get_config_var("MULTIARCH") or ""
+    system = [os.path.join(d, multiarch) for d in ("/usr/lib", "/usr/local/lib") if multiarch]
+    for d in lib_dirs + system + ["/usr/lib", "/usr/local/lib", "/usr/lib64"]:
+        path = os.path.join(d, f"lib{name}.a")
+        if os.path.isfile(path):
+            return path
+    return None
+
+
 dep_inc, dep_lib = dep_dirs()
 find_header("xxhash.h", dep_inc)
 find_header("utf8proc.h", dep_inc)
+wheel_build = os.environ.get("LM_WHEEL") == "1"
+utf8proc_static = None if os.environ.get("LM_SHARED_UTF8PROC") == "1" else find_static_lib("utf8proc", dep_lib)
+if wheel_build and utf8proc_static is None:
+    raise SystemExit(
+        "luminamoon: LM_WHEEL=1 links utf8proc statically, but libutf8proc.a was not found "
+        "(Debian: apt-get install libutf8proc-dev, or set LM_DEPS_PREFIX; LM_SHARED_UTF8PROC=1 is not allowed here)")
 core_include = os.path.join(ROOT, "core", "include")
 # -Werror only where the compiler is known (CI: scripts/test.sh sets LM_WERROR=1); a GPU machine's
 # compiler may warn about things ours does not, and that must not stop the build.
@@ -68,6 +95,8 @@ core_lib = ("luminamoon_core", {
     "sources": rel("core/src/*.c"),
     "include_dirs": [core_include] + dep_inc,
     "cflags": c_flags,
+    # every object is rebuilt when a header changes (build_clib otherwise compares each .c alone)
+    "obj_deps": {"": rel("core/include/luminamoon/*.h") + rel("core/src/*.h")},
 })
 
 def cxx_std():
@@ -92,21 +121,62 @@ else:
     ext_kwargs["extra_compile_args"] = {"cxx": cxx_flags}
     Ext = CppExtension
 
+# The link line ends with extra_link_args, after -lluminamoon_core: the archive that needs utf8proc
+# comes first, so its references pull utf8proc.o out of libutf8proc.a. --exclude-libs keeps
+# utf8proc's symbols local to _C (no clash with another copy loaded in the same process).
+libraries = ["luminamoon_core"]
+link_args = []
+if utf8proc_static:
+    link_args += ["-Wl,--exclude-libs,libutf8proc.a", utf8proc_static]
+else:
+    libraries.append("utf8proc")
+# _C is loaded before torch (luminamoon/__init__.py), so the dynamic linker must find libc10.so &c.
+# through the RUNPATH: this torch's lib folder for a build from source; for a wheel, torch beside the
+# installed package ($ORIGIN/../torch/lib, below).
+from torch.utils.cpp_extension import library_paths  # noqa: E402
+try:
+    torch_lib_dirs = library_paths(device_type="cuda" if use_cuda else "cpu")
+except TypeError:  # torch before 2.6: library_paths(cuda=False)
+    torch_lib_dirs = library_paths(cuda=use_cuda)
+runtime_dirs = [] if wheel_build else list(dep_lib) + torch_lib_dirs
+if wheel_build:
+    # No debug info in the wheel (the objects carry -g from Python's CFLAGS: 58 MB -> a few MB),
+    # and torch's libraries are found beside the installed package, not at this machine's path.
+    link_args += ["-Wl,--strip-debug", "-Wl,-rpath,$ORIGIN/../torch/lib"]
+ext_kwargs["extra_link_args"] = link_args
+
 ext = Ext(
     name="luminamoon._C",
     sources=sources,
     include_dirs=[core_include, os.path.join(ROOT, "torch_ops"), os.path.join(ROOT, "csrc")] + dep_inc,
-    library_dirs=dep_lib,
-    libraries=["luminamoon_core", "utf8proc"],
-    runtime_library_dirs=dep_lib,
+    library_dirs=list(dep_lib),
+    libraries=libraries,
+    runtime_library_dirs=runtime_dirs,
     define_macros=define_macros,
     **ext_kwargs,
 )
+
+# One object folder for every kind of build: `setup.py build_ext --inplace`, `pip install -e .` (which
+# would otherwise compile into a throw-away temporary folder) and `pip wheel .` (scripts/build_wheel.sh).
+# The compile commands are the same in all three (LM_WHEEL=1 changes only the link), so a wheel built
+# after an editable install only relinks: ninja (build_ext) and build_clib skip up-to-date objects.
+SHARED_TEMP = os.path.join(ROOT, "build", f"temp.{sysconfig.get_platform()}-{sys.implementation.cache_tag}")
+
+
+class BuildClib(_build_clib):
+    def finalize_options(self):
+        super().finalize_options()
+        self.build_temp = self.build_clib = SHARED_TEMP
+
 
 class BuildExt(BuildExtension.with_options(use_ninja=True)):
     """``build_ext`` also (re)builds the C core library first, so that ``setup.py build_ext --inplace``
     alone never links a stale ``libluminamoon_core.a`` (``build`` and ``pip install`` run both anyway;
     distutils runs each command once per invocation)."""
+
+    def finalize_options(self):
+        super().finalize_options()
+        self.build_temp = SHARED_TEMP
 
     def run(self):
         self.run_command("build_clib")
@@ -121,7 +191,7 @@ setup(
     packages=find_packages("python"),
     libraries=[core_lib],
     ext_modules=[ext],
-    cmdclass={"build_ext": BuildExt},
+    cmdclass={"build_clib": BuildClib, "build_ext": BuildExt},
     python_requires=">=3.10",
     install_requires=["numpy", "pyarrow>=15"],
     extras_require={"polars": ["polars"], "test": ["pytest", "hypothesis", "polars"],
