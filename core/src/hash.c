@@ -15,10 +15,16 @@ lm_hash128_t lm_hash128(const void *data, size_t len, uint64_t seed) {
   return r;
 }
 
+#include <stdlib.h>
+
+#include "hash_internal.h"
+
 /* Block size of lm_hash64_many: the class lists of one block stay in L1. */
 #define LM_HASH_BLOCK 256
 
-void lm_hash64_many(const uint8_t *const *ptrs, const size_t *lens, size_t n, uint64_t seed, uint64_t *out) {
+static inline void lm_hash64_many_impl(const uint8_t *const *ptrs, const size_t *lens, size_t n, uint64_t seed,
+                                       uint64_t *out, int avx2) {
+  (void)avx2; /* unused where no AVX2 copy is built */
   static const uint8_t empty = 0;
   const xxh_u8 *secret = XXH3_kSecret;
   /* the hash of "" depends on the seed only */
@@ -63,7 +69,42 @@ void lm_hash64_many(const uint8_t *const *ptrs, const size_t *lens, size_t n, ui
     }
     for (size_t k = 0; k < cnt[4]; k++) {
       const size_t i = idx[4][k];
+      /* over 240 bytes XXH3 runs its vector loop: the AVX2 copy where the CPU has it */
+#if LM_HASH_HAVE_AVX2
+      if (avx2 && L[i] > 240) {
+        O[i] = lm_hash64_avx2(P[i], L[i], seed);
+        continue;
+      }
+#endif
       O[i] = (uint64_t)XXH3_64bits_withSeed(P[i], L[i], (XXH64_hash_t)seed);
     }
   }
+}
+
+
+void lm_hash64_many_generic(const uint8_t *const *ptrs, const size_t *lens, size_t n, uint64_t seed,
+                            uint64_t *out) {
+  lm_hash64_many_impl(ptrs, lens, n, seed, out, 0);
+}
+
+/* 1 when the AVX2 copy runs: the CPU has AVX2 and LM_NO_AVX2 is not set in the
+ * environment; read once (the tests call both copies directly). */
+int lm_hash_uses_avx2(void) {
+#if LM_HASH_HAVE_AVX2
+  static int cached = -1; /* a benign race: every thread computes the same value */
+  int c = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+  if (c < 0) {
+    __builtin_cpu_init();
+    const char *off = getenv("LM_NO_AVX2");
+    c = __builtin_cpu_supports("avx2") && !(off && *off && *off != '0');
+    __atomic_store_n(&cached, c, __ATOMIC_RELAXED);
+  }
+  return c;
+#else
+  return 0;
+#endif
+}
+
+void lm_hash64_many(const uint8_t *const *ptrs, const size_t *lens, size_t n, uint64_t seed, uint64_t *out) {
+  lm_hash64_many_impl(ptrs, lens, n, seed, out, lm_hash_uses_avx2());
 }

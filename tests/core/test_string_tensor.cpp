@@ -1,6 +1,7 @@
 // GoogleTest suite for the StringTensor core: views, builder, layouts, ops.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -15,6 +16,7 @@
 extern "C" {
 #include "luminamoon/hash.h"
 #include "luminamoon/string_tensor.h"
+#include "../../core/src/hash_internal.h" /* the generic and AVX2 copies of the hash */
 }
 
 namespace {
@@ -672,6 +674,85 @@ TEST(Ops, CheckedOffsetsOpsRefuseBadPairsAndReadNoFurther) {
   }
   int32_t past[1] = {31};
   EXPECT_EQ(lm_o32_hash64_checked(past, 0, d.get(), 30, 0, h, &e), LM_EINVAL);
+}
+
+// lm_hash64_many, its generic copy and the AVX2 copy of XXH3-64 (where the CPU has
+// it: XXH3's long-input loop on 256-bit vectors) give XXH3_64bits_withSeed bit for bit, on
+// lengths up to several of XXH3's 1 KB blocks and at every class edge.
+TEST(Hash, BothCopiesMatchXXH3OnLongStrings) {
+  std::mt19937_64 rng(12);
+  std::vector<uint8_t> bytes(6000);
+  for (auto &b : bytes) b = uint8_t(rng());
+  std::vector<const uint8_t *> ptrs;
+  std::vector<size_t> lens;
+  for (size_t len : {0, 1, 3, 4, 8, 9, 16, 17, 128, 129, 240, 241, 1023, 1024, 1025, 2048, 4095, 5000}) {
+    ptrs.push_back(len ? bytes.data() + rng() % 900 : nullptr);
+    lens.push_back(len);
+  }
+  for (int i = 0; i < 600; i++) {
+    size_t len = size_t(rng() % 5000);
+    ptrs.push_back(len ? bytes.data() + rng() % 900 : nullptr);
+    lens.push_back(len);
+  }
+  const size_t n = ptrs.size();
+  for (uint64_t seed : {uint64_t(0), uint64_t(7), ~uint64_t(0)}) {
+    std::vector<uint64_t> want(n), got(n);
+    for (size_t i = 0; i < n; i++)
+      want[i] = XXH3_64bits_withSeed(lens[i] ? (const void *)ptrs[i] : (const void *)"", lens[i], seed);
+    lm_hash64_many_generic(ptrs.data(), lens.data(), n, seed, got.data());
+    for (size_t i = 0; i < n; i++) ASSERT_EQ(got[i], want[i]) << "generic, len " << lens[i];
+#if LM_HASH_HAVE_AVX2
+    if (__builtin_cpu_supports("avx2"))
+      for (size_t i = 0; i < n; i++) ASSERT_EQ(lm_hash64_avx2(ptrs[i], lens[i], seed), want[i]) << "avx2, len " << lens[i];
+#endif
+    lm_hash64_many(ptrs.data(), lens.data(), n, seed, got.data());
+    for (size_t i = 0; i < n; i++) ASSERT_EQ(got[i], want[i]) << "dispatched, len " << lens[i];
+  }
+}
+
+// equal / equal_scalar on the offsets layout against std::string comparison: every
+// length 0..40 over a two-letter alphabet (many near misses), strings ending exactly at
+// the end of a heap payload (ASan sees any read past it: the word compares must fall
+// back to memcmp there), counts that are not a multiple of 8 or of a 1024 block (the
+// candidate gather's tails), one thread and two.
+TEST(Ops, OffsetsEqualityMatchesStdStringOnShortStrings) {
+  std::mt19937_64 rng(13);
+  for (size_t n : {size_t(1), size_t(7), size_t(8), size_t(9), size_t(1023), size_t(1025), size_t(3001)}) {
+    std::vector<std::string> a(n), b(n);
+    for (size_t i = 0; i < n; i++) {
+      const size_t len = size_t(rng() % 41);
+      for (size_t k = 0; k < len; k++) a[i] += char('a' + rng() % 2);
+      switch (rng() % 3) {
+        case 0: b[i] = a[i]; break;  // equal
+        case 1: b[i] = a[i]; if (len) b[i][rng() % len] ^= 3; break;  // one byte differs
+        default: for (size_t k = 0; k < len; k++) b[i] += char('a' + rng() % 2);  // same length
+      }
+    }
+    auto pack = [](const std::vector<std::string> &v, std::vector<int32_t> &off) {
+      off.assign(1, 0);
+      std::string all;
+      for (auto &x : v) { all += x; off.push_back(int32_t(all.size())); }
+      std::unique_ptr<uint8_t[]> d(new uint8_t[all.size() + 1]);  // +1: never 0 bytes
+      std::memcpy(d.get(), all.data(), all.size());
+      return std::make_pair(std::move(d), all.size());
+    };
+    std::vector<int32_t> oa, ob;
+    auto [da, la] = pack(a, oa);
+    auto [db, lb] = pack(b, ob);
+    for (int threads : {1, 2}) {
+      lm_exec e{threads, 64};
+      std::vector<uint8_t> out(n, 7);
+      ASSERT_EQ(lm_o32_equal_checked(oa.data(), da.get(), la, ob.data(), db.get(), lb, n, out.data(), &e), LM_OK);
+      for (size_t i = 0; i < n; i++) ASSERT_EQ(out[i], a[i] == b[i] ? 1 : 0) << n << " " << i << " " << a[i];
+      for (size_t probe : {size_t(0), n / 2, n - 1}) {
+        const std::string &p = a[probe];
+        std::fill(out.begin(), out.end(), 7);
+        ASSERT_EQ(lm_o32_equal_scalar_checked(oa.data(), n, da.get(), la, (const uint8_t *)p.data(), p.size(),
+                                              out.data(), &e), LM_OK);
+        for (size_t i = 0; i < n; i++) ASSERT_EQ(out[i], a[i] == p ? 1 : 0) << n << " " << i << " probe " << p;
+      }
+    }
+  }
 }
 
 TEST(Ops, ViewsCompactKeepsMaskedViewsInOrder) {
