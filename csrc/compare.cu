@@ -1,4 +1,5 @@
-// csrc/compare.cu — offsets validation, prefix_match / equal_scalar (lm_cuda_match) and equal.
+// csrc/compare.cu — offsets validation, prefix_match (lm_cuda_prefix_match), equal_scalar
+// (lm_cuda_equal_scalar; both share lm_cuda_match) and equal (lm_cuda_equal).
 #include <cuda_runtime.h>
 
 #include "common.cuh"
@@ -196,6 +197,18 @@ extern "C" cudaError_t lm_cuda_match(lm_cuda_strings s, const uint8_t *pattern_h
                                                                           (int64_t)plen, exact, out);
   });
   return cudaGetLastError();
+}
+
+extern "C" cudaError_t lm_cuda_prefix_match(lm_cuda_strings s, const uint8_t *pattern_host,
+                                            const uint8_t *pattern_dev, size_t plen, uint8_t *out,
+                                            cudaStream_t stream) {
+  return lm_cuda_match(s, pattern_host, pattern_dev, plen, 0, out, stream);
+}
+
+extern "C" cudaError_t lm_cuda_equal_scalar(lm_cuda_strings s, const uint8_t *pattern_host,
+                                            const uint8_t *pattern_dev, size_t plen, uint8_t *out,
+                                            cudaStream_t stream) {
+  return lm_cuda_match(s, pattern_host, pattern_dev, plen, 1, out, stream);
 }
 
 extern "C" size_t lm_cuda_equal_workspace_size(size_t n) { return n ? segments_workspace(n) : 0; }

@@ -206,3 +206,15 @@ extern "C" cudaError_t lm_cuda_copy_strings(lm_cuda_strings s, const int64_t *in
   });
   return cudaGetLastError();
 }
+
+extern "C" cudaError_t lm_cuda_gather_data(lm_cuda_strings s, const int64_t *index, size_t m,
+                                           const int64_t *out_offsets, uint64_t total_bytes, uint8_t *out_data,
+                                           cudaStream_t stream) {
+  return lm_cuda_copy_strings(s, index, m, out_offsets, total_bytes, out_data, stream);
+}
+
+extern "C" cudaError_t lm_cuda_compact_data(lm_cuda_strings s, const int64_t *out_index, size_t m,
+                                            const int64_t *out_offsets, uint64_t total_bytes, uint8_t *out_data,
+                                            cudaStream_t stream) {
+  return lm_cuda_copy_strings(s, out_index, m, out_offsets, total_bytes, out_data, stream);
+}

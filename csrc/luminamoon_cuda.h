@@ -18,6 +18,10 @@
  * 8-byte-aligned span that covers [data, data + data_len) (device allocations are 256-byte
  * aligned, so this never leaves the allocation).
  *
+ * Entry points are named after the operators they serve (torch_ops/schema.cpp): operator NAME
+ * calls lm_cuda_NAME (and lm_cuda_NAME_workspace_size, or the passes lm_cuda_NAME_offsets /
+ * lm_cuda_NAME_select / lm_cuda_NAME_data).
+ *
  * Work split (thresholds are starting points, to be tuned by measurement on the H200):
  *   prefix_match / equal_scalar: one thread per string; patterns longer than 8 bytes are
  *     compared by the whole warp, for the strings of its tile of 32 that pass the length check.
@@ -81,6 +85,11 @@ cudaError_t lm_cuda_validate_offsets(lm_cuda_strings s, int32_t *d_flags, cudaSt
  * device copy of the pattern, valid until the kernel has run. */
 cudaError_t lm_cuda_match(lm_cuda_strings s, const uint8_t *pattern_host, const uint8_t *pattern_dev,
                           size_t plen, int exact, uint8_t *out, cudaStream_t stream);
+/* The kernels of the operators prefix_match and equal_scalar: lm_cuda_match with exact = 0 / 1. */
+cudaError_t lm_cuda_prefix_match(lm_cuda_strings s, const uint8_t *pattern_host, const uint8_t *pattern_dev,
+                                 size_t plen, uint8_t *out, cudaStream_t stream);
+cudaError_t lm_cuda_equal_scalar(lm_cuda_strings s, const uint8_t *pattern_host, const uint8_t *pattern_dev,
+                                 size_t plen, uint8_t *out, cudaStream_t stream);
 
 /* out[i] = 1 when a[i] == b[i] (a.n == b.n).  Needs the workspace below (0 when n == 0). */
 size_t lm_cuda_equal_workspace_size(size_t n);
@@ -122,6 +131,12 @@ cudaError_t lm_cuda_compact_offsets(const int64_t *incl_bytes, const int64_t *ou
 /* Gather/compact, pass 2: copy string index[k] to out_data + out_offsets[k] for k < m
  * (index NULL = identity).  total_bytes = out_offsets[m], as read back by the caller. */
 cudaError_t lm_cuda_copy_strings(lm_cuda_strings s, const int64_t *index, size_t m, const int64_t *out_offsets,
+                                 uint64_t total_bytes, uint8_t *out_data, cudaStream_t stream);
+/* Pass 2 under the operators' names: gather copies index[0..m) (lm_cuda_gather_offsets gave
+ * out_offsets), compact the out_index of lm_cuda_compact_select; both are lm_cuda_copy_strings. */
+cudaError_t lm_cuda_gather_data(lm_cuda_strings s, const int64_t *index, size_t m, const int64_t *out_offsets,
+                                uint64_t total_bytes, uint8_t *out_data, cudaStream_t stream);
+cudaError_t lm_cuda_compact_data(lm_cuda_strings s, const int64_t *out_index, size_t m, const int64_t *out_offsets,
                                  uint64_t total_bytes, uint8_t *out_data, cudaStream_t stream);
 
 /* ---- MinHash (csrc/minhash.cu) ----

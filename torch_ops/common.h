@@ -76,6 +76,12 @@ at::Tensor check_views_bounds(const char *op, const at::Tensor &views, const at:
 void raise_view_bounds(lm_status s, const char *op, const char *views_name, const at::Tensor &views);
 [[noreturn]] void raise_padding(const char *op, const char *views_name, const at::Tensor &views);
 
+// attention_mask: lengths int64 1-D, max_len >= 0 and an [N, max_len] int64 output that fits
+// (TypeError / ValueError otherwise).  attention_mask_aten checks them and computes the mask with
+// ATen ops on any device (the CUDA kernel and the fallback for other devices).
+void check_attention_mask_args(const at::Tensor &lengths, int64_t max_len);
+at::Tensor attention_mask_aten(const at::Tensor &lengths, int64_t max_len);
+
 inline const lm_string_view *views_ptr(const at::Tensor &views) {
   return reinterpret_cast<const lm_string_view *>(views.data_ptr<uint8_t>());
 }

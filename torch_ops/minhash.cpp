@@ -1,4 +1,5 @@
-// MinHash (issue 12): the operator torch.ops.luminamoon.minhash (schema, CPU kernel) and the
+// MinHash (issue 12): the CPU kernel of torch.ops.luminamoon.minhash (minhash_cpu; schema in
+// schema.cpp, CUDA kernel minhash_cuda in minhash_cuda.cu, fake kernel in python/luminamoon/ops.py) and the
 // pybind11 class _C.MinHash behind luminamoon.MinHash (core/include/luminamoon/minhash.h).
 //
 //   minhash(Tensor shingle_hashes, Tensor doc_offsets, Tensor a, Tensor b, int precision=64) -> Tensor
@@ -225,9 +226,5 @@ void bind_minhash(py::module_ &m) {
 }
 
 }  // namespace luminamoon
-
-TORCH_LIBRARY_FRAGMENT(luminamoon, m) {
-  m.def("minhash(Tensor shingle_hashes, Tensor doc_offsets, Tensor a, Tensor b, int precision=64) -> Tensor");
-}
 
 TORCH_LIBRARY_IMPL(luminamoon, CPU, m) { m.impl("minhash", &luminamoon::minhash_cpu); }

@@ -1,5 +1,6 @@
-// TORCH_LIBRARY(luminamoon): the operator schemas (design.md §3) and their CPU
-// kernels.  CUDA kernels for the same schemas live in ops_cuda.cu.
+// The CPU kernels of the torch.ops.luminamoon operators: NAME_cpu for the operator NAME, registered
+// at the end of this file.  Schemas: torch_ops/schema.cpp; CUDA kernels: ops_cuda.cu (NAME_cuda);
+// fake kernels: python/luminamoon/ops.py.  minhash has its kernels in minhash.cpp / minhash_cuda.cu.
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
@@ -105,6 +106,18 @@ void raise_view_bounds(lm_status s, const char *op, const char *vn, const at::Te
   TORCH_CHECK_VALUE(s != LM_ERANGE, "luminamoon.", op, ": ", vn, " holds a view outside its payload buffer "
                     "(bad buffer index, offset or length)");
   check(s, op);
+}
+
+void check_attention_mask_args(const at::Tensor &lengths, int64_t max_len) {
+  TORCH_CHECK_TYPE(lengths.scalar_type() == at::kLong, "luminamoon.attention_mask: lengths must be int64, got ",
+                   lengths.scalar_type());
+  TORCH_CHECK_VALUE(lengths.dim() == 1, "luminamoon.attention_mask: lengths must be 1-D, got shape ", lengths.sizes());
+  check_matrix_size("attention_mask", lengths.numel(), max_len);
+}
+
+at::Tensor attention_mask_aten(const at::Tensor &lengths, int64_t max_len) {
+  check_attention_mask_args(lengths, max_len);
+  return at::arange(max_len, lengths.options()).lt(lengths.unsqueeze(1)).to(at::kLong);
 }
 
 namespace {
@@ -425,14 +438,9 @@ at::Tensor views_compact_cpu(const at::Tensor &views, const at::Tensor &mask) {
 }
 
 // int64 [N, max_len]: 1 where column < lengths[i], else 0 (the attention mask of
-// pad_bytes' output).  A row is two fills on the CPU; ATen ops on other devices.
-at::Tensor attention_mask_any(const at::Tensor &lengths, int64_t max_len) {
-  TORCH_CHECK_TYPE(lengths.scalar_type() == at::kLong, "luminamoon.attention_mask: lengths must be int64, got ",
-                   lengths.scalar_type());
-  TORCH_CHECK_VALUE(lengths.dim() == 1, "luminamoon.attention_mask: lengths must be 1-D, got shape ", lengths.sizes());
-  check_matrix_size("attention_mask", lengths.numel(), max_len);
-  if (!lengths.is_cpu())
-    return at::arange(max_len, lengths.options()).lt(lengths.unsqueeze(1)).to(at::kLong);
+// pad_bytes' output).  A row is two fills.
+at::Tensor attention_mask_cpu(const at::Tensor &lengths, int64_t max_len) {
+  check_attention_mask_args(lengths, max_len);
   auto len = lengths.contiguous();
   const int64_t n = len.numel();
   auto out = at::empty({n, max_len}, len.options());
@@ -451,29 +459,6 @@ at::Tensor attention_mask_any(const at::Tensor &lengths, int64_t max_len) {
 }  // namespace
 }  // namespace luminamoon
 
-TORCH_LIBRARY_IMPL(luminamoon, CompositeExplicitAutograd, m) {
-  m.impl("attention_mask", &luminamoon::attention_mask_any);
-}
-
-TORCH_LIBRARY(luminamoon, m) {
-  m.def("prefix_match(Tensor offsets, Tensor data, str prefix) -> Tensor");
-  m.def("equal(Tensor offsets_a, Tensor data_a, Tensor offsets_b, Tensor data_b) -> Tensor");
-  m.def("equal_scalar(Tensor offsets, Tensor data, str s) -> Tensor");
-  m.def("hash64(Tensor offsets, Tensor data, int seed=0) -> Tensor");
-  m.def("pad_bytes(Tensor offsets, Tensor data, int max_len, int pad_id=0, int bos_id=-1, int eos_id=-1) "
-        "-> (Tensor, Tensor)");
-  m.def("attention_mask(Tensor lengths, int max_len) -> Tensor");
-  m.def("gather(Tensor offsets, Tensor data, Tensor index) -> (Tensor, Tensor)");
-  m.def("compact(Tensor offsets, Tensor data, Tensor mask) -> (Tensor, Tensor)");
-  m.def("views_from_offsets(Tensor offsets, Tensor data) -> Tensor");
-  m.def("offsets_from_views(Tensor views, Tensor[] buffers, bool large=False) -> (Tensor, Tensor)");
-  m.def("views_prefix_match(Tensor views, Tensor[] buffers, str prefix) -> Tensor");
-  m.def("views_equal_scalar(Tensor views, Tensor[] buffers, str s) -> Tensor");
-  m.def("views_equal(Tensor views_a, Tensor[] buffers_a, Tensor views_b, Tensor[] buffers_b) -> Tensor");
-  m.def("views_hash64(Tensor views, Tensor[] buffers, int seed=0) -> Tensor");
-  m.def("views_compact(Tensor views, Tensor mask) -> Tensor");
-}
-
 TORCH_LIBRARY_IMPL(luminamoon, CPU, m) {
   using namespace luminamoon;
   m.impl("prefix_match", &prefix_match_cpu);
@@ -481,6 +466,7 @@ TORCH_LIBRARY_IMPL(luminamoon, CPU, m) {
   m.impl("equal_scalar", &equal_scalar_cpu);
   m.impl("hash64", &hash64_cpu);
   m.impl("pad_bytes", &pad_bytes_cpu);
+  m.impl("attention_mask", &attention_mask_cpu);
   m.impl("gather", &gather_cpu);
   m.impl("compact", &compact_cpu);
   m.impl("views_from_offsets", &views_from_offsets_cpu);
@@ -490,4 +476,10 @@ TORCH_LIBRARY_IMPL(luminamoon, CPU, m) {
   m.impl("views_equal", &views_equal_cpu);
   m.impl("views_hash64", &views_hash64_cpu);
   m.impl("views_compact", &views_compact_cpu);
+}
+
+// attention_mask on devices with no kernel of their own (CPU: attention_mask_cpu, CUDA:
+// attention_mask_cuda): the same result from ATen ops.
+TORCH_LIBRARY_IMPL(luminamoon, CompositeExplicitAutograd, m) {
+  m.impl("attention_mask", &luminamoon::attention_mask_aten);
 }

@@ -1,5 +1,5 @@
-// TORCH_LIBRARY_IMPL(luminamoon, CUDA): the CUDA kernels of the operator schemas defined in
-// ops_cpu.cpp.  Thin: check arguments, take pointers from tensors, call csrc/ (the C ABI of
+// TORCH_LIBRARY_IMPL(luminamoon, CUDA): the CUDA kernels NAME_cuda of the operators NAME whose
+// schemas are in schema.cpp (CPU kernels: ops_cpu.cpp; minhash: minhash_cuda.cu).  Thin: check arguments, take pointers from tensors, call csrc/ (the C ABI of
 // luminamoon_cuda.h) on torch's current stream, wrap results.  CPU and CUDA give identical results.
 //
 // Argument errors raise before any op kernel runs: wrong dtype (TypeError), wrong shape, not
@@ -73,8 +73,10 @@ at::Tensor workspace(const at::Tensor &like, size_t bytes) {
   return at::empty({static_cast<int64_t>(bytes ? bytes : 1)}, like.options().dtype(at::kByte));
 }
 
+using match_fn = cudaError_t (*)(lm_cuda_strings, const uint8_t *, const uint8_t *, size_t, uint8_t *, cudaStream_t);
+
 at::Tensor match_cuda(const char *op, const at::Tensor &offsets, const at::Tensor &data, const std::string &pat,
-                      int exact) {
+                      match_fn kernel) {
   c10::cuda::OptionalCUDAGuard guard;
   lm_cuda_strings s = checked_strings(op, offsets, data, guard);
   at::Tensor out = at::empty({static_cast<int64_t>(s.n)}, offsets.options().dtype(at::kBool));
@@ -87,18 +89,18 @@ at::Tensor match_cuda(const char *op, const at::Tensor &offsets, const at::Tenso
     std::memcpy(pinned.data_ptr<uint8_t>(), pat.data(), pat.size());
     dev = pinned.to(offsets.device(), /*non_blocking=*/true);
   }
-  cuda_check(lm_cuda_match(s, host, dev.defined() ? dev.data_ptr<uint8_t>() : nullptr, pat.size(), exact,
-                           reinterpret_cast<uint8_t *>(out.data_ptr<bool>()), stream),
+  cuda_check(kernel(s, host, dev.defined() ? dev.data_ptr<uint8_t>() : nullptr, pat.size(),
+                    reinterpret_cast<uint8_t *>(out.data_ptr<bool>()), stream),
              op);
   return out;
 }
 
 at::Tensor prefix_match_cuda(const at::Tensor &offsets, const at::Tensor &data, c10::string_view prefix) {
-  return match_cuda("prefix_match", offsets, data, std::string(prefix), 0);
+  return match_cuda("prefix_match", offsets, data, std::string(prefix), &lm_cuda_prefix_match);
 }
 
 at::Tensor equal_scalar_cuda(const at::Tensor &offsets, const at::Tensor &data, c10::string_view str) {
-  return match_cuda("equal_scalar", offsets, data, std::string(str), 1);
+  return match_cuda("equal_scalar", offsets, data, std::string(str), &lm_cuda_equal_scalar);
 }
 
 at::Tensor equal_cuda(const at::Tensor &oa, const at::Tensor &da, const at::Tensor &ob, const at::Tensor &db) {
@@ -184,8 +186,8 @@ std::tuple<at::Tensor, at::Tensor> gather_cuda(const at::Tensor &offsets, const 
                     ") (negative indices are not allowed)");
   at::Tensor out_offsets = offsets_like(offsets, out64, total, "gather");
   at::Tensor out_data = at::empty({total}, data.options());
-  cuda_check(lm_cuda_copy_strings(s, m ? index.data_ptr<int64_t>() : nullptr, m, out64.data_ptr<int64_t>(),
-                                  static_cast<uint64_t>(total), total ? out_data.data_ptr<uint8_t>() : nullptr, stream),
+  cuda_check(lm_cuda_gather_data(s, m ? index.data_ptr<int64_t>() : nullptr, m, out64.data_ptr<int64_t>(),
+                                 static_cast<uint64_t>(total), total ? out_data.data_ptr<uint8_t>() : nullptr, stream),
              "gather");
   return {out_offsets, out_data};
 }
@@ -222,10 +224,16 @@ std::tuple<at::Tensor, at::Tensor> compact_cuda(const at::Tensor &offsets, const
              "compact");
   at::Tensor out_offsets = offsets_like(offsets, out64, total, "compact");
   at::Tensor out_data = at::empty({total}, data.options());
-  cuda_check(lm_cuda_copy_strings(s, index.data_ptr<int64_t>(), static_cast<size_t>(m), out64.data_ptr<int64_t>(),
+  cuda_check(lm_cuda_compact_data(s, index.data_ptr<int64_t>(), static_cast<size_t>(m), out64.data_ptr<int64_t>(),
                                   static_cast<uint64_t>(total), total ? out_data.data_ptr<uint8_t>() : nullptr, stream),
              "compact");
   return {out_offsets, out_data};
+}
+
+// int64 [N, max_len]: 1 where column < lengths[i] (ATen ops on the current stream).
+at::Tensor attention_mask_cuda(const at::Tensor &lengths, int64_t max_len) {
+  c10::cuda::OptionalCUDAGuard guard(lengths.device());
+  return attention_mask_aten(lengths, max_len);
 }
 
 }  // namespace
@@ -237,6 +245,7 @@ TORCH_LIBRARY_IMPL(luminamoon, CUDA, m) {
   m.impl("equal_scalar", &luminamoon::equal_scalar_cuda);
   m.impl("hash64", &luminamoon::hash64_cuda);
   m.impl("pad_bytes", &luminamoon::pad_bytes_cuda);
+  m.impl("attention_mask", &luminamoon::attention_mask_cuda);
   m.impl("gather", &luminamoon::gather_cuda);
   m.impl("compact", &luminamoon::compact_cuda);
 }

@@ -31,6 +31,7 @@ from typing import Optional
 import torch
 
 from . import _C
+from . import ops  # noqa: F401  (registers the fake kernel of torch.ops.luminamoon.minhash)
 
 __all__ = ["MinHash", "minhash"]
 
@@ -152,16 +153,3 @@ def minhash(shingle_hashes: torch.Tensor, doc_offsets: torch.Tensor, a: torch.Te
     if isinstance(precision, bool) or precision not in (32, 64):
         raise ValueError(f"luminamoon.minhash: precision must be 32 or 64, got {precision!r}")
     return torch.ops.luminamoon.minhash(shingle_hashes, doc_offsets, a, b, int(precision))
-
-
-@torch.library.register_fake("luminamoon::minhash")
-def _minhash_fake(shingle_hashes, doc_offsets, a, b, precision=64):
-    for name, t in (("doc_offsets", doc_offsets), ("a", a), ("b", b)):
-        if t.device != shingle_hashes.device:
-            raise ValueError(f"luminamoon.minhash: shingle_hashes and {name} must be on the same device, "
-                             f"got {shingle_hashes.device} and {t.device}")
-        if t.dtype != torch.int64:
-            raise TypeError(f"luminamoon.minhash: {name} must be int64, got {t.dtype}")
-    if shingle_hashes.dtype != torch.int64:
-        raise TypeError(f"luminamoon.minhash: shingle_hashes must be int64, got {shingle_hashes.dtype}")
-    return shingle_hashes.new_empty((doc_offsets.shape[0] - 1, a.shape[0]), dtype=torch.int64)

@@ -1,8 +1,11 @@
 """Fake (meta) kernels for ``torch.ops.luminamoon.*`` and thin typed wrappers.
 
-Every operator is defined in C++ (torch_ops/ops_cpu.cpp, ``TORCH_LIBRARY``);
-this module registers the fake kernels that let ``torch.compile`` trace them
-and offers Python wrappers with argument checks and docstrings.
+Every operator NAME has its schema in torch_ops/schema.cpp (``TORCH_LIBRARY``),
+its CPU kernel ``NAME_cpu`` in torch_ops/ops_cpu.cpp (minhash: minhash.cpp) and its
+CUDA kernel ``NAME_cuda`` in torch_ops/ops_cuda.cu (minhash: minhash_cuda.cu; the
+views-layout ops are CPU-only).  This module registers the fake kernel of every
+operator (``register_fake("luminamoon::NAME")``), which lets ``torch.compile``
+trace them, and offers Python wrappers with argument checks and docstrings.
 
 Example:
     >>> import torch, luminamoon
@@ -120,11 +123,16 @@ def _offsets_from_views_fake(views, buffers, large=False):
     return views.new_empty((views.shape[0] + 1,), dtype=dtype), views.new_empty((nbytes,))
 
 
-for _name in ("views_prefix_match", "views_equal_scalar"):
-    def _fake(views, buffers, s, _name=_name):
-        _views_device(_name, views=views, buffers=buffers)
-        return views.new_empty((views.shape[0],), dtype=torch.bool)
-    torch.library.register_fake(f"luminamoon::{_name}", _fake)
+@torch.library.register_fake("luminamoon::views_prefix_match")
+def _views_prefix_match_fake(views, buffers, prefix):
+    _views_device("views_prefix_match", views=views, buffers=buffers)
+    return views.new_empty((views.shape[0],), dtype=torch.bool)
+
+
+@torch.library.register_fake("luminamoon::views_equal_scalar")
+def _views_equal_scalar_fake(views, buffers, s):
+    _views_device("views_equal_scalar", views=views, buffers=buffers)
+    return views.new_empty((views.shape[0],), dtype=torch.bool)
 
 
 @torch.library.register_fake("luminamoon::views_equal")
@@ -144,6 +152,19 @@ def _views_compact_fake(views, mask):
     _same_device("views_compact", views=views, mask=mask)
     kept = torch.library.get_ctx().new_dynamic_size()
     return views.new_empty((kept, 16))
+
+
+@torch.library.register_fake("luminamoon::minhash")
+def _minhash_fake(shingle_hashes, doc_offsets, a, b, precision=64):
+    for name, t in (("doc_offsets", doc_offsets), ("a", a), ("b", b)):
+        if t.device != shingle_hashes.device:
+            raise ValueError(f"luminamoon.minhash: shingle_hashes and {name} must be on the same device, "
+                             f"got {shingle_hashes.device} and {t.device}")
+        if t.dtype != torch.int64:
+            raise TypeError(f"luminamoon.minhash: {name} must be int64, got {t.dtype}")
+    if shingle_hashes.dtype != torch.int64:
+        raise TypeError(f"luminamoon.minhash: shingle_hashes must be int64, got {shingle_hashes.dtype}")
+    return shingle_hashes.new_empty((doc_offsets.shape[0] - 1, a.shape[0]), dtype=torch.int64)
 
 
 # ---------------------------------------------------------------- wrappers

@@ -197,55 +197,87 @@ lm_status lm_views_compact(const lm_string_view *views, size_t n, const uint8_t 
 /* ----------------------------------------------------- offsets-layout ops */
 /* The same operations on offsets + payload, for int32 (o32) and int64 (o64)
  * offsets.  Offsets must have been validated against data (see above). */
-#define LM_DECLARE_OFFSET_OPS(SUF, OFF_T)                                                             \
-  lm_status lm_##SUF##_prefix_match(const OFF_T *offsets, size_t n, const uint8_t *data,             \
-                                    const uint8_t *prefix, size_t plen, uint8_t *out,                 \
-                                    const lm_exec *exec);                                             \
-  lm_status lm_##SUF##_equal_scalar(const OFF_T *offsets, size_t n, const uint8_t *data,             \
-                                    const uint8_t *s, size_t slen, uint8_t *out, const lm_exec *exec); \
-  lm_status lm_##SUF##_equal(const OFF_T *offsets_a, const uint8_t *data_a, const OFF_T *offsets_b,  \
-                             const uint8_t *data_b, size_t n, uint8_t *out, const lm_exec *exec);     \
-  lm_status lm_##SUF##_hash64(const OFF_T *offsets, size_t n, const uint8_t *data, uint64_t seed,    \
-                              uint64_t *out, const lm_exec *exec);                                    \
-  /* The same four ops checking the offsets as they read them (no validation pass is                  \
-   * needed first): LM_EINVAL unless 0 <= offsets[i] <= offsets[i+1] <= data_len for every i           \
-   * (out is then unspecified).  Each element's pair is read once, checked, then used, so a            \
-   * thread writing into `offsets` meanwhile changes results, never what memory is read. */            \
-  lm_status lm_##SUF##_prefix_match_checked(const OFF_T *offsets, size_t n, const uint8_t *data,     \
-                                            size_t data_len, const uint8_t *prefix, size_t plen,      \
-                                            uint8_t *out, const lm_exec *exec);                       \
-  lm_status lm_##SUF##_equal_scalar_checked(const OFF_T *offsets, size_t n, const uint8_t *data,     \
-                                            size_t data_len, const uint8_t *s, size_t slen,           \
-                                            uint8_t *out, const lm_exec *exec);                       \
-  lm_status lm_##SUF##_equal_checked(const OFF_T *offsets_a, const uint8_t *data_a, size_t len_a,    \
-                                     const OFF_T *offsets_b, const uint8_t *data_b, size_t len_b,     \
-                                     size_t n, uint8_t *out, const lm_exec *exec);                    \
-  lm_status lm_##SUF##_hash64_checked(const OFF_T *offsets, size_t n, const uint8_t *data,           \
-                                      size_t data_len, uint64_t seed, uint64_t *out,                  \
-                                      const lm_exec *exec);                                           \
-  /* Byte-level tokens: row i = [bos] bytes... [eos] then pad; max_len columns;                       \
-   * bos/eos < 0 mean none; content is truncated so bos and eos fit.                                  \
-   * tokens has n*max_len int64, lengths n int64 (tokens that are not padding). */                     \
-  lm_status lm_##SUF##_pad_bytes(const OFF_T *offsets, size_t n, const uint8_t *data, size_t max_len,\
-                                 int64_t pad_id, int64_t bos_id, int64_t eos_id, int64_t *tokens,     \
-                                 int64_t *lengths, const lm_exec *exec);                              \
-  /* Gather, pass 1: out_offsets (m+1) of the strings index[0..m); LM_ERANGE for an index             \
-   * outside [0, n), LM_EOVERFLOW when the total does not fit OFF_T. */                               \
-  lm_status lm_##SUF##_gather_offsets(const OFF_T *offsets, size_t n, const int64_t *index, size_t m,\
-                                      OFF_T *out_offsets);                                            \
-  /* Gather, pass 2: copy the payload into out_data (out_offsets[m] bytes). */                         \
-  lm_status lm_##SUF##_gather_data(const OFF_T *offsets, const uint8_t *data, const int64_t *index,  \
-                                   size_t m, const OFF_T *out_offsets, uint8_t *out_data,             \
-                                   const lm_exec *exec);                                              \
-  /* Compact, pass 1: *out_n kept strings and their *out_bytes. */                                     \
-  lm_status lm_##SUF##_compact_count(const OFF_T *offsets, size_t n, const uint8_t *mask,            \
-                                     size_t *out_n, uint64_t *out_bytes);                             \
-  /* Compact, pass 2: out_offsets (out_n+1) and out_data. */                                           \
-  lm_status lm_##SUF##_compact(const OFF_T *offsets, size_t n, const uint8_t *data,                  \
-                               const uint8_t *mask, OFF_T *out_offsets, uint8_t *out_data);
+/* int32 offsets (o32). */
+lm_status lm_o32_prefix_match(const int32_t *offsets, size_t n, const uint8_t *data,
+                              const uint8_t *prefix, size_t plen, uint8_t *out,
+                              const lm_exec *exec);
+lm_status lm_o32_equal_scalar(const int32_t *offsets, size_t n, const uint8_t *data,
+                              const uint8_t *s, size_t slen, uint8_t *out, const lm_exec *exec);
+lm_status lm_o32_equal(const int32_t *offsets_a, const uint8_t *data_a, const int32_t *offsets_b,
+                       const uint8_t *data_b, size_t n, uint8_t *out, const lm_exec *exec);
+lm_status lm_o32_hash64(const int32_t *offsets, size_t n, const uint8_t *data, uint64_t seed,
+                        uint64_t *out, const lm_exec *exec);
+/* The same four ops checking the offsets as they read them (no validation pass is
+ * needed first): LM_EINVAL unless 0 <= offsets[i] <= offsets[i+1] <= data_len for every i
+ * (out is then unspecified).  Each element's pair is read once, checked, then used, so a
+ * thread writing into `offsets` meanwhile changes results, never what memory is read. */
+lm_status lm_o32_prefix_match_checked(const int32_t *offsets, size_t n, const uint8_t *data,
+                                      size_t data_len, const uint8_t *prefix, size_t plen,
+                                      uint8_t *out, const lm_exec *exec);
+lm_status lm_o32_equal_scalar_checked(const int32_t *offsets, size_t n, const uint8_t *data,
+                                      size_t data_len, const uint8_t *s, size_t slen,
+                                      uint8_t *out, const lm_exec *exec);
+lm_status lm_o32_equal_checked(const int32_t *offsets_a, const uint8_t *data_a, size_t len_a,
+                               const int32_t *offsets_b, const uint8_t *data_b, size_t len_b,
+                               size_t n, uint8_t *out, const lm_exec *exec);
+lm_status lm_o32_hash64_checked(const int32_t *offsets, size_t n, const uint8_t *data,
+                                size_t data_len, uint64_t seed, uint64_t *out,
+                                const lm_exec *exec);
+/* Byte-level tokens: row i = [bos] bytes... [eos] then pad; max_len columns;
+ * bos/eos < 0 mean none; content is truncated so bos and eos fit.
+ * tokens has n*max_len int64, lengths n int64 (tokens that are not padding). */
+lm_status lm_o32_pad_bytes(const int32_t *offsets, size_t n, const uint8_t *data, size_t max_len,
+                           int64_t pad_id, int64_t bos_id, int64_t eos_id, int64_t *tokens,
+                           int64_t *lengths, const lm_exec *exec);
+/* Gather, pass 1: out_offsets (m+1) of the strings index[0..m); LM_ERANGE for an index
+ * outside [0, n), LM_EOVERFLOW when the total does not fit int32_t. */
+lm_status lm_o32_gather_offsets(const int32_t *offsets, size_t n, const int64_t *index, size_t m,
+                                int32_t *out_offsets);
+/* Gather, pass 2: copy the payload into out_data (out_offsets[m] bytes). */
+lm_status lm_o32_gather_data(const int32_t *offsets, const uint8_t *data, const int64_t *index,
+                             size_t m, const int32_t *out_offsets, uint8_t *out_data,
+                             const lm_exec *exec);
+/* Compact, pass 1: *out_n kept strings and their *out_bytes. */
+lm_status lm_o32_compact_count(const int32_t *offsets, size_t n, const uint8_t *mask,
+                               size_t *out_n, uint64_t *out_bytes);
+/* Compact, pass 2: out_offsets (out_n+1) and out_data. */
+lm_status lm_o32_compact(const int32_t *offsets, size_t n, const uint8_t *data,
+                         const uint8_t *mask, int32_t *out_offsets, uint8_t *out_data);
 
-LM_DECLARE_OFFSET_OPS(o32, int32_t)
-LM_DECLARE_OFFSET_OPS(o64, int64_t)
+/* int64 offsets (o64): the same functions and contracts as the o32 ones above. */
+lm_status lm_o64_prefix_match(const int64_t *offsets, size_t n, const uint8_t *data,
+                              const uint8_t *prefix, size_t plen, uint8_t *out,
+                              const lm_exec *exec);
+lm_status lm_o64_equal_scalar(const int64_t *offsets, size_t n, const uint8_t *data,
+                              const uint8_t *s, size_t slen, uint8_t *out, const lm_exec *exec);
+lm_status lm_o64_equal(const int64_t *offsets_a, const uint8_t *data_a, const int64_t *offsets_b,
+                       const uint8_t *data_b, size_t n, uint8_t *out, const lm_exec *exec);
+lm_status lm_o64_hash64(const int64_t *offsets, size_t n, const uint8_t *data, uint64_t seed,
+                        uint64_t *out, const lm_exec *exec);
+lm_status lm_o64_prefix_match_checked(const int64_t *offsets, size_t n, const uint8_t *data,
+                                      size_t data_len, const uint8_t *prefix, size_t plen,
+                                      uint8_t *out, const lm_exec *exec);
+lm_status lm_o64_equal_scalar_checked(const int64_t *offsets, size_t n, const uint8_t *data,
+                                      size_t data_len, const uint8_t *s, size_t slen,
+                                      uint8_t *out, const lm_exec *exec);
+lm_status lm_o64_equal_checked(const int64_t *offsets_a, const uint8_t *data_a, size_t len_a,
+                               const int64_t *offsets_b, const uint8_t *data_b, size_t len_b,
+                               size_t n, uint8_t *out, const lm_exec *exec);
+lm_status lm_o64_hash64_checked(const int64_t *offsets, size_t n, const uint8_t *data,
+                                size_t data_len, uint64_t seed, uint64_t *out,
+                                const lm_exec *exec);
+lm_status lm_o64_pad_bytes(const int64_t *offsets, size_t n, const uint8_t *data, size_t max_len,
+                           int64_t pad_id, int64_t bos_id, int64_t eos_id, int64_t *tokens,
+                           int64_t *lengths, const lm_exec *exec);
+lm_status lm_o64_gather_offsets(const int64_t *offsets, size_t n, const int64_t *index, size_t m,
+                                int64_t *out_offsets);
+lm_status lm_o64_gather_data(const int64_t *offsets, const uint8_t *data, const int64_t *index,
+                             size_t m, const int64_t *out_offsets, uint8_t *out_data,
+                             const lm_exec *exec);
+lm_status lm_o64_compact_count(const int64_t *offsets, size_t n, const uint8_t *mask,
+                               size_t *out_n, uint64_t *out_bytes);
+lm_status lm_o64_compact(const int64_t *offsets, size_t n, const uint8_t *data,
+                         const uint8_t *mask, int64_t *out_offsets, uint8_t *out_data);
 
 #ifdef __cplusplus
 }
