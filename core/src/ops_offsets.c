@@ -5,6 +5,7 @@
 
 #include "luminamoon/hash.h"
 #include "luminamoon/string_tensor.h"
+#include "ops_internal.h" /* the AVX2 first passes */
 
 static lm_exec grain(const lm_exec *exec, size_t items) {
   lm_exec e = exec ? *exec : (lm_exec){1, 0};

@@ -132,6 +132,9 @@ static lm_status RNG(prefix)(void *ctx, size_t begin, size_t end) {
     return LM_OK;
   }
   const UOFF_T pl = (UOFF_T)plen;
+#if LM_HASH_HAVE_AVX2
+  const int avx2 = lm_hash_uses_avx2(); /* the first pass on 8 offsets a vector */
+#endif
   if (!c->exact && plen <= 8 && dlen >= 8) {
     /* prefixes of up to 8 bytes: one branch-free pass, one unaligned word per string
      * (the strings starting in the last 8 bytes of data take the slow path). */
@@ -155,7 +158,13 @@ static lm_status RNG(prefix)(void *ctx, size_t begin, size_t end) {
     const size_t b1 = end - b0 < LM_OFF_BLOCK ? end : b0 + LM_OFF_BLOCK;
     if (c->exact) {
       /* equality: lengths first (4 or 8 bytes a string), then the few candidates */
+#if LM_HASH_HAVE_AVX2
+      if (avx2 ? LM_CAT(LM_CAT(lm_, SUF), _len_eq_avx2)(off, out, b0, b1, lim, pl)
+               : LM_CAT(SUF, _len_eq)(off, out, b0, b1, lim, pl))
+        return LM_EINVAL;
+#else
       if (LM_CAT(SUF, _len_eq)(off, out, b0, b1, lim, pl)) return LM_EINVAL;
+#endif
       if (plen == 0) continue;
       /* the candidates' indices, gathered without a branch on out[i] (a branch there
        * mispredicts for every candidate when, as with words, one string in ten has the
@@ -283,16 +292,26 @@ static lm_status RNG(eq)(void *ctx, size_t begin, size_t end) {
   const uint64_t wa = dla >= 8 ? dla - 7 : 0, wb = dlb >= 8 ? dlb - 7 : 0;
   uint16_t cand[LM_OFF_BLOCK + 8];
   int bad1 = 0;
+#if LM_HASH_HAVE_AVX2
+  const int avx2 = lm_hash_uses_avx2(); /* the first pass on 8 offsets a vector */
+#endif
   for (size_t b0 = begin; b0 < end; b0 += LM_OFF_BLOCK) {
     const size_t b1 = end - b0 < LM_OFF_BLOCK ? end : b0 + LM_OFF_BLOCK;
-    UOFF_T bad = 0;
-    for (size_t i = b0; i < b1; i++) {
-      const UOFF_T a0 = (UOFF_T)oa[i], a1 = (UOFF_T)oa[i + 1], x0 = (UOFF_T)ob[i], x1 = (UOFF_T)ob[i + 1];
-      const UOFF_T ok = (UOFF_T)(a0 <= a1) & (UOFF_T)(a1 <= lima) & (UOFF_T)(x0 <= x1) & (UOFF_T)(x1 <= limb);
-      bad |= ok ^ 1u;
-      out[i] = (uint8_t)(ok & (UOFF_T)(a1 - a0 == x1 - x0));
+#if LM_HASH_HAVE_AVX2
+    if (avx2) {
+      if (LM_CAT(LM_CAT(lm_, SUF), _pairs_eq_avx2)(oa, ob, out, b0, b1, lima, limb)) return LM_EINVAL;
+    } else
+#endif
+    {
+      UOFF_T bad = 0;
+      for (size_t i = b0; i < b1; i++) {
+        const UOFF_T a0 = (UOFF_T)oa[i], a1 = (UOFF_T)oa[i + 1], x0 = (UOFF_T)ob[i], x1 = (UOFF_T)ob[i + 1];
+        const UOFF_T ok = (UOFF_T)(a0 <= a1) & (UOFF_T)(a1 <= lima) & (UOFF_T)(x0 <= x1) & (UOFF_T)(x1 <= limb);
+        bad |= ok ^ 1u;
+        out[i] = (uint8_t)(ok & (UOFF_T)(a1 - a0 == x1 - x0));
+      }
+      if (bad) return LM_EINVAL;
     }
-    if (bad) return LM_EINVAL;
     /* prefetching pays only when strings lie cache lines apart */
     const int far = (uint64_t)((UOFF_T)oa[b1] - (UOFF_T)oa[b0]) > 64 * (uint64_t)(b1 - b0);
     const size_t nc = lm_off_gather(out + b0, b1 - b0, cand);

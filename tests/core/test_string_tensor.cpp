@@ -702,8 +702,11 @@ TEST(Hash, BothCopiesMatchXXH3OnLongStrings) {
     lm_hash64_many_generic(ptrs.data(), lens.data(), n, seed, got.data());
     for (size_t i = 0; i < n; i++) ASSERT_EQ(got[i], want[i]) << "generic, len " << lens[i];
 #if LM_HASH_HAVE_AVX2
-    if (__builtin_cpu_supports("avx2"))
-      for (size_t i = 0; i < n; i++) ASSERT_EQ(lm_hash64_avx2(ptrs[i], lens[i], seed), want[i]) << "avx2, len " << lens[i];
+    if (__builtin_cpu_supports("avx2")) {
+      for (size_t i = 0; i < n; i++) {
+        ASSERT_EQ(lm_hash64_avx2(ptrs[i], lens[i], seed), want[i]) << "avx2, len " << lens[i];
+      }
+    }
 #endif
     lm_hash64_many(ptrs.data(), lens.data(), n, seed, got.data());
     for (size_t i = 0; i < n; i++) ASSERT_EQ(got[i], want[i]) << "dispatched, len " << lens[i];
