@@ -28,11 +28,28 @@ import pyarrow as pa
 import torch
 
 from . import _C
-from .string_tensor import StringTensor, _frombuffer
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the class is passed in (``cls``): string_tensor imports this module
+    from .string_tensor import StringTensor
 
 _lib = torch.ops.luminamoon
 _STRING_TYPES = (pa.string(), pa.large_string(), pa.binary(), pa.large_binary())
 _VIEW_TYPES = (pa.string_view(), pa.binary_view())
+
+
+def _frombuffer(buf) -> torch.Tensor:
+    """A uint8 CPU tensor over an Arrow/Python buffer: shared (kept alive by the tensor) when the
+    buffer is writable, a copy when it is read-only (a memory-mapped file, ``bytes``): torch has no
+    read-only tensors, and a write through one (``st.data[0] = 1``, ``dlpack_buffers()``) into a
+    read-only mapping would kill the process with SIGSEGV."""
+    mv = memoryview(buf)
+    if len(mv) == 0:
+        return torch.empty(0, dtype=torch.uint8)
+    arr = np.frombuffer(buf, dtype=np.uint8)
+    if mv.readonly:
+        return torch.from_numpy(arr.copy())
+    return torch.from_numpy(arr)
 
 
 def _np_view(t: torch.Tensor) -> np.ndarray:
@@ -61,7 +78,7 @@ def to_arrow_view(st: StringTensor) -> pa.Array:
     return pa.Array.from_buffers(typ, len(st), bufs)
 
 
-def _from_offsets_array(arr: pa.Array, validate: bool) -> StringTensor:
+def _from_offsets_array(cls, arr: pa.Array, validate: bool) -> StringTensor:
     n = len(arr)
     _, obuf, dbuf = arr.buffers()
     wide = pa.types.is_large_string(arr.type) or pa.types.is_large_binary(arr.type)
@@ -73,10 +90,10 @@ def _from_offsets_array(arr: pa.Array, validate: bool) -> StringTensor:
         offsets = _frombuffer(obuf)[arr.offset * width:(arr.offset + n + 1) * width].view(odt)
     data = _frombuffer(dbuf) if dbuf is not None else torch.empty(0, dtype=torch.uint8)
     # Arrow string arrays are UTF-8 by contract only: check unless told not to.
-    return StringTensor.from_buffers(offsets, data, validate=validate)
+    return cls.from_buffers(offsets, data, validate=validate)
 
 
-def _from_view_array(arr: pa.Array, validate: bool) -> StringTensor:
+def _from_view_array(cls, arr: pa.Array, validate: bool) -> StringTensor:
     bufs = arr.buffers()
     n = len(arr)
     # The views buffer may be longer than the array (a slice, or spare capacity): take our rows only.
@@ -88,13 +105,13 @@ def _from_view_array(arr: pa.Array, validate: bool) -> StringTensor:
     views = vbuf[lo:hi].view(n, 16)
     payload = [_frombuffer(b) if b is not None else torch.empty(0, dtype=torch.uint8) for b in bufs[2:]]
     _C.validate_views(views, payload)  # bounds, padding, prefixes: never trust a foreign view
-    st = StringTensor(views=views, buffers=payload, utf8=bool(validate))
+    st = cls(views=views, buffers=payload, utf8=bool(validate))
     if validate:
         _C.validate_utf8(*st._od_pair())
     return st
 
 
-def _concat(parts: list) -> StringTensor:
+def _concat(cls, parts: list) -> StringTensor:
     if len(parts) == 1:
         return parts[0]
     # views layout: concatenate the views, re-basing each part's buffer indices (no payload copy).
@@ -111,11 +128,11 @@ def _concat(parts: list) -> StringTensor:
         buffers.extend(pb)
     flags = [p._utf8 for p in parts]
     utf8 = False if False in flags else (True if all(flags) else None)
-    return StringTensor(views=torch.cat(views) if views else torch.empty(0, 16, dtype=torch.uint8), buffers=buffers,
+    return cls(views=torch.cat(views) if views else torch.empty(0, 16, dtype=torch.uint8), buffers=buffers,
                         utf8=utf8)
 
 
-def _from_array(arr: pa.Array, validate: bool) -> StringTensor:
+def _from_array(cls, arr: pa.Array, validate: bool) -> StringTensor:
     if arr.null_count:
         first = arr.is_null().index(True).as_py()
         raise ValueError(f"the Arrow array holds {arr.null_count} nulls (the first at {first}); "
@@ -125,27 +142,27 @@ def _from_array(arr: pa.Array, validate: bool) -> StringTensor:
         # Decoded here, not with dictionary_decode (which pyarrow cannot do for string_view
         # dictionaries): the dictionary becomes a StringTensor, the indices select from it
         # (views layout: no payload copy).  Nulls in the indices were refused above.
-        values = _from_array(arr.dictionary, validate)
+        values = _from_array(cls, arr.dictionary, validate)
         idx = arr.indices.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
         if len(idx) and (int(idx.min()) < 0 or int(idx.max()) >= len(values)):
             raise ValueError(f"the dictionary array's indices point outside its dictionary "
                              f"({len(values)} values)")
         return values.take(torch.from_numpy(np.ascontiguousarray(idx)))
     if t in _STRING_TYPES:
-        return _from_offsets_array(arr, validate)
+        return _from_offsets_array(cls, arr, validate)
     if t in _VIEW_TYPES:
-        return _from_view_array(arr, validate)
+        return _from_view_array(cls, arr, validate)
     raise TypeError(f"expected an Arrow string, large_string, string_view (or binary) array, got {t}")
 
 
 def from_arrow(cls, obj, validate: bool = True) -> StringTensor:
-    if isinstance(obj, StringTensor):
+    if isinstance(obj, cls):
         return obj
     if isinstance(obj, pa.ChunkedArray):
         chunks = [c for c in obj.chunks if len(c)] or [pa.array([], type=obj.type)]
-        return _concat([_from_array(c, validate) for c in chunks])
+        return _concat(cls, [_from_array(cls, c, validate) for c in chunks])
     if isinstance(obj, pa.Array):
-        return _from_array(obj, validate)
+        return _from_array(cls, obj, validate)
     if hasattr(obj, "__arrow_c_stream__"):
         return from_arrow(cls, pa.chunked_array(obj), validate)
     if hasattr(obj, "__arrow_c_array__"):

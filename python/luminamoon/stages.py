@@ -1,4 +1,4 @@
-"""Text stages (design.md §4): TextCleaner, QualityFilter, PIIMasker,
+"""Text stages (C kernels in core/src/clean.c, quality.c, pii.c, dedup.c): TextCleaner, QualityFilter, PIIMasker,
 StreamDeduplicator, and the two ways of chaining them, FusedPipeline (one C
 pass per document) and ChainPipeline (the four stages as separate batch calls).
 

@@ -1,4 +1,4 @@
-"""StateTracker: the crash-safe, two-slot checkpoint file of design.md §5.
+"""StateTracker: the crash-safe, two-slot checkpoint file whose format core/include/luminamoon/state.h describes.
 
 A 128-byte file with two 64-byte slots, each with a sequence number, the
 coordinate (epoch, batch index, sample index, source position, shard), the

@@ -1,4 +1,4 @@
-"""StringTensor: a tensor of UTF-8 strings in two layouts (design.md §2).
+"""StringTensor: a tensor of UTF-8 strings in two layouts (described below).
 
 * offsets layout: ``offsets`` (int32, or int64 past 2 GiB; N+1 entries,
   ``offsets[0] == 0``) and ``data`` (uint8 payload) — the GPU / Arrow ``string``
@@ -33,6 +33,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from . import _C
+from . import arrow as _arrow
 from . import ops as _ops  # noqa: F401  (registers the fake kernels)
 
 __all__ = ["StringTensor"]
@@ -80,20 +81,6 @@ def _as_index_tensor(t, name: str, empty_dtype: torch.dtype = torch.int64) -> to
         if "overflow" in str(e).lower():
             raise IndexError(f"{name} holds a value outside the int64 range") from None
         raise TypeError(f"{name} must be a tensor, array or list of integers/bools, got {type(t).__name__}") from None
-
-
-def _frombuffer(buf) -> torch.Tensor:
-    """A uint8 CPU tensor over an Arrow/Python buffer: shared (kept alive by the tensor) when the
-    buffer is writable, a copy when it is read-only (a memory-mapped file, ``bytes``): torch has no
-    read-only tensors, and a write through one (``st.data[0] = 1``, ``dlpack_buffers()``) into a
-    read-only mapping would kill the process with SIGSEGV."""
-    mv = memoryview(buf)
-    if len(mv) == 0:
-        return torch.empty(0, dtype=torch.uint8)
-    arr = np.frombuffer(buf, dtype=np.uint8)
-    if mv.readonly:
-        return torch.from_numpy(arr.copy())
-    return torch.from_numpy(arr)
 
 
 def _windows(data: torch.Tensor) -> tuple:
@@ -275,8 +262,6 @@ class StringTensor:
         buffers are shared.  With ``validate=False`` the tensor has bytes
         semantics and ``to_arrow()`` exports it as ``binary``.
         """
-        from . import arrow as _arrow
-
         return _arrow.from_arrow(cls, obj, validate=validate)
 
     # ------------------------------------------------------------------ layouts
@@ -652,16 +637,12 @@ class StringTensor:
         UTF-8) export as ``pa.binary()`` / ``pa.large_binary()`` instead: an Arrow string array must
         hold UTF-8, and readers such as Polars trust that (invalid bytes crash them)."""
         self._require_data("to_arrow")
-        from . import arrow as _arrow
-
         return _arrow.to_arrow(self, zero_copy=zero_copy)
 
     def to_arrow_view(self):
         """``pa.string_view()`` array over the views and payload buffers (no copy);
         ``pa.binary_view()`` for bytes semantics (see ``to_arrow``)."""
         self._require_data("to_arrow_view")
-        from . import arrow as _arrow
-
         return _arrow.to_arrow_view(self)
 
     def to_polars(self, name: str = ""):

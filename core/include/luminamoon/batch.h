@@ -106,6 +106,8 @@ typedef struct lm_batch_stage {
   void (*merge)(void *stage, const void *counters);
 } lm_batch_stage;
 
+/* Run stage `vt` over `docs` into `out` as described above (lm_batch_run_ex with no options).
+ * out is caller-owned (lm_batch_result_init / _free); docs and stage are borrowed for the call. */
 lm_status lm_batch_run(const lm_batch_stage *vt, void *stage, const lm_docs *docs, lm_batch_result *out,
                        const lm_exec *exec);
 
@@ -145,6 +147,12 @@ typedef struct lm_batch_plan {
   size_t nworkers; /* 1 .. 256 */
 } lm_batch_plan;
 
+/* lm_batch_plan_init: an empty plan (no allocation; p non-NULL).  lm_batch_plan_free: frees
+ * `start` and empties the plan (NULL is ignored; the plan may be made again).
+ * lm_batch_plan_make: cut items [0, n) with byte prefix sums prefix[0..n] (borrowed, read
+ * only) into ranges for exec (NULL: one worker), at most max_items per range (0: 256), into
+ * *p (its `start` reused or grown).  LM_EINVAL (NULL p or prefix, decreasing prefix), LM_ENOMEM;
+ * on an error *p stays valid for lm_batch_plan_free. */
 void lm_batch_plan_init(lm_batch_plan *p);
 void lm_batch_plan_free(lm_batch_plan *p);
 lm_status lm_batch_plan_make(lm_batch_plan *p, const int64_t *prefix, size_t n, const lm_exec *exec,
@@ -203,6 +211,8 @@ typedef struct lm_batch_opts {
   size_t keep_bytes;
 } lm_batch_opts;
 
+/* lm_batch_run with options (opts NULL = none); ownership, thread-safety and errors as
+ * lm_batch_run, plus LM_EINVAL when only one of pre_doc / pre_done is set. */
 lm_status lm_batch_run_ex(const lm_batch_stage *vt, const lm_batch_opts *opts, void *stage, const lm_docs *docs,
                           lm_batch_result *out, const lm_exec *exec);
 

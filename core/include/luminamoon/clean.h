@@ -66,6 +66,7 @@ typedef struct lm_clean_counters {
 
 typedef struct lm_cleaner lm_cleaner;
 
+/* Fill *p with the defaults (every field set).  LM_EINVAL on NULL.  Pure, thread-safe. */
 lm_status lm_cleaner_params_default(lm_cleaner_params *p);
 
 /* params NULL = defaults (copied).  *out owned by the caller. */
@@ -92,6 +93,8 @@ lm_status lm_cleaner_run(lm_cleaner *c, const lm_docs *docs, lm_batch_result *ou
 /* The cleaner's parameters (a copy).  LM_EINVAL on NULL. */
 lm_status lm_cleaner_get_params(const lm_cleaner *c, lm_cleaner_params *out);
 
+/* Copy the counters totalled over every lm_cleaner_run since creation or the last reset into
+ * *out / zero them.  LM_EINVAL on NULL.  Not concurrently with lm_cleaner_run on c. */
 lm_status lm_cleaner_get_counters(const lm_cleaner *c, lm_clean_counters *out);
 lm_status lm_cleaner_reset_counters(lm_cleaner *c);
 

@@ -181,6 +181,9 @@ lm_status lm_dedup_truncate(lm_dedup *d, uint64_t lsn);
 /* Write a snapshot of the table (see above).  In-memory mode: LM_OK, nothing. */
 lm_status lm_dedup_snapshot(lm_dedup *d);
 
+/* Copy the table, WAL and counter figures into *out (caller-owned).  LM_EINVAL on NULL.
+ * Reads d without a lock: not concurrently with a call that changes d (run, sync,
+ * truncate, snapshot, close). */
 lm_status lm_dedup_stats_get(const lm_dedup *d, lm_dedup_stats *out);
 
 /* Visit every held hash in table order (for tests and export).  fn returns

@@ -49,6 +49,8 @@ lm_status lm_parallel_tasks(size_t nworkers, size_t ntasks, lm_task_fn fn, void 
  * parallel call), which contention from other processes does not distort. */
 #define LM_PARALLEL_STATS_HOOK 1
 typedef void (*lm_parallel_stats_hook)(void *arg, size_t nworkers, const double *busy);
+/* Install (hook non-NULL) or remove (NULL) the process-wide hook; arg is borrowed until the
+ * hook is replaced.  Never fails. */
 void lm_parallel_set_stats_hook(lm_parallel_stats_hook hook, void *arg);
 
 /* The number of online CPUs (>= 1). */

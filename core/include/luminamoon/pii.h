@@ -183,7 +183,9 @@ lm_status lm_pii_max_doc_bytes(const lm_pii_masker *m, size_t *out);
 /* The number of replacement strings of `type` (for cycle arithmetic): *n >= 1. */
 lm_status lm_pii_replacement_count(const lm_pii_masker *m, lm_pii_type type, size_t *n);
 
-void lm_pii_buf_free(lm_pii_buf *b); /* frees data and zeroes; NULL is ignored */
+/* Free b->data (owned by the buffer) and zero *b, which may then be reused; NULL is ignored.
+ * Not concurrently with another use of the same buffer. */
+void lm_pii_buf_free(lm_pii_buf *b);
 
 /* Validity checks, exposed for tests and other stages.  Pure, thread-safe. */
 /* Luhn checksum over the ASCII digits of s (other bytes ignored); 1 if valid and

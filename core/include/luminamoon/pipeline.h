@@ -91,6 +91,8 @@ void lm_fused_destroy(lm_fused *f); /* NULL is ignored */
  * exec NULL = one thread. */
 lm_status lm_fused_run(lm_fused *f, const lm_docs *docs, lm_batch_result *out, const lm_exec *exec);
 
+/* Copy the counters totalled over every lm_fused_run since creation or the last reset into
+ * *out (caller-owned).  LM_EINVAL on NULL.  Not concurrently with lm_fused_run on f. */
 lm_status lm_fused_get_counters(const lm_fused *f, lm_fused_counters *out);
 /* Zero the counters and the PII replacement cycle. */
 lm_status lm_fused_reset_counters(lm_fused *f);

@@ -49,8 +49,11 @@ lm_status lm_buffer_create(size_t capacity, lm_buffer **out);
 lm_status lm_buffer_wrap(const uint8_t *data, size_t size, void (*release)(void *owner),
                          void *owner, lm_buffer **out);
 
-void lm_buffer_retain(lm_buffer *b);  /* NULL is ignored */
-void lm_buffer_release(lm_buffer *b); /* NULL is ignored; frees at zero */
+/* Reference counting (atomic: any thread may retain or release).  retain adds one reference;
+ * release drops one and, at zero, calls the owner's release function (lm_buffer_wrap) or frees
+ * the bytes.  NULL is ignored.  Never fail. */
+void lm_buffer_retain(lm_buffer *b);
+void lm_buffer_release(lm_buffer *b);
 const uint8_t *lm_buffer_data(const lm_buffer *b);
 size_t lm_buffer_size(const lm_buffer *b);
 

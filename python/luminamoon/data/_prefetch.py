@@ -19,7 +19,7 @@ from .._durable import atomic_write, fsync_dir  # re-exported: their home is lum
 __all__ = ["END", "Prefetcher", "fsync_dir", "atomic_write", "DEFAULT_MAX_PREFETCH_BYTES", "check_max_bytes",
            "empty_prefetch_stats", "tensor_memory", "lock_state_dir", "unlock_state_dir", "LOCK_NAME"]
 
-#: The lock file of a state folder (design.md §8: one process, or one job of ranks, at a time).
+#: The lock file of a state folder (one process, or one job of ranks, at a time: a second run on the same state folder is refused).
 LOCK_NAME = "lock"
 
 DEFAULT_MAX_PREFETCH_BYTES = 256 << 20

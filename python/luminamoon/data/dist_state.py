@@ -1,4 +1,4 @@
-"""Files of the distributed checkpoint (design.md §5–6): dedup WAL reading for
+"""Files of the distributed checkpoint (DistributedPipeline, data/distributed.py): dedup WAL reading for
 re-partitioning, atomic sidecars, the global commit record.
 
 Layout of a distributed ``state_dir`` (one folder shared by every rank)::

@@ -1,6 +1,6 @@
 """DistributedPipeline: ResumablePipeline for ``torch.distributed`` — record sharding,
 global exact dedup across ranks, one consistent distributed commit, and elastic
-resume on a different number of ranks (design.md §5–6).
+resume on a different number of ranks (the commit protocol of ResumablePipeline, data/adapters.py, per rank).
 
 **Global coordinate.**  Every rank reads the same, deterministically ordered
 stream.  A global step takes the next ``G = world_size * batch_size`` records;
@@ -336,7 +336,7 @@ class DistributedPipeline:
                                                 if k not in ("max_entries", "initial_capacity", "wal_buffer_hashes")})
             near_desc = {"mode": near_dedup, **probe.config}
             probe.close()
-        # what shapes the output, checked at resume (design.md §8); not batch_size, which a
+        # what shapes the output, checked at resume (resume never guesses: a different setting is refused); not batch_size, which a
         # resize to another world size may change along with the global step
         self._run = {"stages": {"cleaner": describe_setting(self._local.cleaner or False),
                                 "quality": describe_setting(self._local.quality or False),
