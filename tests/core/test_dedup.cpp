@@ -665,3 +665,21 @@ TEST(DedupGrowth, MigrationWorkPerBatchIsBounded) {
   EXPECT_EQ(st.entries, 256u * 4096u);
   lm_dedup_destroy(d);
 }
+
+// ---- regression (review of the snapshot path)
+
+// Review of the snapshot path: lm_dt_init computed (cap + 64) * 16 without an
+// overflow check, so initial_capacity near SIZE_MAX wrapped to a tiny array
+// that claimed a huge capacity.  Fixed in commit 5189252 (lm_dt_init refuses
+// capacities above 2^40: LM_ENOMEM).
+TEST(Dedup, HugeInitialCapacityFailsCleanly) {
+  lm_dedup_params p;
+  lm_dedup_params_default(&p);
+  p.initial_capacity = SIZE_MAX - 8;
+  lm_dedup *d = nullptr;
+  EXPECT_EQ(lm_dedup_create(&p, &d), LM_ENOMEM);
+  EXPECT_EQ(d, nullptr);
+  p.initial_capacity = SIZE_MAX / 16 - 10;
+  EXPECT_EQ(lm_dedup_create(&p, &d), LM_ENOMEM);
+  EXPECT_EQ(d, nullptr);
+}

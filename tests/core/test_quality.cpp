@@ -476,3 +476,58 @@ TEST(Quality, BatchThreadInvarianceAndCounters) {
   lm_quality_get_counters(q.q, &c);
   EXPECT_EQ(c.docs_in, 0u);
 }
+
+// ---- regressions (fuzz_quality, review of the size limits)
+
+// fuzz_quality: a range of documents that kept only empty texts left the
+// range's output buffer NULL, and lm_quality_run computed NULL + 0 (undefined
+// behaviour, reported by UBSan).  Input: all rule sets off, one empty document.
+// Fix: core/src/quality.c passes NULL for an empty text instead of data + pos.
+TEST(Quality, RunKeptEmptyTextOnly) {
+  lm_quality_params p;
+  ASSERT_EQ(lm_quality_params_default(&p), LM_OK);
+  for (int s = 0; s < LM_QSET_COUNT; s++)
+    ASSERT_EQ(lm_quality_params_set_rule_set(&p, (lm_quality_rule_set)s, 0), LM_OK);
+  p.c4_modify_text = 0;
+  lm_quality *q = nullptr;
+  ASSERT_EQ(lm_quality_create(&p, &q), LM_OK);
+  const int64_t offs[3] = {0, 0, 0};
+  lm_docs docs = {offs, nullptr, 2, 0};
+  lm_batch_result r;
+  lm_batch_result_init(&r);
+  ASSERT_EQ(lm_quality_run(q, &docs, &r, nullptr), LM_OK);
+  ASSERT_EQ(r.n_out, 2u);
+  EXPECT_EQ(r.reasons[0], LM_REASON_KEPT);
+  EXPECT_EQ(r.reasons[1], LM_REASON_KEPT);
+  EXPECT_EQ(r.offsets[2], 0);
+  lm_batch_result_free(&r);
+  lm_quality_destroy(q);
+}
+
+// Review of the size limits (issue 8, resource limits): lm_quality_check tested
+// its 32-bit token-offset bound (4 GiB) before the configured max_doc_bytes, so
+// a document above both failed the whole batch with LM_ETOOBIG instead of being
+// refused with LM_REASON_TOO_LARGE.  The text is never read on that path, so a
+// 1-byte buffer with a 5 GiB length reproduces it.  Fix: core/src/quality_rules.c
+// checks the configured limit first.
+TEST(Quality, LimitBeatsTheFourGigabyteBound) {
+  lm_quality_params p;
+  ASSERT_EQ(lm_quality_params_default(&p), LM_OK);
+  p.max_doc_bytes = 1000;
+  lm_quality *q = nullptr;
+  ASSERT_EQ(lm_quality_create(&p, &q), LM_OK);
+  lm_quality_scratch *s = nullptr;
+  ASSERT_EQ(lm_quality_scratch_create(&s), LM_OK);
+  static const uint8_t byte = 'x';
+  lm_quality_doc_result r;
+  const size_t huge = (size_t)5 << 30;
+  ASSERT_EQ(lm_quality_check(q, s, &byte, huge, &r, nullptr), LM_OK);
+  EXPECT_EQ(r.reason, LM_REASON_TOO_LARGE);
+  // without a configured limit the bound is still a clear error, not a crash
+  lm_quality *q0 = nullptr;
+  ASSERT_EQ(lm_quality_create(nullptr, &q0), LM_OK);
+  EXPECT_EQ(lm_quality_check(q0, s, &byte, huge, &r, nullptr), LM_ETOOBIG);
+  lm_quality_destroy(q0);
+  lm_quality_scratch_destroy(s);
+  lm_quality_destroy(q);
+}

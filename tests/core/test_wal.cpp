@@ -735,3 +735,133 @@ TEST(Wal, InspectAndReadHashesAreReadOnlyAndChecked) {
   EXPECT_EQ(lm_dedup_wal_inspect(path.c_str(), nullptr), LM_EINVAL);
   EXPECT_EQ(lm_dedup_wal_read_hashes(path.c_str(), 1, nullptr, &n), LM_EINVAL);
 }
+
+// ---- regressions: forged snapshots (fuzz_snapshot, CRCs recomputed)
+
+namespace {
+
+uint64_t snap_get64(const std::string &s, size_t at) {
+  uint64_t v;
+  memcpy(&v, s.data() + at, 8);
+  return v;
+}
+void snap_put64(std::string &s, size_t at, uint64_t v) { memcpy(&s[at], &v, 8); }
+void snap_put32(std::string &s, size_t at, uint32_t v) { memcpy(&s[at], &v, 4); }
+
+using SnapKey = std::pair<uint64_t, uint64_t>;
+
+int snap_collect(void *ctx, lm_hash128_t h) {
+  static_cast<std::set<SnapKey> *>(ctx)->insert({h.lo, h.hi});
+  return 0;
+}
+
+// A WAL of `n` hashes with a snapshot of all of them; returns the hashes.
+std::set<SnapKey> make_wal_with_snapshot(const std::string &wal, size_t n) {
+  lm_dedup_params p;
+  lm_dedup_params_default(&p);
+  p.wal_path = wal.c_str();
+  p.wal_buffer_hashes = 4;
+  p.initial_capacity = 16;
+  lm_dedup *d = nullptr;
+  EXPECT_EQ(lm_dedup_create(&p, &d), LM_OK);
+  std::set<SnapKey> want;
+  for (size_t k = 0; k < n; k++) {
+    lm_hash128_t h = {0x9e3779b97f4a7c15ull * (k + 1), (k * 0x5851f42d4c957f2dull) | 1};
+    int is_new = 0;
+    EXPECT_EQ(lm_dedup_check_insert_hash(d, h, &is_new), LM_OK);
+    EXPECT_EQ(is_new, 1);
+    want.insert({h.lo, h.hi});
+  }
+  EXPECT_EQ(lm_dedup_snapshot(d), LM_OK);
+  EXPECT_EQ(lm_dedup_close(d), LM_OK);
+  lm_dedup_destroy(d);
+  return want;
+}
+
+void reopen_expect(const std::string &wal, const std::set<SnapKey> &want, int snapshot_loaded) {
+  lm_dedup_params p;
+  lm_dedup_params_default(&p);
+  p.wal_path = wal.c_str();
+  lm_dedup *d = nullptr;
+  ASSERT_EQ(lm_dedup_create(&p, &d), LM_OK);
+  lm_dedup_stats st;
+  ASSERT_EQ(lm_dedup_stats_get(d, &st), LM_OK);
+  EXPECT_EQ(st.snapshot_loaded, snapshot_loaded);
+  EXPECT_EQ(st.entries, want.size());
+  std::set<SnapKey> got;
+  ASSERT_EQ(lm_dedup_foreach(d, snap_collect, &got), LM_OK);
+  EXPECT_EQ(got, want);
+  for (const SnapKey &k : want) {
+    int found = 0;
+    lm_hash128_t h = {k.first, k.second};
+    ASSERT_EQ(lm_dedup_contains(d, h, &found), LM_OK);
+    EXPECT_EQ(found, 1);
+  }
+  lm_dedup_destroy(d);
+}
+
+// Header CRC (bytes 92..95 over 0..91) and slot CRC (80..83) of a snapshot, recomputed.
+void reseal(std::string &snap) {
+  snap_put32(snap, 80, lm_crc32c(snap.data() + 96, snap.size() - 96));
+  snap_put32(snap, 92, lm_crc32c(snap.data(), 92));
+}
+
+}  // namespace
+
+// fuzz_snapshot (forged CRCs): a snapshot whose slot array was out of order (two
+// slots swapped, CRCs recomputed) was loaded as the table, so lm_dedup_contains
+// missed hashes that lm_dedup_foreach listed.  Fix: core/src/dedup_wal.c checks
+// the loaded array's structure (lm_dt_check in dedup.c) and falls back to replay.
+TEST(WalSnapshot, UnorderedSlotsAreNotTrusted) {
+  TempDir t;
+  std::string wal = t.path + "/wal";
+  std::set<SnapKey> want = make_wal_with_snapshot(wal, 40);
+  std::string snap = read_all(wal + ".snap");
+  ASSERT_GT(snap.size(), 96u);
+  // swap the first two occupied slots
+  std::vector<size_t> occ;
+  for (size_t off = 96; off + 16 <= snap.size(); off += 16)
+    if (snap_get64(snap, off) | snap_get64(snap, off + 8)) occ.push_back(off);
+  ASSERT_GE(occ.size(), 2u);
+  std::string a = snap.substr(occ[0], 16), b = snap.substr(occ[1], 16);
+  snap.replace(occ[0], 16, b);
+  snap.replace(occ[1], 16, a);
+  reseal(snap);
+  write_all(wal + ".snap", snap);
+  reopen_expect(wal, want, 0);
+}
+
+// fuzz_snapshot (forged CRCs): a header announcing a huge capacity made the
+// loader allocate (cap + 64) * 16 bytes before reading anything: 8 TiB here,
+// an allocation failure in a plain build and an abort under ASan.  Fix: the
+// snapshot's file size must equal 96 + nslots * 16 before any allocation.
+TEST(WalSnapshot, HugeCapacityIsRejectedBeforeAllocating) {
+  TempDir t;
+  std::string wal = t.path + "/wal";
+  std::set<SnapKey> want = make_wal_with_snapshot(wal, 10);
+  std::string snap = read_all(wal + ".snap");
+  uint64_t cap = (uint64_t)1 << 39;
+  snap_put64(snap, 32, cap);
+  snap_put64(snap, 40, cap + 64);
+  reseal(snap);
+  write_all(wal + ".snap", snap);
+  reopen_expect(wal, want, 0);
+}
+
+// A slot array longer than the header says (bytes appended, CRCs recomputed) is
+// not a snapshot this code wrote: ignored, the log is replayed.
+TEST(WalSnapshot, WithTrailingBytesIsNotTrusted) {
+  TempDir t;
+  std::string wal = t.path + "/wal";
+  std::set<SnapKey> want = make_wal_with_snapshot(wal, 10);
+  std::string snap = read_all(wal + ".snap");
+  snap.append(16, '\0');
+  reseal(snap);
+  write_all(wal + ".snap", snap);
+  reopen_expect(wal, want, 0);
+  // and the untouched snapshot is still used
+  TempDir t2;
+  std::string wal2 = t2.path + "/wal";
+  std::set<SnapKey> want2 = make_wal_with_snapshot(wal2, 10);
+  reopen_expect(wal2, want2, 1);
+}
