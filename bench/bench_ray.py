@@ -105,7 +105,7 @@ def main() -> int:
     info = rows[-1][4]
     if info:
         print(f"shuffle (ray, 2 CPUs): exact {info['shuffle_bytes_exact']:,} B, near {info['shuffle_bytes_near']:,} B "
-              f"over {info['documents']:,} input documents; stage A (read + cleaner + quality + keys) "
+              f"over {info['documents']:,} input documents; stage A (read + cleaner + quality + hashes) "
               f"{info['stage_a_seconds']:.2f} s of {info['seconds']:.2f} s")
     return 0 if all(r[3] == rows[0][3] for r in rows) else 1
 

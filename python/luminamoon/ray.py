@@ -711,7 +711,9 @@ def _run_ray(paths, got, fmt: str, out: str, cfg: Dict[str, Any], keep: List[str
                 bulk, keys = ray.get([bulk_refs[i], k])
             except ray.exceptions.RayTaskError as e:
                 cause = e.cause if getattr(e, "cause", None) is not None else e
-                raise R.RunError(f"{paths[i]}: {cause}") from None
+                hint = " (pass --skip-bad-records to skip and count bad records)" \
+                    if type(cause).__name__ == "BadRecordError" and not cfg["input"]["skip_bad_records"] else ""
+                raise R.RunError(f"{paths[i]}: {cause}{hint}") from None
             _save_ckpt(_ckpt_path(state_dir, i), bulk, keys)
             committed[0] = True
             done_files += 1
