@@ -11,6 +11,8 @@
 //    of bytes (lm_fused_retained_bytes), and the PII masker's pool likewise.
 #include <gtest/gtest.h>
 
+#include "docs_builder.h"
+
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -30,17 +32,7 @@ extern "C" {
 
 namespace {
 
-struct Docs {
-  std::vector<int64_t> off{0};
-  std::string data;
-  void add(const std::string &s) {
-    data += s;
-    off.push_back(static_cast<int64_t>(data.size()));
-  }
-  lm_docs view() const {
-    return {off.data(), reinterpret_cast<const uint8_t *>(data.data()), off.size() - 1, data.size()};
-  }
-};
+using lmtest::Docs;  // docs_builder.h
 
 // Prose-like text of about `bytes` bytes (sentences of common words), distinct per seed.
 std::string prose(size_t bytes, uint32_t seed) {

@@ -1,6 +1,8 @@
 // lm_batch_run: ordered gather, per-range counters merged once, thread-count invariance, errors.
 #include <gtest/gtest.h>
 
+#include "docs_builder.h"
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -58,17 +60,7 @@ void toy_scratch_destroy(void *s) { EXPECT_EQ(s, &g_scratch_token); }
 
 const lm_batch_stage kToy = {3, sizeof(Counts), toy_scratch_create, toy_scratch_destroy, toy_doc, toy_merge};
 
-struct Docs {
-  std::vector<int64_t> off{0};
-  std::string data;
-  void add(const std::string &s) {
-    data += s;
-    off.push_back(static_cast<int64_t>(data.size()));
-  }
-  lm_docs view() const {
-    return {off.data(), reinterpret_cast<const uint8_t *>(data.data()), off.size() - 1, data.size()};
-  }
-};
+using lmtest::Docs;  // docs_builder.h
 
 std::vector<std::string> outputs(const lm_batch_result &r) {
   std::vector<std::string> v;
