@@ -357,8 +357,17 @@ static size_t fold(const lm_cleaner_params *p, const uint8_t *s, size_t n, uint8
     uint32_t cp;
     /* ASCII printable fast path */
     if (b > 0x20 && b < 0x7F) {
+      /* a single ' ' between two printable characters is copied as it is
+       * (after a printable character nothing collapses or trims it) */
       size_t j = i + 1;
-      while (j < n && s[j] > 0x20 && s[j] < 0x7F) j++;
+      for (;;) {
+        while (j < n && s[j] > 0x20 && s[j] < 0x7F) j++;
+        if (j + 1 < n && s[j] == ' ' && s[j + 1] > 0x20 && s[j + 1] < 0x7F) {
+          j += 2;
+          continue;
+        }
+        break;
+      }
       memcpy(out + o, s + i, j - i);
       o += j - i;
       i = j;

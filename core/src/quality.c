@@ -132,6 +132,7 @@ lm_status lm_quality_create(const lm_quality_params *params, lm_quality **out) {
     free(q);
     return LM_ENOMEM;
   }
+  lmq_pow_init(q);
   *out = q;
   return LM_OK;
 }
@@ -164,6 +165,7 @@ void lm_quality_scratch_destroy(lm_quality_scratch *s) {
   if (!s) return;
   lmq_tokbuf_free(&s->tb);
   free(s->wb);
+  free(s->wp);
   free(s->text);
   free(s->line);
   lmq_set_free(&s->set);
@@ -185,8 +187,8 @@ lm_status lm_quality_words(const lm_quality *q, lm_quality_scratch *s, const uin
 
 size_t lm_quality_scratch_bytes(const lm_quality_scratch *s) {
   if (!s) return 0;
-  return lmq_tokbuf_bytes(&s->tb) + s->cap_wb + s->cap_text + s->cap_line +
-         s->set.cap * (sizeof(uint64_t) + 3 * sizeof(uint32_t));
+  return lmq_tokbuf_bytes(&s->tb) + s->cap_wb + s->cap_wp * sizeof(uint32_t) + s->cap_text + s->cap_line +
+         s->set.cap * sizeof(lmq_slot);
 }
 
 /* ---- batch ---- */

@@ -18,6 +18,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 enum {
   LMQ_F_SPACE = 1u << 0,        /* Python str.isspace */
@@ -173,28 +174,49 @@ uint64_t lmq_debug_unit_scans(void);
 
 /* Code points (Python len) in s[0..n). */
 static inline size_t lmq_cp_count(const uint8_t *s, size_t n) {
-  size_t c = 0;
-  for (size_t i = 0; i < n; i++) c += (s[i] & 0xC0) != 0x80;
-  return c;
+  /* n minus the continuation bytes (10xxxxxx), 8 bytes at a time */
+  size_t cont = 0, i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t v;
+    memcpy(&v, s + i, 8);
+    uint64_t m = (v & ~(v << 1)) & 0x8080808080808080ull; /* bit 7 set, bit 6 clear */
+    cont += (size_t)(((m >> 7) * 0x0101010101010101ull) >> 56);
+  }
+  for (; i < n; i++) cont += (s[i] & 0xC0) == 0x80;
+  return n - cont;
 }
 
 /* ---- the filter object and its scratch (quality.c, quality_rules.c) ---- */
 #include "luminamoon/quality.h"
 
+/* Gopher repetition n-grams: a polynomial hash of the words' bytes, mod 2^32
+ * (quality_rules.c).  pw[k] = base^k for short
+ * n-grams (longer ones compute the power). */
+#define LMQ_POW_N 4096
+
 struct lm_quality {
   lm_quality_params p;
   lmq_special_index ix;
   lm_quality_counters counters;
+  uint32_t pw[LMQ_POW_N];
 };
 
+/* One slot of an lmq_set: in use when gen equals the set's generation (an
+ * emptied set starts a new generation instead of clearing its slots). */
 typedef struct {
-  uint64_t *h;   /* hash | 1 (0 = empty slot) */
-  uint32_t *a;   /* element: start */
-  uint32_t *b;   /* element: end (exclusive) */
-  uint32_t *cnt; /* occurrences */
+  uint64_t h;   /* hash | 1 */
+  uint32_t a;   /* element: start */
+  uint32_t b;   /* element: end (exclusive) */
+  uint32_t cnt; /* occurrences */
+  uint32_t gen;
+} lmq_slot;
+
+typedef struct {
+  lmq_slot *e;
   size_t mask;   /* slots in use: mask + 1 (a power of two <= cap) */
   size_t cap;    /* slots allocated */
   size_t count;  /* occupied slots */
+  uint32_t gen;  /* current generation (>= 1) */
 } lmq_set;
 
 struct lm_quality_scratch {
@@ -202,6 +224,8 @@ struct lm_quality_scratch {
   size_t nw;              /* words: tb.tok[0..nw) */
   uint8_t *wb;            /* words concatenated (Gopher repetition n-grams) */
   size_t cap_wb;
+  uint32_t *wp;           /* wp[k]: the n-gram hash of wb before word k (nw + 1 values) */
+  size_t cap_wp;          /* elements */
   uint8_t *text;          /* C4's rewritten text */
   size_t cap_text;
   uint8_t *line;          /* one C4 line with citations removed */
@@ -213,5 +237,7 @@ struct lm_quality_scratch {
  * s->tb.tok[0..s->nw).  0 or -1 (ENOMEM). */
 int lmq_words(const lm_quality *q, lm_quality_scratch *s, const uint8_t *text, size_t len);
 void lmq_set_free(lmq_set *st);
+/* Fill q->pw (lm_quality_create). */
+void lmq_pow_init(lm_quality *q);
 
 #endif

@@ -29,31 +29,35 @@ static int reserve(uint8_t **p, size_t *cap, size_t need) {
 /* ---- exact multiset of byte strings (hash + compare) ---- */
 
 void lmq_set_free(lmq_set *st) {
-  free(st->h);
-  free(st->a);
-  free(st->b);
-  free(st->cnt);
+  free(st->e);
   memset(st, 0, sizeof *st);
 }
 
 static int set_alloc(lmq_set *st, size_t cap) {
-  st->h = (uint64_t *)calloc(cap, sizeof(uint64_t));
-  st->a = (uint32_t *)malloc(cap * sizeof(uint32_t));
-  st->b = (uint32_t *)malloc(cap * sizeof(uint32_t));
-  st->cnt = (uint32_t *)malloc(cap * sizeof(uint32_t));
-  if (!st->h || !st->a || !st->b || !st->cnt) {
+  st->e = (lmq_slot *)calloc(cap, sizeof(lmq_slot)); /* generation 0: every slot empty */
+  if (!st->e) {
     lmq_set_free(st);
     return -1;
   }
   st->cap = cap;
   st->mask = cap - 1;
   st->count = 0;
+  st->gen = 1;
   return 0;
+}
+
+/* Start a new generation: every slot of the allocation is empty again. */
+static void set_next_gen(lmq_set *st) {
+  if (++st->gen == 0) { /* wrapped: clear the stamps once per 2^32 resets */
+    memset(st->e, 0, st->cap * sizeof(lmq_slot));
+    st->gen = 1;
+  }
 }
 
 /* Empty the set, expecting about `hint` elements (it grows past that as
  * needed: its memory follows the distinct elements, not the text).  Keeps
- * the allocation unless it is far larger than the hint. */
+ * the allocation unless it is far larger than the hint.  No clearing: the
+ * set moves to a new generation. */
 #define SET_MAX_HINT ((size_t)1 << 12)
 static int set_reset(lmq_set *st, size_t hint) {
   if (hint > SET_MAX_HINT) hint = SET_MAX_HINT;
@@ -66,46 +70,41 @@ static int set_reset(lmq_set *st, size_t hint) {
   }
   st->mask = cap - 1; /* use the front of a larger allocation */
   st->count = 0;
-  memset(st->h, 0, cap * sizeof(uint64_t));
+  set_next_gen(st);
   return 0;
 }
 
 /* Double the slots in use (load above 1/2). */
 static int set_grow(lmq_set *st) {
   size_t used = st->mask + 1, cap = 2 * used;
-  lmq_set old = *st;
+  uint32_t old_gen = st->gen;
+  lmq_slot *old;
   if (cap <= st->cap) { /* the allocation is large enough: rehash through a copy of the used part */
-    lmq_set tmp;
-    memset(&tmp, 0, sizeof tmp);
-    if (set_alloc(&tmp, used)) return -1;
-    memcpy(tmp.h, st->h, used * sizeof(uint64_t));
-    memcpy(tmp.a, st->a, used * sizeof(uint32_t));
-    memcpy(tmp.b, st->b, used * sizeof(uint32_t));
-    memcpy(tmp.cnt, st->cnt, used * sizeof(uint32_t));
-    old = tmp;
-    memset(st->h, 0, cap * sizeof(uint64_t));
+    old = (lmq_slot *)malloc(used * sizeof(lmq_slot));
+    if (!old) return -1;
+    memcpy(old, st->e, used * sizeof(lmq_slot));
+    set_next_gen(st);
     st->mask = cap - 1;
   } else {
-    memset(st, 0, sizeof *st);
-    if (set_alloc(st, cap)) {
-      *st = old;
-      return -1;
-    }
+    lmq_set big;
+    memset(&big, 0, sizeof big);
+    if (set_alloc(&big, cap)) return -1;
+    old = st->e;
+    *st = big;
   }
   size_t count = 0;
+  uint32_t gen = st->gen;
   for (size_t k = 0; k < used; k++) {
-    uint64_t h = old.h[k];
-    if (!h) continue;
+    if (old[k].gen != old_gen) continue;
+    uint64_t h = old[k].h;
     size_t i = (size_t)(h ^ (h >> 32)) & st->mask;
-    while (st->h[i]) i = (i + 1) & st->mask;
-    st->h[i] = h;
-    st->a[i] = old.a[k];
-    st->b[i] = old.b[k];
-    st->cnt[i] = old.cnt[k];
+    while (st->e[i].gen == gen) i = (i + 1) & st->mask;
+    st->e[i] = old[k];
+    st->e[i].gen = gen;
     count++;
   }
   st->count = count;
-  lmq_set_free(&old);
+  free(old);
   return 0;
 }
 
@@ -117,23 +116,28 @@ static inline __attribute__((always_inline)) size_t set_add_eq(lmq_set *st, uint
                                                         set_eq_fn eq, const void *ctx, int *seen) {
   h |= 1u;
   size_t i = (size_t)(h ^ (h >> 32)) & st->mask;
+  uint32_t gen = st->gen;
   for (;;) {
-    if (st->h[i] == 0) {
+    lmq_slot *e = &st->e[i];
+    if (e->gen != gen) {
       if (2 * (st->count + 1) > st->mask + 1) {
         if (set_grow(st)) return SIZE_MAX;
+        gen = st->gen;
         i = (size_t)(h ^ (h >> 32)) & st->mask;
-        while (st->h[i]) i = (i + 1) & st->mask;
+        while (st->e[i].gen == gen) i = (i + 1) & st->mask;
+        e = &st->e[i];
       }
-      st->h[i] = h;
-      st->a[i] = a;
-      st->b[i] = b;
-      st->cnt[i] = 1;
+      e->h = h;
+      e->a = a;
+      e->b = b;
+      e->cnt = 1;
+      e->gen = gen;
       st->count++;
       *seen = 0;
       return i;
     }
-    if (st->h[i] == h && eq(ctx, st->a[i], st->b[i], a, b)) {
-      st->cnt[i]++;
+    if (e->h == h && eq(ctx, e->a, e->b, a, b)) {
+      e->cnt++;
       *seen = 1;
       return i;
     }
@@ -179,6 +183,14 @@ static void py_strip(const uint8_t *s, size_t *a, size_t *b) {
 static size_t next_splitline(const uint8_t *s, size_t n, size_t pos, size_t *e) {
   size_t i = pos;
   while (i < n) {
+    if (i + 8 <= n) { /* 8 bytes in [0x20, 0x80): no line break among them */
+      uint64_t v;
+      memcpy(&v, s + i, 8);
+      if (!((((v - 0x2020202020202020ull) & ~v) | v) & 0x8080808080808080ull)) {
+        i += 8;
+        continue;
+      }
+    }
     uint8_t c = s[i];
     if (c >= 0x20 && c < 0x80) { i++; continue; }
     size_t l;
@@ -207,22 +219,6 @@ static int ends_with(const uint8_t *s, size_t a, size_t b, const char *lit) {
   return b - a >= n && memcmp(s + b - n, lit, n) == 0;
 }
 
-static int contains_ci(const uint8_t *s, size_t n, const char *lit) {
-  size_t m = strlen(lit);
-  if (m > n) return 0;
-  for (size_t i = 0; i + m <= n; i++) {
-    size_t k = 0;
-    while (k < m) {
-      uint8_t c = s[i + k];
-      if (c >= 'A' && c <= 'Z') c = (uint8_t)(c | 32);
-      if (c != (uint8_t)lit[k]) break;
-      k++;
-    }
-    if (k == m) return 1;
-  }
-  return 0;
-}
-
 /* ---- words ---- */
 
 int lmq_words(const lm_quality *q, lm_quality_scratch *s, const uint8_t *text, size_t len) {
@@ -241,36 +237,197 @@ int lmq_words(const lm_quality *q, lm_quality_scratch *s, const uint8_t *text, s
   return 0;
 }
 
-/* Build wb: the words concatenated (word k's bytes follow word k-1's). */
+/* ---- n-gram hash: a polynomial in the bytes (each byte + 1), mod 2^32 ----
+ * It depends on the bytes only (not on where the words split them), so
+ * "".join n-grams that are equal have equal hashes; from the prefix values at
+ * the word boundaries (wp) every n-gram's hash costs one multiplication,
+ * instead of hashing its bytes again for each n and each window (XXH3 per
+ * n-gram before).  The values only place elements in the sets (equality is
+ * always compared), so they never decide anything.  Crafted text can make
+ * n-grams collide (strings built from Thue-Morse blocks hash alike for any
+ * odd base); that costs probes, at most 2^n per n-gram shape, never a
+ * different decision. */
+#define HBASE 0x5BD1E995u /* odd */
+
+void lmq_pow_init(lm_quality *q) {
+  uint32_t v = 1;
+  for (size_t k = 0; k < LMQ_POW_N; k++) {
+    q->pw[k] = v;
+    v *= HBASE;
+  }
+}
+
+static uint32_t pow_len_slow(size_t len) {
+  uint32_t r = 1, b = HBASE;
+  for (; len; len >>= 1) {
+    if (len & 1) r *= b;
+    b *= b;
+  }
+  return r;
+}
+
+/* Set key of the n-gram of words [i, i + ng), whose bytes (in wb) are len long. */
+static inline uint64_t ngram_key(const lm_quality *q, const uint32_t *wp, size_t i, size_t ng, size_t len) {
+  uint32_t pw = __builtin_expect(len < LMQ_POW_N, 1) ? q->pw[len] : pow_len_slow(len);
+  uint32_t h = wp[i + ng] - wp[i] * pw;
+  return ((uint64_t)h + 1) * 0x9E3779B97F4A7C15ull; /* spread over the 64 bits (the set takes h ^ h >> 32) */
+}
+
+/* Build wb: the words concatenated (word k's bytes follow word k-1's), and
+ * wp: the hash of wb's bytes before each word. */
 static int build_word_buffers(lm_quality_scratch *s, const uint8_t *text) {
   size_t nw = s->nw, bytes = 0;
   const lmq_tok *w = s->tb.tok;
   for (size_t i = 0; i < nw; i++) bytes += w[i].len;
   if (reserve(&s->wb, &s->cap_wb, bytes + 1)) return -1;
-  size_t o = 0;
-  for (size_t i = 0; i < nw; i++) {
-    memcpy(s->wb + o, text + w[i].off, w[i].len);
-    o += w[i].len;
+  if (nw + 1 > s->cap_wp) {
+    void *p = realloc(s->wp, (nw + 1) * sizeof(uint32_t));
+    if (!p) return -1;
+    s->wp = (uint32_t *)p;
+    s->cap_wp = nw + 1;
   }
+  size_t o = 0;
+  uint32_t h = 0;
+  uint8_t *wb = s->wb;
+  uint32_t *wp = s->wp;
+  for (size_t i = 0; i < nw; i++) {
+    const uint8_t *src = text + w[i].off;
+    size_t len = w[i].len;
+    wp[i] = h;
+    memcpy(wb + o, src, len);
+    for (size_t k = 0; k < len; k++) h = h * HBASE + src[k] + 1u;
+    o += len;
+  }
+  wp[nw] = h;
   return 0;
 }
 
-/* " ".join(words[i:i+n]) n-grams: an element is (offset in wb, index of its
- * first word); two are equal when their words are, one by one. */
-typedef struct {
-  const uint8_t *wb;
-  const lmq_tok *w;
-  size_t ng;
-} joined_ctx;
+/* The n-gram passes: the set probed inline with its state in locals (in the
+ * rule function the compiler kept it on the stack: ~80 instructions per
+ * n-gram); the rare growth goes through set_grow. */
 
-static inline int eq_joined(const void *ctx, uint32_t a0, uint32_t i0, uint32_t a, uint32_t i) {
-  const joined_ctx *j = (const joined_ctx *)ctx;
-  size_t bytes = 0;
-  for (size_t k = 0; k < j->ng; k++) {
-    if (j->w[i0 + k].len != j->w[i + k].len) return 0;
-    bytes += j->w[i + k].len;
+/* Slot for a new element after the set grew (the probe restarts). */
+static size_t set_free_slot(const lmq_set *st, uint64_t h) {
+  size_t i = (size_t)(h ^ (h >> 32)) & st->mask;
+  while (st->e[i].gen == st->gen) i = (i + 1) & st->mask;
+  return i;
+}
+
+/* Counter of the " ".join n-grams of words [i, i + ng): elements are (offset
+ * in wb, index of the first word), equal when their words are, one by one;
+ * the most frequent, ties to the first seen. */
+static __attribute__((noinline)) int top_pass(const lm_quality *q, lmq_set *st, const lmq_tok *w, const uint8_t *wb,
+                                              const uint32_t *wp, size_t nw, size_t ng, uint32_t *best_cnt_out,
+                                              uint32_t *best_first_out, uint32_t *best_word_out) {
+  lmq_slot *E = st->e;
+  size_t mask = st->mask, count = st->count, limit = (mask + 1) / 2;
+  uint32_t gen = st->gen;
+  uint32_t best_cnt = 0, best_first = 0, best_word = 0;
+  uint32_t a = 0, e = 0; /* wb span of words [i, i + ng) */
+  for (size_t t2 = 0; t2 < ng; t2++) e += w[t2].len;
+  for (size_t i = 0; i + ng <= nw; i++) {
+    if (i) {
+      a += w[i - 1].len;
+      e += w[i + ng - 1].len;
+    }
+    uint64_t h = ngram_key(q, wp, i, ng, e - a) | 1u;
+    size_t k = (size_t)(h ^ (h >> 32)) & mask;
+    lmq_slot *sl;
+    for (;;) {
+      sl = &E[k];
+      if (sl->gen != gen) break;
+      if (sl->h == h) {
+        uint32_t i0 = sl->b;
+        size_t t2 = 0;
+        while (t2 < ng && w[i0 + t2].len == w[i + t2].len) t2++;
+        if (t2 == ng && memcmp(wb + sl->a, wb + a, e - a) == 0) break;
+      }
+      k = (k + 1) & mask;
+    }
+    uint32_t c, first;
+    if (sl->gen == gen) {
+      c = ++sl->cnt;
+      first = sl->a;
+    } else {
+      if (count + 1 > limit) {
+        st->count = count;
+        if (set_grow(st)) return -1;
+        E = st->e;
+        mask = st->mask;
+        count = st->count;
+        gen = st->gen;
+        limit = (mask + 1) / 2;
+        sl = &E[set_free_slot(st, h)];
+      }
+      *sl = (lmq_slot){h, a, (uint32_t)i, 1, gen};
+      count++;
+      c = 1;
+      first = a;
+    }
+    if (c > best_cnt || (c == best_cnt && first < best_first)) {
+      best_cnt = c;
+      best_first = first;
+      best_word = sl->b;
+    }
   }
-  return memcmp(j->wb + a0, j->wb + a, bytes) == 0;
+  st->count = count;
+  *best_cnt_out = best_cnt;
+  *best_first_out = best_first;
+  *best_word_out = best_word;
+  return 0;
+}
+
+/* find_all_duplicate: "".join n-grams of words, greedy left to right; *rep =
+ * the code points of the repeated ones.  Elements are wb spans. */
+static __attribute__((noinline)) int dup_pass(const lm_quality *q, lmq_set *st, const lmq_tok *w, const uint8_t *wb,
+                                              const uint32_t *wp, size_t nw, size_t ng, size_t *rep_out) {
+  lmq_slot *E = st->e;
+  size_t mask = st->mask, count = st->count, limit = (mask + 1) / 2;
+  uint32_t gen = st->gen;
+  size_t rep = 0, i = 0, last = nw - ng + 1; /* nw >= ng */
+  uint32_t a = 0, e = 0; /* wb span of words [i, i + ng) */
+  for (size_t t2 = 0; t2 < ng; t2++) e += w[t2].len;
+  while (i < last) {
+    uint32_t len = e - a;
+    uint64_t h = ngram_key(q, wp, i, ng, len) | 1u;
+    size_t k = (size_t)(h ^ (h >> 32)) & mask;
+    int seen = 0;
+    for (;;) {
+      lmq_slot *sl = &E[k];
+      if (sl->gen != gen) break;
+      if (sl->h == h && sl->b - sl->a == len && memcmp(wb + sl->a, wb + a, len) == 0) {
+        seen = 1;
+        break;
+      }
+      k = (k + 1) & mask;
+    }
+    if (seen) {
+      rep += cp_count(wb + a, len);
+      i += ng;
+      a = e;
+      if (i < last)
+        for (size_t t2 = 0; t2 < ng; t2++) e += w[i + t2].len;
+      continue;
+    }
+    if (count + 1 > limit) {
+      st->count = count;
+      if (set_grow(st)) return -1;
+      E = st->e;
+      mask = st->mask;
+      count = st->count;
+      gen = st->gen;
+      limit = (mask + 1) / 2;
+      k = set_free_slot(st, h);
+    }
+    E[k] = (lmq_slot){h, a, e, 1, gen};
+    count++;
+    a += w[i].len;
+    i++;
+    if (i < last) e += w[i + ng - 1].len;
+  }
+  st->count = count;
+  *rep_out = rep;
+  return 0;
 }
 
 /* ---- GopherRepetitionFilter ---- */
@@ -291,7 +448,13 @@ static int gopher_repetition(const lm_quality *q, lm_quality_scratch *s, const u
     size_t i = a;
     for (;;) { /* re.split(r"\n{2,}") */
       size_t e = i;
-      while (e < b && !(t[e] == '\n' && e + 1 < b && t[e + 1] == '\n')) e++;
+      for (;;) { /* the next "\n\n" before b, or b */
+        const uint8_t *nl = e < b ? (const uint8_t *)memchr(t + e, '\n', b - e) : NULL;
+        if (!nl) { e = b; break; }
+        e = (size_t)(nl - t);
+        if (e + 1 < b && t[e + 1] == '\n') break;
+        e++;
+      }
       npara++;
       if (set_add(&s->set, t, (uint32_t)i, (uint32_t)e, &seen) == SIZE_MAX) return -1;
       if (seen) dup++, dupc += cp_count(t + i, e - i);
@@ -312,8 +475,8 @@ static int gopher_repetition(const lm_quality *q, lm_quality_scratch *s, const u
     size_t nl = 0, dup = 0, dupc = 0, i = 0;
     if (set_reset(&s->set, n / 64 + 8)) return -1;
     for (;;) { /* re.split("\n+") */
-      size_t e = i;
-      while (e < n && t[e] != '\n') e++;
+      const uint8_t *nlp = i < n ? (const uint8_t *)memchr(t + i, '\n', n - i) : NULL;
+      size_t e = nlp ? (size_t)(nlp - t) : n;
       nl++;
       if (set_add(&s->set, t, (uint32_t)i, (uint32_t)e, &seen) == SIZE_MAX) return -1;
       if (seen) dup++, dupc += cp_count(t + i, e - i);
@@ -341,30 +504,15 @@ static int gopher_repetition(const lm_quality *q, lm_quality_scratch *s, const u
   size_t nw = s->nw;
   const lmq_tok *w = s->tb.tok;
   const uint8_t *wb = s->wb;
+  const uint32_t *wp = s->wp;
   /* top n-grams (n = 2..4): the most frequent " ".join of n words; ties go to
    * the first seen (Counter.most_common) */
   for (int k = 0; k < 3; k++) {
     size_t ng = (size_t)k + 2;
     if (!ON(q, LM_Q_GR_TOP_2_GRAM + k) || nw < ng) continue;
     if (set_reset(&s->set, nw)) return -1;
-    joined_ctx jc = {wb, w, ng};
     uint32_t best_cnt = 0, best_first = 0, best_word = 0;
-    uint32_t a = 0, e = 0; /* wb span of words [i, i + ng) */
-    for (size_t t2 = 0; t2 < ng; t2++) e += w[t2].len;
-    for (size_t i = 0; i + ng <= nw; i++) {
-      if (i) {
-        a += w[i - 1].len;
-        e += w[i + ng - 1].len;
-      }
-      size_t slot = set_add_eq(&s->set, qhash(wb + a, e - a), a, (uint32_t)i, eq_joined, &jc, &seen);
-      if (slot == SIZE_MAX) return -1;
-      uint32_t c = s->set.cnt[slot], first = s->set.a[slot];
-      if (c > best_cnt || (c == best_cnt && first < best_first)) {
-        best_cnt = c;
-        best_first = first;
-        best_word = s->set.b[slot];
-      }
-    }
+    if (top_pass(q, &s->set, w, wb, wp, nw, ng, &best_cnt, &best_first, &best_word)) return -1;
     size_t bytes = 0;
     for (size_t t2 = 0; t2 < ng; t2++) bytes += w[best_word + t2].len;
     double best_len = (double)cp_count(wb + best_first, bytes) + (double)(ng - 1);
@@ -377,24 +525,10 @@ static int gopher_repetition(const lm_quality *q, lm_quality_scratch *s, const u
   for (int k = 0; k < 6; k++) {
     size_t ng = (size_t)k + 5;
     if (!ON(q, LM_Q_GR_DUP_5_GRAMS + k)) continue;
-    if (set_reset(&s->set, nw)) return -1;
-    size_t rep = 0, i = 0;
-    uint32_t a = 0, e = 0; /* wb span of words [i, i + ng) */
-    if (nw >= ng)
-      for (size_t t2 = 0; t2 < ng; t2++) e += w[t2].len;
-    while (nw >= ng && i < nw - ng + 1) {
-      if (set_add(&s->set, wb, a, e, &seen) == SIZE_MAX) return -1;
-      if (seen) {
-        rep += cp_count(wb + a, e - a);
-        i += ng;
-        a = e;
-        if (i < nw - ng + 1)
-          for (size_t t2 = 0; t2 < ng; t2++) e += w[i + t2].len;
-      } else {
-        a += w[i].len;
-        i++;
-        if (i < nw - ng + 1) e += w[i + ng - 1].len;
-      }
+    size_t rep = 0;
+    if (nw >= ng) {
+      if (set_reset(&s->set, nw)) return -1;
+      if (dup_pass(q, &s->set, w, wb, wp, nw, ng, &rep)) return -1;
     }
     if ((double)rep / text_cp > p->gr_dup_ngram_frac[k]) {
       *reason = LM_Q_GR_DUP_5_GRAMS + k;
@@ -454,11 +588,18 @@ static int gopher_quality(const lm_quality *q, lm_quality_scratch *s, const uint
       }
     }
     if (ON(q, LM_Q_GQ_ELLIPSIS_RATIO)) {
+      /* "..." and "\xE2\x80\xA6" left to right without overlap: the two share no
+       * byte, so this is every run of k dots giving k / 3, plus every U+2026 */
       size_t e = 0;
-      for (size_t i = 0; i < n;) {
-        if (i + 2 < n && t[i] == '.' && t[i + 1] == '.' && t[i + 2] == '.') { e++; i += 3; continue; }
-        if (i + 2 < n && t[i] == 0xE2 && t[i + 1] == 0x80 && t[i + 2] == 0xA6) { e++; i += 3; continue; }
-        i++;
+      for (const uint8_t *d = t, *end = t + n; d < end && (d = (const uint8_t *)memchr(d, '.', (size_t)(end - d)));) {
+        const uint8_t *r = d;
+        while (r < end && *r == '.') r++;
+        e += (size_t)(r - d) / 3;
+        d = r;
+      }
+      for (const uint8_t *d = t, *end = t + n; d < end && (d = (const uint8_t *)memchr(d, 0xE2, (size_t)(end - d)));) {
+        if (end - d >= 3 && d[1] == 0x80 && d[2] == 0xA6) e++, d += 3;
+        else d++;
       }
       if ((double)e / (double)nw > p->gq_max_symbol_word_ratio) {
         *reason = LM_Q_GQ_ELLIPSIS_RATIO;
@@ -559,8 +700,35 @@ static size_t count_sentences(const lm_quality *q, lm_quality_scratch *s, const 
   return st.count; /* no tokens: datatrove's split gives one part */
 }
 
-static const char *const k_policy[6] = {"terms of use", "privacy policy", "cookie policy", "uses cookies",
-                                        "use of cookies", "use cookies"};
+/* Which of C4's case-insensitive literals s[0..n) contains, in one pass:
+ * bit 0 "lorem ipsum", bit 1 "javascript", bit 2 + k the k-th policy phrase (the
+ * ASCII letters of the text lower-cased; the literals are k_c4_lit). */
+static const char *const k_c4_lit[8] = {"lorem ipsum", "javascript", "terms of use", "privacy policy",
+                                        "cookie policy", "uses cookies", "use of cookies", "use cookies"};
+static unsigned c4_literals(const uint8_t *s, size_t n) {
+  unsigned found = 0;
+  for (size_t i = 0; i < n; i++) {
+    uint8_t c = s[i];
+    if (c >= 'A' && c <= 'Z') c = (uint8_t)(c | 32);
+    if (c != 'l' && c != 'j' && c != 't' && c != 'p' && c != 'c' && c != 'u') continue;
+    for (unsigned k = 0; k < 8; k++) {
+      const char *lit = k_c4_lit[k];
+      if ((uint8_t)lit[0] != c || (found >> k) & 1) continue;
+      size_t m = strlen(lit);
+      if (n - i < m) continue;
+      size_t j = 1;
+      while (j < m) {
+        uint8_t d = s[i + j];
+        if (d >= 'A' && d <= 'Z') d = (uint8_t)(d | 32);
+        if (d != (uint8_t)lit[j]) break;
+        j++;
+      }
+      if (j == m) found |= 1u << k;
+    }
+  }
+  return found;
+}
+
 
 /* Returns -1 on ENOMEM; sets *reason on a drop; *out_len = rewritten length. */
 static int c4(const lm_quality *q, lm_quality_scratch *s, const uint8_t *t, size_t n, int *reason, size_t *out_len,
@@ -581,7 +749,11 @@ static int c4(const lm_quality *q, lm_quality_scratch *s, const uint8_t *t, size
       while (i < b && (flags_at(t, b, i, &l) & LMQ_F_SPACE)) i += l;
       if (i >= b) break;
       size_t wcp = 0;
-      while (i < b && !(flags_at(t, b, i, &l) & LMQ_F_SPACE)) i += l, wcp++;
+      for (;;) {
+        while (i < b && t[i] > 0x20 && t[i] < 0x80) i++, wcp++; /* ASCII, not whitespace */
+        if (i < b && !(flags_at(t, b, i, &l) & LMQ_F_SPACE)) i += l, wcp++;
+        else break;
+      }
       nwords++;
       if (wcp > maxw) maxw = wcp;
     }
@@ -604,14 +776,12 @@ static int c4(const lm_quality *q, lm_quality_scratch *s, const uint8_t *t, size
       }
     }
     if (ON(q, LM_Q_C4_TOO_FEW_WORDS) && nwords < p->c4_min_words_per_line) { removed[LM_Q_C4_TOO_FEW_WORDS]++; continue; }
-    if (ON(q, LM_Q_C4_LOREM_IPSUM) && contains_ci(ln, len, "lorem ipsum")) { *reason = LM_Q_C4_LOREM_IPSUM; return 0; }
-    if (ON(q, LM_Q_C4_JAVASCRIPT) && contains_ci(ln, len, "javascript")) { removed[LM_Q_C4_JAVASCRIPT]++; continue; }
+    unsigned lit = ON(q, LM_Q_C4_LOREM_IPSUM) || ON(q, LM_Q_C4_JAVASCRIPT) || ON(q, LM_Q_C4_POLICY)
+                       ? c4_literals(ln, len) : 0;
+    if (ON(q, LM_Q_C4_LOREM_IPSUM) && (lit & 1u)) { *reason = LM_Q_C4_LOREM_IPSUM; return 0; }
+    if (ON(q, LM_Q_C4_JAVASCRIPT) && (lit & 2u)) { removed[LM_Q_C4_JAVASCRIPT]++; continue; }
     if (ON(q, LM_Q_C4_CURLY_BRACKET) && memchr(ln, '{', len)) { *reason = LM_Q_C4_CURLY_BRACKET; return 0; }
-    if (ON(q, LM_Q_C4_POLICY)) {
-      int hit = 0;
-      for (int k = 0; k < 6 && !hit; k++) hit = contains_ci(ln, len, k_policy[k]);
-      if (hit) { removed[LM_Q_C4_POLICY]++; continue; }
-    }
+    if (ON(q, LM_Q_C4_POLICY) && (lit >> 2)) { removed[LM_Q_C4_POLICY]++; continue; }
     if (ON(q, LM_Q_C4_TOO_FEW_SENTENCES)) {
       int err = 0;
       sentences += count_sentences(q, s, ln, len, &err);
@@ -642,8 +812,8 @@ static int fineweb(const lm_quality *q, lm_quality_scratch *s, const uint8_t *t,
   if (set_reset(&s->set, n / 64 + 8)) return -1;
   size_t i = 0;
   for (;;) {
-    size_t e = i;
-    while (e < n && t[e] != '\n') e++;
+    const uint8_t *nlp = i < n ? (const uint8_t *)memchr(t + i, '\n', n - i) : NULL;
+    size_t e = nlp ? (size_t)(nlp - t) : n;
     size_t a = i, b = e;
     py_strip(t, &a, &b);
     if (a < b) {

@@ -125,7 +125,7 @@ static inline uint32_t CP(const span_ctx *c, size_t k) { return c->ascii ? (uint
 static inline uint32_t FL(const span_ctx *c, size_t k) { return c->ascii ? lmq_ascii_flags[c->s[k]] : c->fl[k]; }
 static inline uint32_t BO(const span_ctx *c, size_t k) { return c->ascii ? (uint32_t)k : c->bo[k]; }
 
-static int push_tok_raw(lmq_tokbuf *b, uint32_t off, uint32_t len, uint32_t attr) {
+static __attribute__((noinline)) int push_tok_slow(lmq_tokbuf *b, uint32_t off, uint32_t len, uint32_t attr) {
   if (b->sink) return b->sink(b->sink_ctx, off, len, attr) ? -1 : 0;
   if (b->ntok == b->cap_tok) {
     /* tok and attr grow together: both hold cap_tok elements */
@@ -143,6 +143,14 @@ static int push_tok_raw(lmq_tokbuf *b, uint32_t off, uint32_t len, uint32_t attr
     b->attr = (uint8_t *)q;
     b->cap_tok = cap;
   }
+  b->tok[b->ntok] = (lmq_tok){off, len};
+  b->attr[b->ntok++] = (uint8_t)attr;
+  return 0;
+}
+
+/* Append one token (or pass it to the sink); the common case inline. */
+static inline int push_tok_raw(lmq_tokbuf *b, uint32_t off, uint32_t len, uint32_t attr) {
+  if (__builtin_expect(b->sink != NULL || b->ntok == b->cap_tok, 0)) return push_tok_slow(b, off, len, attr);
   b->tok[b->ntok] = (lmq_tok){off, len};
   b->attr[b->ntok++] = (uint8_t)attr;
   return 0;
@@ -343,6 +351,14 @@ static int host_at(span_ctx *c, size_t p, size_t j) {
 }
 
 static int url_match(span_ctx *c, size_t i, size_t j) {
+  /* every host (an IPv4 address or labels and a TLD) has a '.' */
+  if (c->ascii) {
+    if (!memchr(c->s + i, '.', j - i)) return 0;
+  } else {
+    size_t k = i;
+    while (k < j && c->cp[k] != '.') k++;
+    if (k == j) return 0;
+  }
   size_t starts[2] = {i, i};
   int nstarts = 1;
   /* optional scheme [\w+\-.]{2,}:// */
@@ -514,9 +530,15 @@ int lmq_tokenize(const lmq_special_index *ix, const uint8_t *s, size_t n, uint32
     size_t ws_start = i, ws_cps = 0;
     uint32_t cp = 0;
     while (i < n) {
-      size_t l = lmq_decode(s, n, i, &cp);
-      if (!(lmq_flags(cp) & LMQ_F_SPACE)) break;
-      i += l;
+      uint8_t ch = s[i];
+      if (ch < 0x80) {
+        if (!(lmq_ascii_flags[ch] & LMQ_F_SPACE)) break;
+        i++;
+      } else {
+        size_t l = lmq_decode(s, n, i, &cp);
+        if (!(lmq_flags(cp) & LMQ_F_SPACE)) break;
+        i += l;
+      }
       ws_cps++;
     }
     if (i > ws_start) {
@@ -529,21 +551,24 @@ int lmq_tokenize(const lmq_special_index *ix, const uint8_t *s, size_t n, uint32
     /* non-whitespace span: ASCII-letters fast path */
     size_t st = i;
     int letters = 1, ascii = 1;
-    size_t ncps = 0;
-    while (i < n) {
-      uint8_t ch = s[i];
-      if (ch < 0x80) {
-        if (lmq_ascii_flags[ch] & LMQ_F_SPACE) break;
-        if ((uint8_t)((ch | 32) - 'a') >= 26) letters = 0;
-        i++;
-      } else {
-        size_t l = lmq_decode(s, n, i, &cp);
-        if (lmq_flags(cp) & LMQ_F_SPACE) break;
-        letters = 0;
-        ascii = 0;
-        i += l;
+    while (i < n && (uint8_t)((s[i] | 32) - 'a') < 26) i++; /* ASCII letters */
+    size_t ncps = i - st;
+    if (i < n && !(s[i] < 0x80 && (lmq_ascii_flags[s[i]] & LMQ_F_SPACE))) {
+      size_t letters_end = i;
+      while (i < n) {
+        uint8_t ch = s[i];
+        if (ch < 0x80) {
+          if (lmq_ascii_flags[ch] & LMQ_F_SPACE) break;
+          i++;
+        } else {
+          size_t l = lmq_decode(s, n, i, &cp);
+          if (lmq_flags(cp) & LMQ_F_SPACE) break;
+          ascii = 0;
+          i += l;
+        }
+        ncps++;
       }
-      ncps++;
+      letters = i == letters_end; /* only letters before a non-ASCII space */
     }
     if (letters) {
       const lmq_special *sp = special_find(ix, s + st, i - st);
