@@ -14,9 +14,7 @@ extern "C" {
 
 namespace luminamoon {
 
-namespace {
-
-py::dict stats_dict(const lm_dedup_stats &s) {
+py::dict dedup_stats_dict(const lm_dedup_stats &s) {
   py::dict d;
   d["entries"] = s.entries;
   d["capacity"] = s.capacity;
@@ -37,23 +35,12 @@ py::dict stats_dict(const lm_dedup_stats &s) {
   return d;
 }
 
+namespace {
+
 // Run fn(obj) with the GIL released and the object locked (open), then map errors.
 template <typename Fn>
 void call(Dedup &o, const char *what, Fn fn) {
-  lm_status s = LM_OK;
-  int err = 0;
-  bool closed;
-  {
-    py::gil_scoped_release nogil;
-    std::lock_guard<std::mutex> lk(o.mu);
-    closed = o.closed;
-    if (!closed) {
-      errno = 0;
-      s = fn(o.obj);
-      err = errno;
-    }
-  }
-  if (closed) throw py::value_error(std::string(what) + ": the StreamDeduplicator is closed");
+  auto [s, err] = call_open(o, what, "StreamDeduplicator", [&] { return fn(o.obj); });
   if (s == LM_ETOOBIG) o.raise_full(what);
   if (s == LM_ESTATE && !o.path.empty()) o.raise_failed(what);
   if (s == LM_ESTATE) throw py::value_error(std::string(what) + ": needs a write-ahead log (this deduplicator is in memory)");
@@ -348,23 +335,9 @@ void bind_dedup(py::module_ &m) {
              lm_dedup_stats s;
              std::lock_guard<std::mutex> lk(o.mu);
              lm_dedup_stats_get(o.obj, &s);
-             return stats_dict(s);
+             return dedup_stats_dict(s);
            })
-      .def("close",
-           [](Dedup &o) {
-             lm_status s = LM_OK;
-             int err = 0;
-             {
-               py::gil_scoped_release nogil;
-               std::lock_guard<std::mutex> lk(o.mu);
-               if (o.closed) return;
-               errno = 0;
-               s = lm_dedup_close(o.obj);
-               err = errno;
-               o.closed = true;
-             }
-             if (s != LM_OK) raise_status(s, "StreamDeduplicator.close", o.path, err);
-           })
+      .def("close", [](Dedup &o) { close_dedup(o, o.obj, "StreamDeduplicator.close"); })
       .def_property_readonly("closed", [](Dedup &o) { return o.closed; })
       .def_property_readonly("path", [](Dedup &o) { return o.path.empty() ? py::object(py::none()) : py::str(o.path); })
       .def_property_readonly("seed", [](Dedup &o) { return o.params.seed; })

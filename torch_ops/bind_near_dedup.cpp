@@ -3,6 +3,7 @@
 // truncate, snapshot), stats, close.  Using it after close() raises
 // ValueError("... closed").
 #include "bind_near_dedup.h"
+#include "bind_stages.h"
 
 #include <cerrno>
 #include <cstdio>
@@ -16,43 +17,26 @@ namespace {
 const char *const kWhat = "NearDeduplicator";
 
 py::dict stats_dict(const lm_dedup_stats &s, size_t bands) {
-  py::dict d;
-  d["entries"] = s.entries;
-  d["capacity"] = s.capacity;
-  d["table_bytes"] = s.table_bytes;
-  d["bytes_per_entry"] = s.bytes_per_entry;
-  d["max_entries"] = s.max_entries;
-  d["lsn"] = s.lsn;
-  d["written_lsn"] = s.written_lsn;
-  d["durable_lsn"] = s.durable_lsn;
-  d["wal_bytes"] = s.wal_bytes;
-  d["snapshot_lsn"] = s.snapshot_lsn;
-  d["probes"] = s.probes;
-  d["inserts"] = s.inserts;
-  d["duplicates"] = s.duplicates;
-  d["replayed_hashes"] = s.replayed_hashes;
-  d["tail_bytes_cut"] = s.tail_bytes_cut;
-  d["snapshot_loaded"] = bool(s.snapshot_loaded);
+  py::dict d = dedup_stats_dict(s);
   d["keys_per_document"] = bands;
+  return d;
+}
+
+// The parameters that define a near-deduplicator's index (its config property, and what
+// near_dedup_wal_config reads back from a WAL).
+py::dict config_dict(const lm_near_dedup_params &p) {
+  py::dict d;
+  d["seed"] = p.seed;
+  d["n_grams"] = p.n_grams;
+  d["num_buckets"] = p.num_buckets;
+  d["hashes_per_bucket"] = p.hashes_per_bucket;
+  d["precision"] = p.precision;
   return d;
 }
 
 template <typename Fn>
 void call(NearDedup &o, const char *what, Fn fn) {
-  lm_status s = LM_OK;
-  int err = 0;
-  bool closed;
-  {
-    py::gil_scoped_release nogil;
-    std::lock_guard<std::mutex> lk(o.mu);
-    closed = o.closed;
-    if (!closed) {
-      errno = 0;
-      s = fn(o);
-      err = errno;
-    }
-  }
-  if (closed) throw py::value_error(std::string(what) + ": the NearDeduplicator is closed");
+  auto [s, err] = call_open(o, what, "NearDeduplicator", [&] { return fn(o); });
   if (s != LM_OK) o.raise(s, what, err);
 }
 
@@ -336,33 +320,13 @@ void bind_near_dedup(py::module_ &m) {
              lm_dedup_stats_get(o.index(), &s);
              return stats_dict(s, o.params.num_buckets);
            })
-      .def("close",
-           [](NearDedup &o) {
-             lm_status s = LM_OK;
-             int err = 0;
-             {
-               py::gil_scoped_release nogil;
-               std::lock_guard<std::mutex> lk(o.mu);
-               if (o.closed) return;
-               errno = 0;
-               s = lm_dedup_close(o.index());
-               err = errno;
-               o.closed = true;
-             }
-             if (s != LM_OK) raise_status(s, "NearDeduplicator.close", o.path, err);
-           })
+      .def("close", [](NearDedup &o) { close_dedup(o, o.index(), "NearDeduplicator.close"); })
       .def_property_readonly("closed", [](NearDedup &o) { return o.closed; })
       .def_property_readonly("path",
                              [](NearDedup &o) { return o.path.empty() ? py::object(py::none()) : py::str(o.path); })
       .def_property_readonly("index_seed", [](NearDedup &o) { return lm_near_dedup_index_seed(&o.params); })
       .def_property_readonly("config", [](NearDedup &o) {
-        py::dict d;
-        d["seed"] = o.params.seed;
-        d["n_grams"] = o.params.n_grams;
-        d["num_buckets"] = o.params.num_buckets;
-        d["hashes_per_bucket"] = o.params.hashes_per_bucket;
-        d["precision"] = o.params.precision;
-        return d;
+        return config_dict(o.params);
       });
   m.def(
       "near_dedup_wal_config",
@@ -371,13 +335,7 @@ void bind_near_dedup(py::module_ &m) {
         lm_near_dedup_params_default(&p);
         int r = wal_config(path, &p);
         if (r != 1) return py::none();
-        py::dict d;
-        d["seed"] = p.seed;
-        d["n_grams"] = p.n_grams;
-        d["num_buckets"] = p.num_buckets;
-        d["hashes_per_bucket"] = p.hashes_per_bucket;
-        d["precision"] = p.precision;
-        return d;
+        return config_dict(p);
       },
       py::arg("path"));
 }

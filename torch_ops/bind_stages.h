@@ -12,8 +12,10 @@ extern "C" {
 #include "luminamoon/quality.h"
 }
 
+#include <cerrno>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace luminamoon {
@@ -59,6 +61,50 @@ struct Dedup {
   // Raise the error of LM_ESTATE on an open deduplicator: an earlier I/O failure.
   [[noreturn]] void raise_failed(const std::string &what) const;
 };
+
+// ---- shared by the two deduplicators (bind_dedup.cpp, bind_near_dedup.cpp)
+
+// The stats() dict of a deduplicator's index (core lm_dedup_stats).  Defined in bind_dedup.cpp.
+py::dict dedup_stats_dict(const lm_dedup_stats &s);
+
+// Run fn() with the GIL released and o.mu held, unless o is closed: ValueError
+// "<what>: the <cls> is closed" then.  Returns fn's status and the errno it left.
+template <typename Obj, typename Fn>
+std::pair<lm_status, int> call_open(Obj &o, const char *what, const char *cls, Fn fn) {
+  lm_status s = LM_OK;
+  int err = 0;
+  bool closed;
+  {
+    py::gil_scoped_release nogil;
+    std::lock_guard<std::mutex> lk(o.mu);
+    closed = o.closed;
+    if (!closed) {
+      errno = 0;
+      s = fn();
+      err = errno;
+    }
+  }
+  if (closed) throw py::value_error(std::string(what) + ": the " + cls + " is closed");
+  return {s, err};
+}
+
+// close(): lm_dedup_close(index) once, with the GIL released and o.mu held; o is marked
+// closed even when the close fails (the error is raised: OSError naming o.path for I/O).
+template <typename Obj>
+void close_dedup(Obj &o, lm_dedup *index, const char *what) {
+  lm_status s = LM_OK;
+  int err = 0;
+  {
+    py::gil_scoped_release nogil;
+    std::lock_guard<std::mutex> lk(o.mu);
+    if (o.closed) return;
+    errno = 0;
+    s = lm_dedup_close(index);
+    err = errno;
+    o.closed = true;
+  }
+  if (s != LM_OK) raise_status(s, what, o.path, err);
+}
 
 void bind_text_stages(py::module_ &m);  // stages.cpp
 void bind_dedup(py::module_ &m);        // bind_dedup.cpp
