@@ -340,6 +340,7 @@ def _ds_finish(block, base: int, text_column: str, stage_kw, keep_dropped: bool,
     if pipe_b is not None and surv.any():
         sidx = np.nonzero(surv)[0]
         texts = block.column("__lm_text").take(pa.array(passed[sidx])).combine_chunks()
+        pipe_b.reset_counters()  # a worker reuses its pipeline: each block starts the PII cycle at 0
         res, _ = _pii_stage(pipe_b, StringTensor.from_arrow(texts))
         rb = res.reasons.numpy()
         pos_out = np.full(len(sidx), -1, np.int64)
@@ -390,6 +391,9 @@ def process(ds, text_column: str = "text", stages: Optional[Dict[str, Any]] = No
         batch_size: rows per ``map_batches`` call.
         num_partitions: owner tasks of the hash shuffle (default: the cluster's CPUs).
         keep_dropped: also return dropped rows, with a ``reason`` column (0 = kept; text null).
+
+    PII in datatrove mode cycles its replacements per block here (each block starts at 0);
+    ``luminamoon run --engine ray`` carries the cycle across files like a local run.
 
     Returns a Dataset of the kept rows, ``text_column`` replaced by the output text (cleaned,
     PII-masked), other columns as they were.  Its blocks are in input order (the input's

@@ -275,6 +275,20 @@ def test_engine_bad_arguments(ray_session, sample_files, tmp_path):
         run_corpus([str(sample_files)], tmp_path / "o", default_config(), quiet=True, engine="spark")
 
 
+def test_bad_record_stops_or_is_skipped_like_local(ray_session, tmp_path):
+    src = tmp_path / "in"
+    src.mkdir()
+    good = json.dumps({"text": "a document long enough to be one " * 3})
+    (src / "a.jsonl").write_text(good + "\n{bad json\n" + good.replace("one", "two") + "\n", encoding="utf-8")
+    with pytest.raises(RunError, match="--skip-bad-records"):
+        run_corpus([str(src)], tmp_path / "r", default_config(), quiet=True, engine="ray")
+    cfg = _cfg(input__skip_bad_records=True, quality__enabled=False)
+    a = run_corpus([str(src)], tmp_path / "l2", cfg, quiet=True, report=False)
+    b = run_corpus([str(src)], tmp_path / "r2", cfg, quiet=True, report=False, engine="ray")
+    assert a["documents"] == b["documents"] and b["documents"]["skipped_bad_records"] == 1
+    assert _output(tmp_path / "r2")[2] == _output(tmp_path / "l2")[2]
+
+
 def test_cli_flag(ray_session, sample_files, tmp_path, capsys):
     """``luminamoon run --engine ray`` (joins the running cluster with --address)."""
     from luminamoon.cli import main
