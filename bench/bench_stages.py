@@ -26,8 +26,12 @@ Threads (--threads-only runs just this part; also printed after the one-core tab
     after one batch of 64 x 1 MB documents (and the same batch through
     QualityFilter as the peer).
 
+  --fused-corpus-only prints only the corpus rows of that table (issue 14's
+    method: FusedPipeline(dedup=False), PII datatrove, batches of 4096 built
+    before timing) and their medians: docs/s and MB/s on 1 and 2 threads.
+
 Usage: python bench/bench_stages.py [--limit N] [--dt-sample N] [--dedup-hashes N] [--threads-only]
-                                    [--rounds N] [--batch N]
+                                    [--fused-corpus-only] [--rounds N] [--batch N]
 """
 from __future__ import annotations
 
@@ -148,7 +152,7 @@ def _rss() -> int:
         return int(f.read().split()[1]) * __import__("os").sysconf("SC_PAGE_SIZE")
 
 
-def threads_section(texts, rounds: int, batch: int) -> None:
+def threads_section(texts, rounds: int, batch: int, corpus_only: bool = False) -> None:
     def corpus_run(nt):
         pipe = FusedPipeline(dedup=False, pii=PIIMasker("datatrove"), num_threads=nt)
         t0 = time.perf_counter()
@@ -167,6 +171,16 @@ def threads_section(texts, rounds: int, batch: int) -> None:
         rows.append([f"corpus, batches of {batch}", r + 1, f"{len(texts) / t1:,.0f}", f"{len(texts) / t2:,.0f}",
                      f"{mb / t1:.1f}", f"{mb / t2:.1f}", f"{t1 / t2:.2f}x"])
         print("  " + " | ".join(map(str, rows[-1])), flush=True)
+    if corpus_only:  # issue 14's method: FusedPipeline(dedup=False), PII datatrove, prebuilt batches
+        print_table("FusedPipeline(dedup=False), 2 threads vs 1, corpus (interleaved rounds)",
+                    ["input", "round", "docs/s 1 thread", "docs/s 2 threads", "MB/s 1", "MB/s 2", "speed-up"], rows)
+
+        def med(col):
+            v = sorted(float(str(r[col]).replace(",", "")) for r in rows)
+            return v[len(v) // 2]
+        print(f"median of {rounds} rounds: 1 thread {med(2):,.0f} docs/s, {med(4):.1f} MB/s; 2 threads "
+              f"{med(3):,.0f} docs/s, {med(5):.1f} MB/s; speed-up {sorted(ratios)[len(ratios) // 2]:.2f}x")
+        return
 
     # issue 21: 512 heavy documents (~100 KB of corpus text each) then 512 tiny ones (~100 B)
     rng = random.Random(1)
@@ -234,12 +248,14 @@ def main() -> None:
     ap.add_argument("--dedup-hashes", type=int, default=10_000_000, help="distinct hashes for the dedup table test")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads-only", action="store_true", help="only the 2-threads-vs-1 and memory tables")
+    ap.add_argument("--fused-corpus-only", action="store_true",
+                    help="only FusedPipeline(dedup=False) 1 vs 2 threads on the corpus (issue 14's method)")
     ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds of the threads table")
     ap.add_argument("--batch", type=int, default=4096, help="documents per batch in the threads table")
     args = ap.parse_args()
-    if args.threads_only:
+    if args.threads_only or args.fused_corpus_only:
         warnings.simplefilter("ignore")
-        threads_section(load_corpus(args.limit), args.rounds, args.batch)
+        threads_section(load_corpus(args.limit), args.rounds, args.batch, corpus_only=args.fused_corpus_only)
         return
 
     torch.set_num_threads(1)

@@ -1,7 +1,7 @@
 /* bench_fused_threads — FusedPipeline (clean -> quality -> [dedup] -> PII
  * datatrove) on 1 and 2 threads over a documents file, in batches.
  *
- * Usage: bench_fused_threads DOCS_FILE [batch=4096] [rounds=3] [dedup=0] [threads=1,2]
+ * Usage: bench_fused_threads DOCS_FILE [batch=4096] [rounds=3] [dedup=0] [threads=1,2|1|2]
  *        bench_fused_threads --heavy-tiny DOCS_FILE [rounds=3]
  *        bench_fused_threads --retained DOCS_FILE
  *
@@ -261,6 +261,9 @@ int main(int argc, char **argv) {
   size_t batch = ht ? 1024 : (argc > a + 1 ? (size_t)atol(argv[a + 1]) : 4096);
   int rounds = argc > a + 2 ? atoi(argv[a + 2]) : 3;
   int dedup = argc > a + 3 ? atoi(argv[a + 3]) : 0;
+  /* threads: "1,2" (default: both, interleaved), "1" or "2" (one count only, e.g. under callgrind) */
+  const char *tl = argc > a + 4 ? argv[a + 4] : "1,2";
+  int only = strchr(tl, ',') ? 0 : atoi(tl);
   if (ht) {
     corpus h;
     heavy_tiny(&c, &h);
@@ -271,6 +274,13 @@ int main(int argc, char **argv) {
          mb, batch, dedup);
   for (int r = 0; r < rounds; r++) {
     double cpu1, cpu2, crit1, crit2;
+    if (only) {
+      double t = run(&c, batch, only, dedup, &cpu1, &crit1);
+      printf("round %d: %d thread(s) %.3f s (%.0f docs/s, %.1f MB/s, cpu %.2f s)\n", r + 1, only, t, c.n / t, mb / t,
+             cpu1);
+      fflush(stdout);
+      continue;
+    }
     double t1 = run(&c, batch, 1, dedup, &cpu1, &crit1);
     double t2 = run(&c, batch, 2, dedup, &cpu2, &crit2);
     printf("round %d: 1 thread %.3f s (%.0f docs/s, %.1f MB/s, cpu %.2f s) | 2 threads %.3f s (%.0f docs/s, "
