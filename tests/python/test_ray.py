@@ -300,3 +300,13 @@ def test_cli_flag(ray_session, sample_files, tmp_path, capsys):
     rc = main(["run", str(sample_files / "shard-0.jsonl"), "-o", str(tmp_path / "l"), "-q", "--no-report"])
     assert rc == 0
     assert _output(tmp_path / "r")[2] == _output(tmp_path / "l")[2]
+    # another driver process joins this cluster by its address (as on a multi-node cluster)
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-m", "luminamoon", "run", str(sample_files / "shard-1.jsonl"), "-o",
+                        str(tmp_path / "r3"), "-q", "--no-report", "--engine", "ray", "--address", addr],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert main(["run", str(sample_files / "shard-1.jsonl"), "-o", str(tmp_path / "l3"), "-q", "--no-report"]) == 0
+    assert _output(tmp_path / "r3")[2] == _output(tmp_path / "l3")[2]
