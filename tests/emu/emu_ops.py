@@ -24,6 +24,8 @@ ERR = ctypes.c_int
 SIGS = {
     "lm_cuda_validate_offsets": (ERR, [Strs, P, P]),
     "lm_cuda_match": (ERR, [Strs, P, P, SZ, ctypes.c_int, P, P]),
+    "lm_cuda_prefix_match": (ERR, [Strs, P, P, SZ, P, P]),
+    "lm_cuda_equal_scalar": (ERR, [Strs, P, P, SZ, P, P]),
     "lm_cuda_equal_workspace_size": (SZ, [SZ]),
     "lm_cuda_equal": (ERR, [Strs, Strs, P, SZ, P, P]),
     "lm_cuda_hash64_workspace_size": (SZ, [Strs]),
@@ -35,6 +37,8 @@ SIGS = {
     "lm_cuda_compact_select": (ERR, [Strs, P, P, P, P, P, SZ, P]),
     "lm_cuda_compact_offsets": (ERR, [P, P, SZ, P, P]),
     "lm_cuda_copy_strings": (ERR, [Strs, P, SZ, P, ctypes.c_uint64, P, P]),
+    "lm_cuda_gather_data": (ERR, [Strs, P, SZ, P, ctypes.c_uint64, P, P]),
+    "lm_cuda_compact_data": (ERR, [Strs, P, SZ, P, ctypes.c_uint64, P, P]),
     "lm_cuda_minhash_validate": (ERR, [P, SZ, SZ, P, P]),
     "lm_cuda_minhash": (ERR, [P, SZ, P, SZ, P, P, SZ, ctypes.c_int, P, P]),
     "lm_emu_last_error": (ctypes.c_char_p, []),
@@ -77,7 +81,9 @@ class EmuOps:
         pat = pattern.encode("utf-8")
         host = ctypes.create_string_buffer(pat, len(pat) or 1)
         dev = torch.frombuffer(bytearray(pat), dtype=torch.uint8) if len(pat) > 512 else None
-        self._check(self.lib.lm_cuda_match(s, host, ptr(dev), len(pat), exact, ptr(out), None), "match")
+        # the entry points torch_ops/ops_cuda.cu calls (both run lm_cuda_match)
+        fn = self.lib.lm_cuda_equal_scalar if exact else self.lib.lm_cuda_prefix_match
+        self._check(fn(s, host, ptr(dev), len(pat), ptr(out), None), "equal_scalar" if exact else "prefix_match")
         return out
 
     def prefix_match(self, offsets, data, prefix):
@@ -130,7 +136,7 @@ class EmuOps:
             raise IndexError("gather: index out of range")
         total = int(out64[m])
         out = torch.empty(total, dtype=torch.uint8)
-        self._check(self.lib.lm_cuda_copy_strings(s, ptr(index), m, ptr(out64), total, ptr(out), None), "copy_strings")
+        self._check(self.lib.lm_cuda_gather_data(s, ptr(index), m, ptr(out64), total, ptr(out), None), "gather_data")
         return self._like(offsets, out64), out
 
     def compact(self, offsets, data, mask):
@@ -148,7 +154,7 @@ class EmuOps:
         out64 = torch.empty(m + 1, dtype=torch.int64)
         self._check(self.lib.lm_cuda_compact_offsets(ptr(incl), ptr(index), m, ptr(out64), None), "compact_offsets")
         out = torch.empty(total, dtype=torch.uint8)
-        self._check(self.lib.lm_cuda_copy_strings(s, ptr(index), m, ptr(out64), total, ptr(out), None), "copy_strings")
+        self._check(self.lib.lm_cuda_compact_data(s, ptr(index), m, ptr(out64), total, ptr(out), None), "compact_data")
         return self._like(offsets, out64), out
 
     def minhash(self, shingle_hashes, doc_offsets, a, b, precision=64):
