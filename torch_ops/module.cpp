@@ -230,6 +230,7 @@ py::tuple from_list_views(py::handle seq, bool allow_bytes, bool validate);  // 
 void bind_minhash(py::module_ &m);  // minhash.cpp
 void bind_near_dedup(py::module_ &m);  // bind_near_dedup.cpp
 void bind_near_cluster(py::module_ &m);  // bind_near_cluster.cpp
+void bind_jsonl(py::module_ &m);  // bind_jsonl.cpp
 
 }  // namespace luminamoon
 
@@ -249,4 +250,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   bind_minhash(m);
   bind_near_dedup(m);
   bind_near_cluster(m);
+  bind_jsonl(m);
 }

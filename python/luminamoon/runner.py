@@ -231,6 +231,7 @@ def _input_source(inner, id_field: str, text_field: str, names: Sequence[str]):
             self.paths = getattr(inner, "paths", [])
             self.surrogate_docs = 0
             self._seen_skipped = 0
+            self.names = list(names)
 
         def position(self):
             return self.inner.position()
@@ -245,6 +246,21 @@ def _input_source(inner, id_field: str, text_field: str, names: Sequence[str]):
         @skipped.setter
         def skipped(self, v):
             pass
+
+        @property
+        def _columnar(self):
+            return bool(getattr(inner, "_columnar", False))
+
+        def iter_blocks(self, n):
+            """The columnar path: ids are given when the batch is written (from each
+            record's file and line), skips come with each block."""
+            def fix(rec, text):
+                fixed = repair_surrogates(text)  # ONE U+FFFD per lone surrogate
+                if fixed != text:
+                    rec[_SURROGATES] = 1
+                return fixed
+
+            return inner.iter_blocks(n, fix_text=fix)
 
         def _records(self):
             inner = self.inner
@@ -869,6 +885,7 @@ def _loop(pipe, measured, source, writer: ShardWriter, stats: RunStats, cfg, kee
     group_by = cfg["run"]["group_by"]
     bar = _progress(paths, fmt, quiet, stats.docs_in)
     names: Dict[int, str] = {}
+    names_in = getattr(source, "names", [])  # each input file's name: ids of records without one
     t_start = time.perf_counter()
     docs0, bytes0 = stats.docs_in, stats.bytes_in
 
@@ -922,15 +939,31 @@ def _loop(pipe, measured, source, writer: ShardWriter, stats: RunStats, cfg, kee
             recs = batch.records
             skipped = 0
             surrogates = 0
-            for r in recs:
-                if _SKIPPED in r:
-                    skipped += r.pop(_SKIPPED)
-                if _SURROGATES in r:
-                    surrogates += r.pop(_SURROGATES)
-            kept_recs = batch.kept_records
-            # ids, kept and group values: lone surrogates become U+FFFD before anything is written
-            # or committed; a non-string id is its JSON text (never a Python repr)
-            ids = [repair_surrogates(id_text(r.get(id_field))) for r in kept_recs]
+            blk = batch.block
+            if blk is not None:  # the columnar path: skips and ids from the block
+                skipped = blk.skipped - source._seen_skipped
+                source._seen_skipped = blk.skipped
+                for r in recs._cache.values():  # only records parsed by json.loads can carry the note
+                    surrogates += r.pop(_SURROGATES, 0)
+                kept_idx = batch.source_index.tolist()
+                kept_recs = [recs[i] for i in kept_idx]
+                ids = []
+                for i, r in zip(kept_idx, kept_recs):
+                    v = r.get(id_field)
+                    if v is None:
+                        sh = int(blk.shards[i])
+                        v = r[id_field] = f"{names_in[sh] if 0 <= sh < len(names_in) else 'doc'}:{int(blk.lines[i])}"
+                    ids.append(repair_surrogates(id_text(v)))
+            else:
+                for r in recs:
+                    if _SKIPPED in r:
+                        skipped += r.pop(_SKIPPED)
+                    if _SURROGATES in r:
+                        surrogates += r.pop(_SURROGATES)
+                kept_recs = batch.kept_records
+                # ids, kept and group values: lone surrogates become U+FFFD before anything is written
+                # or committed; a non-string id is its JSON text (never a Python repr)
+                ids = [repair_surrogates(id_text(r.get(id_field))) for r in kept_recs]
             extra = {k: [repair_surrogates(r.get(k)) for r in kept_recs] for k in keep} if keep else None
             writer.add(ids, batch.texts, extra)
             groups = None

@@ -168,6 +168,7 @@ class _Producer:
         self.near, self.near_after = near, near_after  # near_after: run the near stage after the pipeline
         self.batch_size, self.text_key, self.res = batch_size, text_key, res
         self.start = {"batch_index": 0, "sample_index": 0, "epoch": 0}
+        self.read_ahead = 2  # blocks read ahead of the stages on the reader thread (0: none)
 
     def produce_one(self, it: Iterator[Dict[str, Any]], index: int, sample_index: int) -> Optional["Batch"]:
         from ..string_tensor import StringTensor
@@ -185,8 +186,13 @@ class _Producer:
                 break
         if not texts:
             return None
-        pos = self.source.position()
-        st = StringTensor.from_list(texts)
+        return self._process(StringTensor.from_list(texts), records, len(texts), self.source.position(),
+                             index, sample_index)
+
+    def _process(self, st: Any, records: Any, n: int, pos: Dict[str, Any], index: int, sample_index: int,
+                 block: Any = None) -> "Batch":
+        """Runs the stages on one batch of ``n`` input texts and makes its Batch."""
+        texts = range(n)  # only its length is used below
         bytes_in = st.nbytes
         cycle = None
         with self.res.lock:
@@ -210,9 +216,12 @@ class _Producer:
             coord["near_wal_lsn"] = near_lsn
         if cycle is not None:
             coord["pii_cycle"] = cycle
-        return Batch(index, out, reasons, src_idx, records, len(texts), bytes_in, coord)
+        return Batch(index, out, reasons, src_idx, records, len(texts), bytes_in, coord, block)
 
     def batches(self) -> Iterator["Batch"]:
+        if getattr(self.source, "_columnar", False) and callable(getattr(self.source, "iter_blocks", None)):
+            yield from self._block_batches()
+            return
         it = iter(self.source)
         index, sample = self.start["batch_index"], self.start["sample_index"]
         while not self.res.stop.is_set():
@@ -221,6 +230,35 @@ class _Producer:
                 return
             index, sample = b.coord["batch_index"], b.coord["sample_index"]
             yield b
+
+
+    def _block_batches(self) -> Iterator["Batch"]:
+        """The columnar reading path (``source.iter_blocks``): no Python object per record;
+        with ``read_ahead`` the source is read (decompressed, scanned) on a thread of its
+        own, a few blocks ahead of the stages (the C parts release the GIL)."""
+        index, sample = self.start["batch_index"], self.start["sample_index"]
+        blocks = self.source.iter_blocks(self.batch_size)
+        pf = None
+        if self.read_ahead:
+            pf = Prefetcher(lambda: blocks, self.read_ahead, name="luminamoon-read")
+
+            def nxt():
+                item = pf.get()
+                return None if item is END else item
+        else:
+            def nxt():
+                return next(blocks, None)
+        try:
+            while not self.res.stop.is_set():
+                blk = nxt()
+                if blk is None:
+                    return
+                b = self._process(blk.texts, blk.records, len(blk), blk.position, index, sample, blk)
+                index, sample = b.coord["batch_index"], b.coord["sample_index"]
+                yield b
+        finally:
+            if pf is not None:
+                pf.stop()
 
 
 def _get_cycle(pipeline: Any) -> Optional[List[int]]:
@@ -251,6 +289,8 @@ class Batch:
     n_in: int
     bytes_in: int
     coord: Dict[str, Any] = field(repr=False, default_factory=dict)
+    #: the source's RecordBlock (columnar reading path: ``lines``, ``shards``, ``skipped``), else None
+    block: Any = field(repr=False, default=None)
 
     @property
     def memory_bytes(self) -> int:
@@ -413,6 +453,7 @@ class ResumablePipeline:
             near_after = self.near_dedup is not None and pipeline not in ("fused", "chain")
             self._producer = _Producer(self.source, self._pipeline, self.dedup, batch_size, text_key, res,
                                        self.near_dedup, near_after)
+            self._producer.read_ahead = 2 if prefetch_batches else 0
             if side is None:
                 if self.dedup is not None and self.dedup.lsn:
                     self.dedup.truncate(0)  # hashes admitted before any commit are forgotten

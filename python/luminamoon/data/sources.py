@@ -306,6 +306,12 @@ class _PlainReader:
         end = 2 if line.endswith(b"\r\n") else 1 if line.endswith(b"\n") else 0
         return TooLong(total - end)  # the line without its ending
 
+    def read(self, n: int) -> bytes:
+        """Up to ``n`` bytes (b"" at EOF), lines not split apart by anything but ``n``."""
+        data = self._f.read(n)
+        self.offset += len(data)
+        return data
+
     def close(self) -> None:
         self._f.close()
 
@@ -419,6 +425,7 @@ class _FramedReader:
         self._buf = bytearray()     # decompressed, not yet returned
         self._buf_uoff = frame_uoff  # uncompressed offset of self._buf[0]
         self._bounds = [(frame_uoff, frame)]  # (uoff, coff) of member starts not yet passed
+        self._failed: Optional[BaseException] = None  # see read()
         self.offset = frame_uoff
         self.frame, self.frame_uoff = frame, frame_uoff
         skip = offset - frame_uoff
@@ -540,6 +547,34 @@ class _FramedReader:
         self._consume(n)
         self._update_frame()
         return line
+
+    def read(self, n: int) -> bytes:
+        """Up to ``n`` decompressed bytes (b"" at EOF).  Member starts stay in ``_bounds``
+        until ``prune_bounds`` (the caller maps offsets inside what it read to members).
+        A decompression error after some bytes were read is raised by the next call."""
+        if self._failed is not None:
+            e, self._failed = self._failed, None
+            raise e
+        try:
+            while len(self._buf) < n and self._fill():
+                pass
+        except ValueError as e:
+            if not self._buf:
+                raise
+            self._failed = e
+        out = bytes(self._buf[:n])
+        del self._buf[:len(out)]
+        self._buf_uoff += len(out)
+        self.offset += len(out)
+        return out
+
+    def prune_bounds(self, offset: int) -> None:
+        """Forgets the member starts before the one holding ``offset``."""
+        b = self._bounds
+        i = 0
+        while i + 1 < len(b) and b[i + 1][0] <= offset:
+            i += 1
+        del b[:i]
 
     def close(self) -> None:
         self._f.close()
@@ -832,29 +867,55 @@ class JsonlSource(_FileSource):
                 continue
             if not self._take_record():
                 continue
-            if lineno == 1 and raw.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte order mark (Windows tools)
-                raw = raw[3:]
-            try:
-                obj = json.loads(raw.decode("utf-8"))
-            except UnicodeDecodeError as e:
-                self._bad(f"{path}:{lineno}: invalid UTF-8 at byte {e.start}", e)
-                continue
-            except json.JSONDecodeError as e:
-                self._bad(f"{path}:{lineno}: malformed JSON: {e.msg} (column {e.colno})", e)
-                continue
-            except RecursionError as e:  # e.g. 100,000 nested '[': Python's json recurses per level
-                self._bad(f"{path}:{lineno}: malformed JSON: nested too deeply to parse "
-                          f"(more than about {sys.getrecursionlimit()} levels)", e)
-                continue
-            if not isinstance(obj, dict):
-                self._bad(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
-                continue
-            text = obj.get(self.text_key)
-            if not isinstance(text, str):
-                what = "missing" if text is None and self.text_key not in obj else f"not a string ({type(text).__name__})"
-                self._bad(f"{path}:{lineno}: text field {self.text_key!r} is {what}")
-                continue
-            yield obj
+            obj = self._parse_line(path, lineno, raw)
+            if obj is not None:
+                yield obj
+
+    def _parse_line(self, path: str, lineno: int, raw: bytes) -> Optional[Dict[str, Any]]:
+        """One non-blank line parsed exactly (``json.loads``): the record, or None after a
+        bad record was skipped (``on_error="skip"``); raises BadRecordError otherwise."""
+        if lineno == 1 and raw.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte order mark (Windows tools)
+            raw = raw[3:]
+        try:
+            obj = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError as e:
+            self._bad(f"{path}:{lineno}: invalid UTF-8 at byte {e.start}", e)
+            return None
+        except json.JSONDecodeError as e:
+            self._bad(f"{path}:{lineno}: malformed JSON: {e.msg} (column {e.colno})", e)
+            return None
+        except RecursionError as e:  # e.g. 100,000 nested '[': Python's json recurses per level
+            self._bad(f"{path}:{lineno}: malformed JSON: nested too deeply to parse "
+                      f"(more than about {sys.getrecursionlimit()} levels)", e)
+            return None
+        if not isinstance(obj, dict):
+            self._bad(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
+            return None
+        text = obj.get(self.text_key)
+        if not isinstance(text, str):
+            what = "missing" if text is None and self.text_key not in obj else f"not a string ({type(text).__name__})"
+            self._bad(f"{path}:{lineno}: text field {self.text_key!r} is {what}")
+            return None
+        return obj
+
+    @property
+    def _columnar(self) -> bool:
+        """Whether ``iter_blocks`` gives what iterating gives: not when a subclass
+        changes ``_records`` (pipelines then read record by record)."""
+        return type(self)._records is JsonlSource._records and type(self)._parse_line is JsonlSource._parse_line
+
+    def iter_blocks(self, n: int, fix_text: Optional[Callable[[Dict[str, Any], str], str]] = None
+                    ) -> Iterator["RecordBlock"]:
+        """The records as columns, ``n`` at a time (see :class:`RecordBlock`): the same
+        records, positions, errors and skips as iterating the source, without a Python
+        object per record on the way (a C scanner decodes the text field of each line
+        straight into a StringTensor; only lines it cannot vouch for go through
+        ``json.loads``).  Like ``iter(source)`` it continues from the current position.
+        ``fix_text(record, text) -> text`` is applied to the non-ASCII texts of the
+        records parsed by ``json.loads`` (the only ones that can hold lone surrogates)."""
+        from ._blocks import jsonl_blocks
+
+        return jsonl_blocks(self, n, fix_text)
 
 
 class TextSource(_FileSource):

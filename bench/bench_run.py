@@ -1,0 +1,98 @@
+"""`luminamoon run` end to end against FusedPipeline alone, in one run (issue 14 acceptance 1/4).
+
+Rows (docs/s over the shared corpus, same thread count, same stages as the run's default
+configuration, exact dedup on):
+
+* FusedPipeline: the stages over the corpus already in memory as StringTensors (the bound);
+* luminamoon run: run_corpus end to end (read gzip JSONL, stages, write Parquet, commits);
+* ResumablePipeline: JsonlSource -> ResumablePipeline, the batches consumed (columnar path);
+* ResumablePipeline, record by record: the same through the per-record (json.loads) path.
+
+Each row is the best of ``--rounds`` rounds, the rows interleaved within a round (the
+machine is shared: compare the ratios, not the absolute figures).
+
+    python bench/bench_run.py [--threads 2] [--rounds 2] [--batch-size 2048]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch  # noqa: E402,F401
+
+from common import CORPUS, load_corpus, print_table  # noqa: E402
+from luminamoon import StringTensor, stages  # noqa: E402
+from luminamoon.config import default_config, stage_kwargs  # noqa: E402
+from luminamoon.data import ResumablePipeline  # noqa: E402
+from luminamoon.data.sources import JsonlSource  # noqa: E402
+from luminamoon.runner import run_corpus  # noqa: E402
+
+
+class RecordByRecord(JsonlSource):
+    """JsonlSource read record by record (json.loads per line): the path before issue 14."""
+
+    def _records(self):
+        return super()._records()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--batch-size", type=int, default=2048)
+    args = ap.parse_args()
+    T, B = args.threads, args.batch_size
+    texts = load_corpus()
+    n = len(texts)
+    mb = sum(len(t.encode()) for t in texts) / 1e6
+    batches = [StringTensor.from_list(texts[i:i + B]) for i in range(0, n, B)]
+    cfg = default_config()
+    cfg["run"]["threads"] = T
+    cfg["run"]["batch_size"] = B
+    kw = stage_kwargs(cfg)
+    tmp = tempfile.mkdtemp(prefix="bench-run-")
+
+    def fused():
+        pipe = stages.FusedPipeline(dedup=True, num_threads=T, **kw)
+        for st in batches:
+            pipe(st)
+
+    def run():
+        out = os.path.join(tmp, "out")
+        shutil.rmtree(out, ignore_errors=True)
+        stats = run_corpus([str(CORPUS)], out, cfg, quiet=True, report=False)
+        assert stats["documents"]["input"] == n
+
+    def resumable(cls):
+        def go():
+            state = os.path.join(tmp, "state")
+            shutil.rmtree(state, ignore_errors=True)
+            with ResumablePipeline(cls(str(CORPUS)), batch_size=B, state_dir=state, num_threads=T,
+                                   stages=kw) as pipe:
+                got = sum(b.n_in for b in pipe)
+            assert got == n
+        return go
+
+    rows = {"FusedPipeline (texts in memory)": fused, "luminamoon run (end to end)": run,
+            "ResumablePipeline (JsonlSource, columnar)": resumable(JsonlSource),
+            "ResumablePipeline (record by record)": resumable(RecordByRecord)}
+    best = {k: float("inf") for k in rows}
+    for _ in range(args.rounds):
+        for name, fn in rows.items():
+            t0 = time.perf_counter()
+            fn()
+            best[name] = min(best[name], time.perf_counter() - t0)
+    shutil.rmtree(tmp, ignore_errors=True)
+    base = best["FusedPipeline (texts in memory)"]
+    table = [[name, f"{n / t:,.0f}", f"{mb / t:.1f}", f"{base / t:.2f}"] for name, t in best.items()]
+    print_table(f"luminamoon run vs FusedPipeline, {n:,} docs ({mb:.0f} MB), {T} threads, batch {B}",
+                ["what", "docs/s", "MB/s", "x FusedPipeline"], table)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,68 @@
+/* jsonl.h — a fast, conservative scanner for JSON Lines: one string field of each
+ * line decoded straight into a StringTensor-style (offsets, bytes) pair.
+ *
+ * The scanner is a *fast path*.  For each line it either proves the line is a JSON
+ * object that Python's ``json.loads`` (strict mode) accepts and extracts the decoded
+ * value of the key (LM_JSONL_OK, byte for byte what ``obj[key].encode("utf-8")``
+ * gives), or says the line is blank (only bytes ``bytes.strip()`` removes), or hands
+ * the line back (LM_JSONL_SLOW) for the caller's exact parser, which reports errors.
+ * It never accepts a line the exact parser rejects: anything unusual (NaN /
+ * Infinity, nesting deeper than LM_JSONL_MAX_DEPTH, escapes in keys, a key that
+ * appears twice, a lone surrogate escape, a value that is not a string, a
+ * missing key, invalid UTF-8, a byte order mark, trailing data) is SLOW.
+ *
+ * Thread safety: the function is pure (no globals); distinct calls may run
+ * concurrently on distinct outputs.  It never allocates, aborts or prints.
+ */
+#ifndef LUMINAMOON_JSONL_H
+#define LUMINAMOON_JSONL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "luminamoon/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum {
+  LM_JSONL_OK = 0,       /* the key's string value was decoded into the output */
+  LM_JSONL_BLANK = 1,    /* the line holds only ASCII whitespace (space, \t, \n, \v, \f, \r) */
+  LM_JSONL_SLOW = 2,     /* not handled here: the caller parses this line exactly */
+  LM_JSONL_TOO_LONG = 3  /* longer (without its line ending) than max_line_bytes */
+};
+
+#define LM_JSONL_MAX_DEPTH 64
+
+/* Number of lines in buf[0, len): the count of '\n' plus one if the last byte is
+ * not '\n' (0 for len == 0).  buf may be NULL only when len == 0. */
+lm_status lm_jsonl_count_lines(const uint8_t *buf, size_t len, size_t *n_lines);
+
+/* Scans every line of buf[0, len) (lines end with '\n'; the last may end at len).
+ *
+ *   key, key_len     the field to extract (raw UTF-8 bytes, compared with each
+ *                    top-level key that has no escapes); key_len >= 1.
+ *   max_line_bytes   < 0: no limit; else a line longer than this, not counting its
+ *                    "\n" or "\r\n" ending, is LM_JSONL_TOO_LONG (checked first).
+ *   text_out         capacity >= len bytes: the decoded values of the OK lines,
+ *                    concatenated (a decoded JSON string is never longer than its
+ *                    escaped form).
+ *   text_offsets     capacity >= n_lines + 1: text_offsets[0] = 0 and one more entry
+ *                    per OK line (the end of its value in text_out).
+ *   line_ends        capacity >= n_lines: offset in buf just past each line.
+ *   status           capacity >= n_lines: LM_JSONL_* per line.
+ *   lines_cap        the capacity of line_ends / status (n_lines from
+ *                    lm_jsonl_count_lines); fewer lines than there are is LM_EINVAL.
+ *   n_ok             out: number of OK lines (entries added to text_offsets).
+ *
+ * Returns LM_OK, or LM_EINVAL for NULL pointers / a too-small lines_cap (outputs
+ * then unspecified).  Ownership: all buffers belong to the caller. */
+lm_status lm_jsonl_scan(const uint8_t *buf, size_t len, const uint8_t *key, size_t key_len,
+                        int64_t max_line_bytes, uint8_t *text_out, int64_t *text_offsets,
+                        int64_t *line_ends, int8_t *status, size_t lines_cap, size_t *n_ok);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,366 @@
+/* jsonl_scan.c — see luminamoon/jsonl.h.  A strict JSON validator for one line that
+ * decodes one top-level string field; anything it is not sure of is LM_JSONL_SLOW. */
+#include <string.h>
+
+#include "luminamoon/jsonl.h"
+
+typedef struct {
+  const uint8_t *p;
+  const uint8_t *end;
+} jl_cur;
+
+static int jl_json_ws(uint8_t c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+static int jl_strip_ws(uint8_t c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r';
+}
+
+static void jl_skip_ws(jl_cur *c) {
+  while (c->p < c->end && jl_json_ws(*c->p)) c->p++;
+}
+
+static int jl_hex(uint8_t c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+/* Four hex digits at p (p + 4 <= end checked by the caller); -1 if not hex. */
+static long jl_hex4(const uint8_t *p) {
+  long v = 0;
+  for (int i = 0; i < 4; i++) {
+    int h = jl_hex(p[i]);
+    if (h < 0) return -1;
+    v = (v << 4) | h;
+  }
+  return v;
+}
+
+/* Length of the valid UTF-8 sequence (2..4 bytes) starting with lead byte p[0] >= 0x80,
+ * or 0 when invalid (overlong, surrogate, > U+10FFFF, truncated) — what Python's
+ * strict UTF-8 decoder accepts. */
+static size_t jl_utf8_len(const uint8_t *p, const uint8_t *end) {
+  uint8_t b0 = p[0];
+  size_t avail = (size_t)(end - p);
+  if (b0 >= 0xC2 && b0 <= 0xDF) {
+    return (avail >= 2 && (p[1] & 0xC0) == 0x80) ? 2 : 0;
+  }
+  if (b0 >= 0xE0 && b0 <= 0xEF) {
+    if (avail < 3 || (p[1] & 0xC0) != 0x80 || (p[2] & 0xC0) != 0x80) return 0;
+    if (b0 == 0xE0 && p[1] < 0xA0) return 0;  /* overlong */
+    if (b0 == 0xED && p[1] >= 0xA0) return 0; /* UTF-16 surrogate */
+    return 3;
+  }
+  if (b0 >= 0xF0 && b0 <= 0xF4) {
+    if (avail < 4 || (p[1] & 0xC0) != 0x80 || (p[2] & 0xC0) != 0x80 || (p[3] & 0xC0) != 0x80) return 0;
+    if (b0 == 0xF0 && p[1] < 0x90) return 0; /* overlong */
+    if (b0 == 0xF4 && p[1] >= 0x90) return 0; /* > U+10FFFF */
+    return 4;
+  }
+  return 0;
+}
+
+static uint8_t *jl_put_utf8(uint8_t *o, unsigned long cp) {
+  if (cp < 0x80) {
+    *o++ = (uint8_t)cp;
+  } else if (cp < 0x800) {
+    *o++ = (uint8_t)(0xC0 | (cp >> 6));
+    *o++ = (uint8_t)(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    *o++ = (uint8_t)(0xE0 | (cp >> 12));
+    *o++ = (uint8_t)(0x80 | ((cp >> 6) & 0x3F));
+    *o++ = (uint8_t)(0x80 | (cp & 0x3F));
+  } else {
+    *o++ = (uint8_t)(0xF0 | (cp >> 18));
+    *o++ = (uint8_t)(0x80 | ((cp >> 12) & 0x3F));
+    *o++ = (uint8_t)(0x80 | ((cp >> 6) & 0x3F));
+    *o++ = (uint8_t)(0x80 | (cp & 0x3F));
+  }
+  return o;
+}
+
+/* A string; c->p is just past the opening quote.  With out != NULL the decoded bytes
+ * are written there (*out_end: where they end) and a lone surrogate escape fails;
+ * without, the string is only validated (lone surrogates are valid JSON for Python).
+ * *escaped is set when the string holds any escape.  Returns 1, or 0 (SLOW). */
+static int jl_string(jl_cur *c, uint8_t *out, uint8_t **out_end, int *escaped) {
+  const uint8_t *p = c->p, *end = c->end;
+  uint8_t *o = out;
+  for (;;) {
+    /* the common run of plain ASCII */
+    const uint8_t *s = p;
+    while (p < end && *p >= 0x20 && *p < 0x80 && *p != '"' && *p != '\\') p++;
+    if (o != NULL && p > s) {
+      memcpy(o, s, (size_t)(p - s));
+      o += p - s;
+    }
+    if (p >= end) return 0;
+    uint8_t ch = *p;
+    if (ch == '"') {
+      c->p = p + 1;
+      if (out_end != NULL) *out_end = o;
+      return 1;
+    }
+    if (ch < 0x20) return 0; /* a raw control character: strict JSON refuses it */
+    if (ch >= 0x80) {
+      size_t n = jl_utf8_len(p, end);
+      if (n == 0) return 0;
+      if (o != NULL) {
+        memcpy(o, p, n);
+        o += n;
+      }
+      p += n;
+      continue;
+    }
+    /* a backslash */
+    if (escaped != NULL) *escaped = 1;
+    if (p + 1 >= end) return 0;
+    uint8_t e = p[1];
+    uint8_t lit = 0;
+    switch (e) {
+      case '"': lit = '"'; break;
+      case '\\': lit = '\\'; break;
+      case '/': lit = '/'; break;
+      case 'b': lit = '\b'; break;
+      case 'f': lit = '\f'; break;
+      case 'n': lit = '\n'; break;
+      case 'r': lit = '\r'; break;
+      case 't': lit = '\t'; break;
+      case 'u': break;
+      default: return 0;
+    }
+    if (e != 'u') {
+      if (o != NULL) *o++ = lit;
+      p += 2;
+      continue;
+    }
+    if (end - p < 6) return 0;
+    long cp = jl_hex4(p + 2);
+    if (cp < 0) return 0;
+    p += 6;
+    if (cp >= 0xD800 && cp <= 0xDBFF) {
+      /* a high surrogate: paired with a following \uDC00-\uDFFF escape, else lone */
+      if (end - p >= 6 && p[0] == '\\' && p[1] == 'u') {
+        long lo = jl_hex4(p + 2);
+        if (lo >= 0xDC00 && lo <= 0xDFFF) {
+          p += 6;
+          if (o != NULL) o = jl_put_utf8(o, 0x10000UL + (((unsigned long)cp - 0xD800UL) << 10) + ((unsigned long)lo - 0xDC00UL));
+          continue;
+        }
+      }
+      if (o != NULL) return 0; /* lone high surrogate in the decoded value */
+      continue;
+    }
+    if (cp >= 0xDC00 && cp <= 0xDFFF) {
+      if (o != NULL) return 0; /* lone low surrogate */
+      continue;
+    }
+    if (o != NULL) o = jl_put_utf8(o, (unsigned long)cp);
+  }
+}
+
+/* A number as Python's json accepts it: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?
+ * (NaN, Infinity and integers too long for Python's int conversion limit: SLOW). */
+static int jl_number(jl_cur *c) {
+  const uint8_t *p = c->p, *end = c->end;
+  if (p < end && *p == '-') p++;
+  if (p >= end) return 0;
+  const uint8_t *digits = p;
+  if (*p == '0') {
+    p++;
+  } else if (*p >= '1' && *p <= '9') {
+    while (p < end && *p >= '0' && *p <= '9') p++;
+  } else {
+    return 0;
+  }
+  int is_int = 1;
+  if (p - digits > 4000) return 0;
+  if (p < end && *p == '.') {
+    p++;
+    if (p >= end || *p < '0' || *p > '9') return 0;
+    while (p < end && *p >= '0' && *p <= '9') p++;
+    is_int = 0;
+  }
+  if (p < end && (*p == 'e' || *p == 'E')) {
+    p++;
+    if (p < end && (*p == '+' || *p == '-')) p++;
+    if (p >= end || *p < '0' || *p > '9') return 0;
+    while (p < end && *p >= '0' && *p <= '9') p++;
+    is_int = 0;
+  }
+  (void)is_int;
+  c->p = p;
+  return 1;
+}
+
+static int jl_literal(jl_cur *c, const char *lit, size_t n) {
+  if ((size_t)(c->end - c->p) < n || memcmp(c->p, lit, n) != 0) return 0;
+  c->p += n;
+  return 1;
+}
+
+static int jl_value(jl_cur *c, int depth);
+
+static int jl_array(jl_cur *c, int depth) {
+  /* c->p just past '[' */
+  jl_skip_ws(c);
+  if (c->p < c->end && *c->p == ']') {
+    c->p++;
+    return 1;
+  }
+  for (;;) {
+    if (!jl_value(c, depth + 1)) return 0;
+    jl_skip_ws(c);
+    if (c->p >= c->end) return 0;
+    if (*c->p == ',') {
+      c->p++;
+      jl_skip_ws(c);
+      continue;
+    }
+    if (*c->p == ']') {
+      c->p++;
+      return 1;
+    }
+    return 0;
+  }
+}
+
+/* An object; c->p just past '{'.  At top level (key != NULL) the value of `key` is
+ * decoded into out (*found set, *out_end its end); any other case of the key or an
+ * escaped key is SLOW. */
+static int jl_object(jl_cur *c, int depth, const uint8_t *key, size_t key_len, uint8_t *out,
+                     uint8_t **out_end, int *found) {
+  jl_skip_ws(c);
+  if (c->p < c->end && *c->p == '}') {
+    c->p++;
+    return 1;
+  }
+  for (;;) {
+    if (c->p >= c->end || *c->p != '"') return 0;
+    c->p++;
+    const uint8_t *k0 = c->p;
+    int esc = 0;
+    if (!jl_string(c, NULL, NULL, &esc)) return 0;
+    const uint8_t *k1 = c->p - 1;
+    jl_skip_ws(c);
+    if (c->p >= c->end || *c->p != ':') return 0;
+    c->p++;
+    jl_skip_ws(c);
+    if (key != NULL) {
+      if (esc) return 0; /* keys with escapes could spell the key: let the exact parser decide */
+      if ((size_t)(k1 - k0) == key_len && memcmp(k0, key, key_len) == 0) {
+        if (*found) return 0; /* the key twice: Python keeps the last; leave it to Python */
+        *found = 1;
+        if (c->p >= c->end || *c->p != '"') return 0; /* not a string: the exact parser says so */
+        c->p++;
+        if (!jl_string(c, out, out_end, NULL)) return 0;
+      } else if (!jl_value(c, depth + 1)) {
+        return 0;
+      }
+    } else if (!jl_value(c, depth + 1)) {
+      return 0;
+    }
+    jl_skip_ws(c);
+    if (c->p >= c->end) return 0;
+    if (*c->p == ',') {
+      c->p++;
+      jl_skip_ws(c);
+      continue;
+    }
+    if (*c->p == '}') {
+      c->p++;
+      return 1;
+    }
+    return 0;
+  }
+}
+
+static int jl_value(jl_cur *c, int depth) {
+  if (depth > LM_JSONL_MAX_DEPTH || c->p >= c->end) return 0;
+  uint8_t ch = *c->p;
+  switch (ch) {
+    case '"':
+      c->p++;
+      return jl_string(c, NULL, NULL, NULL);
+    case '{':
+      c->p++;
+      return jl_object(c, depth, NULL, 0, NULL, NULL, NULL);
+    case '[':
+      c->p++;
+      return jl_array(c, depth);
+    case 't': return jl_literal(c, "true", 4);
+    case 'f': return jl_literal(c, "false", 5);
+    case 'n': return jl_literal(c, "null", 4);
+    default:
+      if (ch == '-' || (ch >= '0' && ch <= '9')) return jl_number(c);
+      return 0;
+  }
+}
+
+lm_status lm_jsonl_count_lines(const uint8_t *buf, size_t len, size_t *n_lines) {
+  if (n_lines == NULL || (buf == NULL && len > 0)) return LM_EINVAL;
+  size_t n = 0;
+  const uint8_t *p = buf, *end = buf + len;
+  while (p < end) {
+    const uint8_t *nl = memchr(p, '\n', (size_t)(end - p));
+    n++;
+    if (nl == NULL) break;
+    p = nl + 1;
+  }
+  *n_lines = n;
+  return LM_OK;
+}
+
+lm_status lm_jsonl_scan(const uint8_t *buf, size_t len, const uint8_t *key, size_t key_len,
+                        int64_t max_line_bytes, uint8_t *text_out, int64_t *text_offsets,
+                        int64_t *line_ends, int8_t *status, size_t lines_cap, size_t *n_ok) {
+  if ((buf == NULL && len > 0) || key == NULL || key_len == 0 || text_offsets == NULL || n_ok == NULL ||
+      (len > 0 && (text_out == NULL || line_ends == NULL || status == NULL)))
+    return LM_EINVAL;
+  size_t line = 0, ok = 0;
+  int64_t tpos = 0;
+  text_offsets[0] = 0;
+  const uint8_t *p = buf, *end = buf + len;
+  while (p < end) {
+    if (line >= lines_cap) return LM_EINVAL;
+    const uint8_t *nl = memchr(p, '\n', (size_t)(end - p));
+    const uint8_t *le = nl != NULL ? nl + 1 : end; /* past the line */
+    size_t n = (size_t)(le - p);
+    size_t body = n;
+    if (nl != NULL) body = (n >= 2 && p[n - 2] == '\r') ? n - 2 : n - 1;
+    int8_t st;
+    if (max_line_bytes >= 0 && (uint64_t)body > (uint64_t)max_line_bytes) {
+      st = LM_JSONL_TOO_LONG;
+    } else {
+      const uint8_t *q = p;
+      while (q < le && jl_strip_ws(*q)) q++;
+      if (q == le) {
+        st = LM_JSONL_BLANK;
+      } else {
+        jl_cur c = {p, le};
+        jl_skip_ws(&c); /* JSON whitespace only: a leading \v or \f is malformed JSON */
+        st = LM_JSONL_SLOW;
+        if (c.p < le && *c.p == '{') {
+          c.p++;
+          uint8_t *o_end = NULL;
+          int found = 0;
+          if (jl_object(&c, 1, key, key_len, text_out + tpos, &o_end, &found) && found) {
+            jl_skip_ws(&c);
+            if (c.p == le) {
+              st = LM_JSONL_OK;
+              tpos = (int64_t)(o_end - text_out);
+              text_offsets[++ok] = tpos;
+            }
+          }
+        }
+      }
+    }
+    line_ends[line] = (int64_t)(le - buf);
+    status[line] = st;
+    line++;
+    p = le;
+  }
+  *n_ok = ok;
+  return LM_OK;
+}
