@@ -2,7 +2,8 @@
 
     python bench/bench_strings.py                 # words, lines and documents of the shared corpus
     python bench/bench_strings.py --regimes words --max-words 500000
-    python bench/bench_strings.py --markdown      # the README table
+    python bench/bench_strings.py --max-words 1000000 --max-lines 500000   # the README table
+    python bench/bench_strings.py --threads-only  # only the 2-thread table (rerun it on an idle machine)
 
 Three regimes from the shared corpus (bench/common.py, 68k documents, 47 MB):
   words      every document split on whitespace (~11 bytes a string)
@@ -17,7 +18,10 @@ views layout, built in the same pass); "offsets op" rows call the registered ope
 torch.ops.luminamoon.* on the offsets layout (what a compiled model calls).  The cost of
 building the views from the offsets layout (what a tensor from from_arrow / from_buffers /
 a stage pays on its first method call) is its own row, as is from_list.  A last table times
-starts_with, fast_eq and hash64 on documents with 2 threads against 1.
+starts_with, fast_eq and hash64 on documents with 2 threads against 1 (--threads-only: that
+table alone).  On x86-64 with AVX2 the hash of strings over 240 bytes and the first pass of
+equal_scalar / equal run AVX2 copies chosen at run time; LM_NO_AVX2=1 in the environment
+turns them off (to compare).
 """
 from __future__ import annotations
 
@@ -168,21 +172,26 @@ def main() -> None:
     ap.add_argument("--max-words", type=int, default=2_000_000)
     ap.add_argument("--max-lines", type=int, default=1_000_000)
     ap.add_argument("--no-threads", action="store_true", help="skip the 2-thread table")
+    ap.add_argument("--threads-only", action="store_true",
+                    help="only the 2-thread table on documents (one command for an idle machine)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     pa.set_cpu_count(1)
     texts = load_corpus()
     which = [r.strip() for r in args.regimes.split(",") if r.strip()]
+    if args.threads_only:
+        which = ["documents"]
     data = regimes(texts, which, args.max_words, args.max_lines)
     print(f"one thread each: torch {torch.__version__} ({torch.get_num_threads()} thread), pyarrow {pa.__version__} "
           f"(cpu_count {pa.cpu_count()}), polars {pl.__version__} (POLARS_MAX_THREADS={os.environ['POLARS_MAX_THREADS']})")
     rows: list = []
     ratios: dict = {}
-    for name in which:
+    for name in which if not args.threads_only else []:
         bench_regime(name, data[name], rows, ratios)
-    print_table("StringTensor vs pyarrow.compute and Polars (ns per string, one thread; ratio = peer time / ours)",
-                ["regime", "call", "ours", "pyarrow", "ratio", "polars", "ratio"], rows)
-    if "documents" in data and not args.no_threads:
+    if rows:
+        print_table("StringTensor vs pyarrow.compute and Polars (ns per string, one thread; ratio = peer time / ours)",
+                    ["regime", "call", "ours", "pyarrow", "ratio", "polars", "ratio"], rows)
+    if "documents" in data and (args.threads_only or not args.no_threads):
         trows: list = []
         bench_threads(data["documents"], trows)
         print_table("documents, StringTensor methods: 1 thread vs num_threads=2 (ms per call)",

@@ -21,6 +21,7 @@
 
 #include "luminamoon/hash.h"
 #include "luminamoon/string_tensor.h"
+#include "mask_lut.h"
 
 #define LM_OPS_GRAIN 65536
 
@@ -287,11 +288,29 @@ size_t lm_mask_count(const uint8_t *mask, size_t n) {
 lm_status lm_views_compact(const lm_string_view *views, size_t n, const uint8_t *mask, lm_string_view *out,
                            size_t cap, size_t *written) {
   if ((n && (!views || !mask)) || !written || !cap || !out) return LM_EINVAL;
-  /* branch-free: every view is stored at out[k] (clamped to the last slot) and k
-   * moves on when it is kept, so a random mask costs no mispredicted branch */
+  /* every kept view is stored at out[k] (clamped to the last slot) and k moves on */
   const size_t last = cap - 1;
-  size_t k = 0;
-  for (size_t i = 0; i < n; i++) {
+  size_t k = 0, i = 0;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+  /* the mask 8 bytes at a time: a word of zeros skips 8 views without reading them (a
+   * prefix filter keeps a few percent); otherwise the non-zero bytes, packed into an
+   * 8-bit mask by one multiply, give the positions to copy from a table */
+  for (; i + 8 <= n; i += 8) {
+    uint64_t w;
+    memcpy(&w, mask + i, 8);
+    if (!w) continue;
+    /* bit 0 of each byte = that byte is non-zero (shifts of at most 7 bring no bit of
+     * the next byte down to bit 0) */
+    w |= w >> 4;
+    w |= w >> 2;
+    w |= w >> 1;
+    w &= 0x0101010101010101ull;
+    const unsigned m = (unsigned)((w * 0x0102040810204080ull) >> 56);
+    for (unsigned t = 0; t < lm_mask_pop[m]; t++, k++)
+      memcpy(&out[k < last ? k : last], &views[i + lm_mask_lut[m][t]], sizeof(lm_string_view));
+  }
+#endif
+  for (; i < n; i++) { /* branch-free: a random mask costs no mispredicted branch */
     memcpy(&out[k < last ? k : last], &views[i], sizeof(lm_string_view));
     k += mask[i] != 0;
   }

@@ -758,6 +758,40 @@ TEST(Ops, OffsetsEqualityMatchesStdStringOnShortStrings) {
   }
 }
 
+// lm_views_compact skips the views of an all-zero 8-byte run of the mask and copies the
+// others through a table: random masks (sparse, half, dense) whose non-zero bytes are
+// not only 1, counts around multiples of 8, against a plain loop; a cap one short of
+// the kept count gives LM_ERANGE with the slots before the last filled in order.
+TEST(Ops, ViewsCompactMatchesAPlainLoopOnRandomMasks) {
+  std::mt19937_64 rng(14);
+  for (size_t n : {size_t(0), size_t(1), size_t(7), size_t(8), size_t(9), size_t(63), size_t(1001)}) {
+    std::vector<lm_string_view> v(n);
+    for (size_t i = 0; i < n; i++) {
+      std::memset(&v[i], 0, sizeof v[i]);
+      v[i].len = uint32_t(i);  // a distinct view each
+    }
+    for (unsigned pct : {2u, 50u, 100u}) {
+      std::vector<uint8_t> mask(n + 1);
+      std::vector<uint32_t> want;
+      for (size_t i = 0; i < n; i++) {
+        mask[i] = rng() % 100 < pct ? uint8_t(1u << (rng() % 8)) : 0;
+        if (mask[i]) want.push_back(uint32_t(i));
+      }
+      ASSERT_EQ(lm_mask_count(mask.data(), n), want.size());
+      std::vector<lm_string_view> out(want.size() + 1);
+      size_t w = 0;
+      ASSERT_EQ(lm_views_compact(v.data(), n, mask.data(), out.data(), out.size(), &w), LM_OK);
+      ASSERT_EQ(w, want.size());
+      for (size_t k = 0; k < w; k++) ASSERT_EQ(out[k].len, want[k]) << n << " " << pct << " " << k;
+      if (!want.empty()) {
+        std::vector<lm_string_view> small(want.size());  // room for want.size() - 1
+        ASSERT_EQ(lm_views_compact(v.data(), n, mask.data(), small.data(), small.size(), &w), LM_ERANGE);
+        for (size_t k = 0; k + 1 < small.size(); k++) ASSERT_EQ(small[k].len, want[k]);
+      }
+    }
+  }
+}
+
 TEST(Ops, ViewsCompactKeepsMaskedViewsInOrder) {
   std::vector<lm_string_view> v(10);
   for (uint32_t i = 0; i < 10; i++) lm_sv_make(&v[i], (const uint8_t *)"0123456789" + i, 1, 0, 0);
