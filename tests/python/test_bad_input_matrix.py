@@ -135,6 +135,8 @@ ALLOW = {
     "ChainPipeline.quality": "returns the stage object given to the constructor; no input",
     "ChainPipeline.pii": "returns the stage object given to the constructor; no input",
     "JsonlSource.kind": "a class constant naming the position kind",
+    "Batch.block": "a dataclass field (the source's RecordBlock or None); no input",
+    "DistBatch.block": "a dataclass field inherited from Batch; no input",
     "TextSource.kind": "a class constant naming the position kind",
     "Source.identity": "describes the source's files (fingerprints); no input",
     "IterableSource.identity": "None: a plain iterable has no identity; no input",
@@ -1046,6 +1048,10 @@ bad("JsonlSource-invalid-utf8", "JsonlSource.__iter__", lambda t: list(JsonlSour
     r"bad\.jsonl:2: invalid UTF-8")
 bad("TextSource-invalid-utf8", "TextSource.__iter__", lambda t: list(TextSource(_bad_utf8_file(t))), ValueError,
     r"bad\.jsonl:2: invalid UTF-8")
+bad("JsonlSource-iter_blocks-invalid-utf8", "JsonlSource.iter_blocks",
+    lambda t: list(JsonlSource(_bad_utf8_file(t)).iter_blocks(4)), ValueError, r"bad\.jsonl:2: invalid UTF-8")
+bad("JsonlSource-iter_blocks-bad-n", "JsonlSource.iter_blocks",
+    lambda t: list(JsonlSource(_bad_utf8_file(t)).iter_blocks(0)), ValueError, r"n must be a positive int")
 bad("JsonlSource-malformed", ("JsonlSource.__iter__", "BadRecordError"),
     lambda t: (t / "m.jsonl").write_text('{"text": "a"}\n{oops\n')
     and list(JsonlSource(str(t / "m.jsonl"))), luminamoon.data.BadRecordError, r"m\.jsonl:2: malformed JSON")
