@@ -310,21 +310,7 @@ void bind_dedup(py::module_ &m) {
       .def(
           "truncate",
           [](Dedup &o, py::handle lsn_obj) {
-            if (!PyLong_Check(lsn_obj.ptr()) || PyBool_Check(lsn_obj.ptr()))
-              throw py::type_error("truncate: lsn must be an int");
-            py::dict tmp;
-            tmp["lsn"] = lsn_obj;
-            uint64_t lsn = 0;
-            param_u64(tmp, "lsn", &lsn, "StreamDeduplicator.truncate");
-            uint64_t cur = 0;
-            {
-              std::lock_guard<std::mutex> lk(o.mu);
-              o.check_open("StreamDeduplicator.truncate");
-              lm_dedup_lsn(o.obj, &cur);
-            }
-            if (lsn > cur)
-              throw py::value_error("StreamDeduplicator.truncate: lsn " + std::to_string(lsn) +
-                                    " is past the current lsn " + std::to_string(cur));
+            const uint64_t lsn = truncate_lsn_arg(o, o.obj, lsn_obj, "StreamDeduplicator.truncate");
             call(o, "StreamDeduplicator.truncate", [&](lm_dedup *d) { return lm_dedup_truncate(d, lsn); });
           },
           py::arg("lsn"))

@@ -291,21 +291,7 @@ void bind_near_dedup(py::module_ &m) {
       .def(
           "truncate",
           [](NearDedup &o, py::handle lsn_obj) {
-            if (!PyLong_Check(lsn_obj.ptr()) || PyBool_Check(lsn_obj.ptr()))
-              throw py::type_error("NearDeduplicator.truncate: lsn must be an int");
-            py::dict tmp;
-            tmp["lsn"] = lsn_obj;
-            uint64_t lsn = 0;
-            param_u64(tmp, "lsn", &lsn, "NearDeduplicator.truncate");
-            uint64_t cur = 0;
-            {
-              std::lock_guard<std::mutex> lk(o.mu);
-              o.check_open("NearDeduplicator.truncate");
-              lm_dedup_lsn(o.index(), &cur);
-            }
-            if (lsn > cur)
-              throw py::value_error("NearDeduplicator.truncate: lsn " + std::to_string(lsn) +
-                                    " is past the current lsn " + std::to_string(cur));
+            const uint64_t lsn = truncate_lsn_arg(o, o.index(), lsn_obj, "NearDeduplicator.truncate");
             call(o, "NearDeduplicator.truncate", [&](NearDedup &x) { return lm_dedup_truncate(x.index(), lsn); });
           },
           py::arg("lsn"))

@@ -106,6 +106,28 @@ void close_dedup(Obj &o, lm_dedup *index, const char *what) {
   if (s != LM_OK) raise_status(s, what, o.path, err);
 }
 
+// truncate(lsn)'s argument: a Python int (TypeError otherwise) in [0, 2^64) and not past the
+// index's current lsn (ValueError otherwise; ValueError when o is closed).  Returns it.
+template <typename Obj>
+uint64_t truncate_lsn_arg(Obj &o, lm_dedup *index, py::handle lsn_obj, const char *what) {
+  if (!PyLong_Check(lsn_obj.ptr()) || PyBool_Check(lsn_obj.ptr()))
+    throw py::type_error(std::string(what) + ": lsn must be an int");
+  py::dict tmp;
+  tmp["lsn"] = lsn_obj;
+  uint64_t lsn = 0;
+  param_u64(tmp, "lsn", &lsn, what);
+  uint64_t cur = 0;
+  {
+    std::lock_guard<std::mutex> lk(o.mu);
+    o.check_open(what);
+    lm_dedup_lsn(index, &cur);
+  }
+  if (lsn > cur)
+    throw py::value_error(std::string(what) + ": lsn " + std::to_string(lsn) + " is past the current lsn " +
+                          std::to_string(cur));
+  return lsn;
+}
+
 void bind_text_stages(py::module_ &m);  // stages.cpp
 void bind_dedup(py::module_ &m);        // bind_dedup.cpp
 void bind_pipeline(py::module_ &m);     // bind_pipeline.cpp
