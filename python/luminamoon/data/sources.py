@@ -46,6 +46,12 @@ What a resume costs (``bench/bench_source_resume.py`` measures it):
 * :class:`IterableSource`: replays the iterable from a factory and skips N
   records -- O(N), by construction.
 
+Columnar reading: ``JsonlSource.iter_blocks(n)`` yields the same records ``n`` at a
+time as ``RecordBlock`` objects (text field in a StringTensor decoded by a C scanner,
+other fields decoded lazily, the position after each block; see ``data/_blocks.py``);
+``ResumablePipeline`` and ``luminamoon run`` read plain ``JsonlSource`` input that way.
+A gzip file read from its start in blocks needs no index (it is inflated as a stream).
+
 Sharding: ``rank``/``world_size`` split the files among ranks (file ``i`` goes to
 rank ``i % world_size``) when there are at least ``world_size`` files, and the
 records (record ``j`` of each file to rank ``j % world_size``) otherwise.
