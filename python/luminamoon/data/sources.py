@@ -69,16 +69,14 @@ import zlib
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 from .._durable import atomic_replace
+from ._blocks import jsonl_blocks
+from .errors import BadRecordError
 
 __all__ = [
     "Source", "IterableSource", "JsonlSource", "TextSource", "ParquetSource",
     "HFIterableSource", "expand_paths", "write_jsonl", "BadRecordError",
 ]
 
-class BadRecordError(ValueError):
-    """A record a source cannot use: malformed JSON, a missing or non-string text
-    field, invalid UTF-8, larger than ``max_record_bytes``.  ``on_error="skip"``
-    skips and counts these (``source.skipped``) instead of raising."""
 
 
 PathsArg = Union[str, os.PathLike, Sequence[Union[str, os.PathLike]]]
@@ -919,9 +917,14 @@ class JsonlSource(_FileSource):
         ``json.loads``).  Like ``iter(source)`` it continues from the current position.
         ``fix_text(record, text) -> text`` is applied to the non-ASCII texts of the
         records parsed by ``json.loads`` (the only ones that can hold lone surrogates)."""
-        from ._blocks import jsonl_blocks
-
         return jsonl_blocks(self, n, fix_text)
+
+    def _open_stream(self, path: str, pos: Dict[str, Any]):
+        """A reader for ``path`` from ``pos`` for the block path: a gzip file read from
+        its start is inflated as one stream (no index is built)."""
+        if pos["offset"] == 0 and _compression(path) == "gzip":
+            return _FramedReader(path, "gzip", 0, 0, 0)
+        return self._open(path, pos)
 
 
 class TextSource(_FileSource):
