@@ -1,11 +1,12 @@
-"""ResumablePipeline: background prefetch, atomic commit and exact resume (design.md §5–6).
+"""ResumablePipeline: background prefetch, atomic commit and exact resume.  The commit and
+recovery protocol is written out below and in core/include/luminamoon/state.h.
 
 The promise: kill the process at any instant, restart with the same
 ``state_dir``, and every document is delivered exactly once across the runs'
 committed output — none skipped, none repeated, none wrongly dropped as a
 duplicate.
 
-How (design.md §5):
+How:
 
 * a background thread reads records from the source, runs the pipeline (clean
   → quality → dedup → PII) and puts ``Batch`` objects into a bounded
@@ -348,7 +349,7 @@ class ResumablePipeline:
         text_key: the records' text field.
         num_threads: C threads per batch (default: ``torch.get_num_threads()``).
 
-    Resume never guesses (design.md §8): each commit records what shapes the
+    Resume never guesses: each commit records what shapes the
     output — the stages and their settings, dedup on/off and its seed, the
     batch size, the text key and the source's ``identity()`` (file sources: each
     file's size, mtime and sampled SHA-256; plain iterables have none, so a
@@ -488,7 +489,7 @@ class ResumablePipeline:
         return kw
 
     def _run_record(self, pipeline, stage_objs, dedup, dedup_kw) -> Dict[str, Any]:
-        """What shapes the output, as committed with every state (design.md §8)."""
+        """What shapes the output, as committed with every state."""
         if pipeline in ("fused", "chain"):  # same output either way
             what: Any = {k: describe_setting(v) for k, v in stage_objs.items() if k != "num_threads"}
         elif pipeline is None:
@@ -707,7 +708,7 @@ class ResumablePipeline:
         return commit_id
 
     def _commit_locked(self, side: Dict[str, Any]) -> int:
-        """The commit protocol (design.md §5), under the lock."""
+        """The commit protocol (module docstring, "How"), under the lock."""
         if self.dedup is not None:
             durable = self.dedup.sync()  # 1. the WAL up to (at least) the batch's LSN
             if durable < int(side["wal_lsn"]):
