@@ -101,7 +101,7 @@ class _Chunk:
     """The records of one scanned piece of one file (arrays aligned per record)."""
 
     __slots__ = ("buf", "texts", "lo", "hi", "parsed", "lines", "offs", "recs", "frames", "fuoffs",
-                 "skipped", "shard", "error", "error_pos")
+                 "skipped", "shard", "error", "error_pos", "gord", "items", "error_g")
 
     def __len__(self) -> int:
         return len(self.lines)
@@ -119,10 +119,15 @@ def _frames(bounds: List[tuple], offs: np.ndarray) -> "tuple[np.ndarray, np.ndar
 
 
 def _scan(src, path: str, shard: int, buf: Any, cut: int, base: int, line0: int, rec0: int,
-          reader, fix_text=None) -> "tuple[_Chunk, int, int]":
+          reader, fix_text=None, own=None) -> "tuple[_Chunk, int, int]":
     """Scans buf[:cut] (complete lines) read at uncompressed offset ``base`` after
     ``line0`` lines and ``rec0`` records of the file.  Returns the chunk and the
-    file's line and record counts after it."""
+    file's line and record counts after it.
+
+    ``own=(W, r, g0)``: the global stream of a distributed pipeline: the chunk's records are
+    stream items ``g0, g0 + 1, ...`` (across files) and this rank's are those with
+    ``g % W == r``; the chunk then also carries every item's ordinal and position
+    (``items``) and each kept record's ordinal (``gord``)."""
     from .. import _C
 
     lim = src.max_record_bytes
@@ -139,7 +144,10 @@ def _scan(src, path: str, shard: int, buf: Any, cut: int, base: int, line0: int,
     nb_cum = np.cumsum(nonblank, dtype=np.int64)
     rec_idx = rec0 + nb_cum - 1  # each non-blank line's record index
     ws = src.world_size
-    if ws > 1 and not src._file_split:
+    if own is not None:
+        gall = own[2] + nb_cum - 1
+        mine = nonblank & (gall % own[0] == own[1])
+    elif ws > 1 and not src._file_split:
         mine = nonblank & (rec_idx % ws == src.rank)
     else:
         mine = nonblank
@@ -193,6 +201,8 @@ def _scan(src, path: str, shard: int, buf: Any, cut: int, base: int, line0: int,
                 # the file's position at the bad line, as iterating record by record leaves it
                 c.error_pos = dict(src._start_pos(shard), offset=base + int(ends[i]), line=lineno,
                                    record=int(rec_idx[i]) + 1)
+                if own is not None:
+                    c.error_g = int(gall[i])
                 break
             keep_l.append(i)
             sk.append(src.skipped)
@@ -205,9 +215,17 @@ def _scan(src, path: str, shard: int, buf: Any, cut: int, base: int, line0: int,
     c.offs = base + ends[keep]
     c.recs = rec_idx[keep] + 1
     c.skipped = skipped
-    c.frames, c.fuoffs = _frames(getattr(reader, "_bounds", None) or [], c.offs)
-    if len(c.offs) and hasattr(reader, "prune_bounds"):
-        reader.prune_bounds(int(c.offs[-1]))
+    bounds = getattr(reader, "_bounds", None) or []
+    c.frames, c.fuoffs = _frames(bounds, c.offs)
+    last = c.offs
+    if own is not None:
+        nbi = np.flatnonzero(nonblank)
+        c.gord = gall[keep]
+        ioffs = base + ends[nbi]
+        c.items = (gall[nbi], ioffs, line0 + nbi + 1, rec_idx[nbi] + 1) + _frames(bounds, ioffs)
+        last = ioffs
+    if len(last) and hasattr(reader, "prune_bounds"):
+        reader.prune_bounds(int(last[-1]))
     return c, line0 + nlines, rec0 + (int(nb_cum[-1]) if nlines else 0)
 
 
@@ -216,34 +234,47 @@ def _take(o: np.ndarray, d: np.ndarray, s: np.ndarray) -> "tuple[np.ndarray, np.
     lens = o[1:] - o[:-1]
     new_off = np.zeros(len(s) + 1, dtype=np.int64)
     np.cumsum(lens[s], out=new_off[1:])
-    out = np.empty(int(new_off[-1]), dtype=np.uint8)
-    for k, j in enumerate(s.tolist()):
-        out[new_off[k]:new_off[k + 1]] = d[o[j]:o[j + 1]]
-    return new_off, out
+    total = int(new_off[-1])
+    if not total:
+        return new_off, d[:0].copy()
+    # the byte index of each output byte: its string's start in d, then 0, 1, 2, ...
+    src_start = np.repeat(o[s].astype(np.int64) - new_off[:-1], lens[s])
+    return new_off, d[src_start + np.arange(total, dtype=np.int64)]
 
 
 def _too_long_chunk(src, path: str, shard: int, line0: int, rec0: int, end_off: int, nbytes: int,
-                    reader) -> "tuple[_Chunk, int, int]":
+                    reader, own=None) -> "tuple[_Chunk, int, int]":
     """A line longer than max_record_bytes streamed past (never held whole)."""
 
     lineno = line0 + 1
     c = _Chunk()
     c.buf, c.shard, c.error, c.parsed, c.texts = b"", shard, None, {}, []
-    mine = src._file_split or src.world_size == 1 or rec0 % src.world_size == src.rank
+    if own is not None:
+        mine = own[2] % own[0] == own[1]
+        fr, fu = _frames(getattr(reader, "_bounds", None) or [], np.asarray([end_off], dtype=np.int64))
+        c.items = (np.asarray([own[2]], dtype=np.int64), np.asarray([end_off], dtype=np.int64),
+                   np.asarray([lineno], dtype=np.int64), np.asarray([rec0 + 1], dtype=np.int64), fr, fu)
+        c.gord = np.zeros(0, dtype=np.int64)
+    else:
+        mine = src._file_split or src.world_size == 1 or rec0 % src.world_size == src.rank
     if mine:
         try:
             src._refuse_big(f"{path}:{lineno}", nbytes)
         except BadRecordError as e:
             c.error = e
             c.error_pos = dict(src._start_pos(shard), offset=end_off, line=lineno, record=rec0 + 1)
+            if own is not None:
+                c.error_g = own[2]
     e = np.zeros(0, dtype=np.int64)
     c.lo = c.hi = c.lines = c.offs = c.recs = c.skipped = c.frames = c.fuoffs = e
     return c, lineno, rec0 + 1
 
 
-def _chunks(src, fix_text=None) -> Iterator[_Chunk]:
-    """The source's records chunk by chunk from its current position."""
+def _chunks(src, fix_text=None, own=None) -> Iterator[_Chunk]:
+    """The source's records chunk by chunk from its current position (``own=(W, r)``: the
+    records of rank ``r`` of ``W`` in the global stream from here; see ``_scan``)."""
     lim = src.max_record_bytes
+    g = 0  # stream items (non-blank lines) before the next chunk, with ``own``
     pos = dict(src._pos)
     first = True
     while pos["shard"] < len(src.paths):
@@ -263,7 +294,10 @@ def _chunks(src, fix_text=None) -> Iterator[_Chunk]:
                 data = reader.read(_READ)
                 if not data:
                     if carry:
-                        c, line0, rec0 = _scan(src, path, shard, carry, len(carry), base, line0, rec0, reader, fix_text)
+                        r0 = rec0
+                        c, line0, rec0 = _scan(src, path, shard, carry, len(carry), base, line0, rec0, reader,
+                                               fix_text, None if own is None else (*own, g))
+                        g += rec0 - r0
                         yield c
                     break
                 buf = carry + data if carry else data
@@ -290,14 +324,19 @@ def _chunks(src, fix_text=None) -> Iterator[_Chunk]:
                             ended = True
                             break
                         nbytes = total - ((2 if last == b"\r" else 1) if ended else 0)
-                        c, line0, rec0 = _too_long_chunk(src, path, shard, line0, rec0, base + total, nbytes, reader)
+                        c, line0, rec0 = _too_long_chunk(src, path, shard, line0, rec0, base + total, nbytes, reader,
+                                                         None if own is None else (*own, g))
+                        g += 1
                         yield c
                         base += total
                         carry = rest
                         if not ended:
                             break
                     continue
-                c, line0, rec0 = _scan(src, path, shard, buf, cut, base, line0, rec0, reader, fix_text)
+                r0 = rec0
+                c, line0, rec0 = _scan(src, path, shard, buf, cut, base, line0, rec0, reader, fix_text,
+                                       None if own is None else (*own, g))
+                g += rec0 - r0
                 yield c
                 base += cut
                 carry = buf[cut:]
@@ -353,6 +392,32 @@ def _slice_texts(texts, a: int, b: int):
     return (o[a:b + 1], d)
 
 
+def _assemble(key: str, pend: List[tuple]):
+    """(texts, LazyRecords, shards, lines) of the records [a, b) of each (chunk, a, b)."""
+    segs, seg, lo, hi, shards, lines, pieces = [], [], [], [], [], [], []
+    parsed: Dict[int, Dict[str, Any]] = {}
+    k = 0
+    for c, a, b in pend:
+        segs.append(c.buf)
+        seg.append(np.full(b - a, len(segs) - 1, dtype=np.int32))
+        lo.append(c.lo[a:b])
+        hi.append(c.hi[a:b])
+        shards.append(np.full(b - a, c.shard, dtype=np.int64))
+        lines.append(c.lines[a:b])
+        for j, r in c.parsed.items():
+            if a <= j < b:
+                parsed[k + j - a] = r
+        pieces.append(_slice_texts(c.texts, a, b))
+        k += b - a
+    if not pend:
+        from ..string_tensor import StringTensor
+
+        z = np.zeros(0, dtype=np.int64)
+        return StringTensor.from_list([]), LazyRecords(key, [], np.zeros(0, np.int32), z, z, {}), z, z
+    recs = LazyRecords(key, segs, np.concatenate(seg), np.concatenate(lo), np.concatenate(hi), parsed)
+    return _texts_of(pieces), recs, np.concatenate(shards), np.concatenate(lines)
+
+
 def jsonl_blocks(src, n: int, fix_text=None) -> Iterator[RecordBlock]:
     """``JsonlSource.iter_blocks``: blocks of ``n`` records from the current position."""
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
@@ -368,26 +433,11 @@ def jsonl_blocks(src, n: int, fix_text=None) -> Iterator[RecordBlock]:
         return p
 
     def make(final: Optional[Dict[str, Any]], skipped_final: int) -> RecordBlock:
-        segs, seg, lo, hi, shards, lines, pieces = [], [], [], [], [], [], []
-        parsed: Dict[int, Dict[str, Any]] = {}
-        k = 0
-        for c, a, b in pend:
-            segs.append(c.buf)
-            seg.append(np.full(b - a, len(segs) - 1, dtype=np.int32))
-            lo.append(c.lo[a:b])
-            hi.append(c.hi[a:b])
-            shards.append(np.full(b - a, c.shard, dtype=np.int64))
-            lines.append(c.lines[a:b])
-            for j, r in c.parsed.items():
-                if a <= j < b:
-                    parsed[k + j - a] = r
-            pieces.append(_slice_texts(c.texts, a, b))
-            k += b - a
+        texts, recs, shards, lines = _assemble(key, pend)
         c, a, b = pend[-1]
         pos = final if final is not None else position(c, b - 1)
         sk = skipped_final if final is not None else int(c.skipped[b - 1])
-        recs = LazyRecords(key, segs, np.concatenate(seg), np.concatenate(lo), np.concatenate(hi), parsed)
-        return RecordBlock(_texts_of(pieces), recs, np.concatenate(shards), np.concatenate(lines), pos, sk)
+        return RecordBlock(texts, recs, shards, lines, pos, sk)
 
     for c in _chunks(src, fix_text):
         a = 0
@@ -410,3 +460,342 @@ def jsonl_blocks(src, n: int, fix_text=None) -> Iterator[RecordBlock]:
     if have:
         blk = make(dict(final), src.skipped)
         yield blk
+
+
+class StreamStep:
+    """One step of a distributed pipeline's global stream (``stream_steps``): this rank's
+    records of the step (``texts``, ``records``: :class:`LazyRecords`), their ordinals in the
+    stream from where it started (``gidx``), the step's stream items (``n_items``, every
+    rank's, bad ones included) and the source position after them (``position``)."""
+
+    __slots__ = ("texts", "records", "gidx", "n_items", "position")
+
+    def __init__(self, texts, records, gidx, n_items, position):
+        self.texts, self.records, self.gidx, self.n_items, self.position = texts, records, gidx, n_items, position
+
+
+def stream_steps(src, G: int, W: int, r: int) -> Iterator[StreamStep]:
+    """The global stream of an unsharded ``JsonlSource`` from its current position, ``G`` items
+    (non-blank lines) a step; rank ``r`` of ``W`` owns the items whose ordinal is ``r`` mod ``W``
+    (``G`` is a multiple of ``W``) and judges only those: its records, errors (file:line) and
+    skips are those ``GlobalStream`` (``take`` + ``parse``) gives, the other ranks' lines are
+    scanned, never parsed.  A bad record of this rank raises when its step is reached (the
+    steps before it are yielded)."""
+    if G < 1 or W < 1 or G % W or not 0 <= r < W:
+        raise ValueError(f"need G a positive multiple of W and 0 <= r < W, got G={G}, W={W}, r={r}")
+    key = src.text_key
+    pend: List[tuple] = []
+    lo = 0      # ordinal of the current step's first item
+    total = 0   # items seen
+    for c in _chunks(src, None, (W, r)):
+        ig = c.items[0]
+        if len(ig):
+            total = int(ig[-1]) + 1
+        a = 0
+        while True:
+            end = lo + G
+            b = int(np.searchsorted(c.gord, end, side="left"))
+            if b > a:
+                pend.append((c, a, b))
+                a = b
+            if c.error is not None and c.error_g < end:
+                break
+            if len(ig) and int(ig[-1]) >= end - 1:  # the step's last item is in this chunk
+                k = end - 1 - int(ig[0])
+                pos = src._start_pos(c.shard)
+                pos.update(offset=int(c.items[1][k]), line=int(c.items[2][k]), record=int(c.items[3][k]),
+                           frame=int(c.items[4][k]), frame_uoff=int(c.items[5][k]))
+                texts, recs, _, _ = _assemble(key, pend)
+                gidx = np.concatenate([c2.gord[a2:b2] for c2, a2, b2 in pend]) if pend else np.zeros(0, np.int64)
+                pend = []
+                lo = end
+                src._pos = dict(pos)
+                yield StreamStep(texts, recs, gidx, G, pos)
+                continue
+            break
+        if c.error is not None:
+            src._pos = c.error_pos
+            raise c.error
+    final = src._start_pos(len(src.paths))
+    src._pos = final
+    if total > lo:
+        texts, recs, _, _ = _assemble(key, pend)
+        gidx = np.concatenate([c2.gord[a2:b2] for c2, a2, b2 in pend]) if pend else np.zeros(0, np.int64)
+        yield StreamStep(texts, recs, gidx, total - lo, dict(final))
+
+
+# --------------------------------------------------------------------------- Parquet
+
+
+class ArrowRecords(Sequence):
+    """The records of a Parquet block without their text column: the selected rows of the
+    other columns kept as Arrow (``table``, a ``pyarrow.Table``), read as a sequence of dicts;
+    a row becomes a dict (``to_pylist`` of that row) the first time it is read, and is kept
+    (so changes to a returned dict persist).  Compares equal to a list of the same dicts."""
+
+    def __init__(self, table, n: int):
+        self.table = table
+        self._n = n  # (a table without columns may not keep its row count through concatenation)
+        self._cache: Dict[int, Dict[str, Any]] = {}
+        self._all = False
+
+    def __len__(self) -> int:
+        return self._n
+
+    def _get(self, i: int) -> Dict[str, Any]:
+        rec = self._cache.get(i)
+        if rec is None:
+            rec = self._cache[i] = self.table.slice(i, 1).to_pylist()[0] if self.table.num_columns else {}
+        return rec
+
+    def _fill(self) -> None:
+        if self._all:
+            return
+        if self.table.num_columns:
+            for i, rec in enumerate(self.table.to_pylist()):
+                self._cache.setdefault(i, rec)
+        else:
+            for i in range(len(self)):
+                self._cache.setdefault(i, {})
+        self._all = True
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self._get(j) for j in range(*i.indices(len(self)))]
+        n = len(self)
+        if isinstance(i, (int, np.integer)):
+            j = int(i)
+            if j < 0:
+                j += n
+            if not 0 <= j < n:
+                raise IndexError(f"record index {i} out of range for {n} records")
+            return self._get(j)
+        raise TypeError(f"records indices must be int or slice, not {type(i).__name__}")
+
+    def __iter__(self):
+        self._fill()
+        return (self._cache[j] for j in range(len(self)))
+
+    def __eq__(self, other: Any) -> bool:
+        if isinstance(other, (list, tuple, Sequence)):
+            return len(other) == len(self) and all(a == b for a, b in zip(self, other))
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        return f"ArrowRecords({len(self)} records, columns {self.table.column_names})"
+
+
+class _PqPiece:
+    """Kept rows of one Arrow batch: texts (a StringTensor), the other columns (Arrow table),
+    each row's index in its file (``lines``), the position and skip count after each row."""
+
+    __slots__ = ("texts", "others", "shard", "lines", "groups", "rows", "recs", "skipped", "error", "error_pos")
+
+    def __len__(self) -> int:
+        return len(self.lines)
+
+
+def _pq_texts(col, lim: Optional[int]):
+    """The text column of a batch as (kind per row, UTF-8 sizes, string array or None):
+    kind 0 a string, 1 null, 2 anything the exact per-row path must judge (another
+    type, binary that is not UTF-8).  Never a Python object per row."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    t = col.type
+    n = len(col)
+    if pa.types.is_dictionary(t):
+        col = col.dictionary_decode()
+        t = col.type
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_binary_view(t):
+        try:
+            col = col.cast(pa.large_string() if pa.types.is_large_binary(t) else
+                           pa.string_view() if pa.types.is_binary_view(t) else pa.string())
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            return np.full(n, 2, dtype=np.int8), None, None
+        t = col.type
+    if not (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t)):
+        return np.full(n, 2, dtype=np.int8), None, None
+    kind = np.zeros(n, dtype=np.int8)
+    if col.null_count:
+        kind[col.is_null().to_numpy(zero_copy_only=False)] = 1
+    sizes = pc.binary_length(col).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64) if lim else None
+    return kind, sizes, col
+
+
+def _pq_pieces(src, fix_text=None) -> Iterator[_PqPiece]:
+    """The ParquetSource's kept records from its current position, a batch at a time."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from ..string_tensor import StringTensor
+
+    tc = src.text_column
+    lim = src.max_record_bytes
+    ws, rank = src.world_size, src.rank
+    pos = dict(src._pos)
+    while pos["shard"] < len(src.paths):
+        shard = pos["shard"]
+        path = src.paths[shard]
+        if src._file_split and shard % ws != rank:
+            pos = src._start(shard + 1)
+            continue
+        try:
+            pf = pq.ParquetFile(path)
+        except Exception as e:
+            raise ValueError(f"{path}: not a readable Parquet file: {e}") from e
+        names = pf.schema_arrow.names
+        if tc not in names:
+            raise ValueError(f"{path}: no column {tc!r} (columns: {names})")
+        cols = None if src.columns is None else [c for c in src.columns if c in names]
+        rec0 = pos["record"]
+        while pos["row_group"] < pf.num_row_groups:
+            g = pos["row_group"]
+            first = pos["row"]
+            r = 0
+            for batch in src._batches(pf, path, g, cols):
+                if r + batch.num_rows <= first:  # resumed inside the row group: skip what was read
+                    r += batch.num_rows
+                    continue
+                cut = max(first - r, 0)
+                if cut:
+                    batch = batch.slice(cut)
+                r = max(r, first)
+                m = batch.num_rows
+                rows = r + np.arange(m, dtype=np.int64)          # row in the row group
+                recs = rec0 + np.arange(m, dtype=np.int64)       # record index in the file
+                mine = np.ones(m, dtype=bool) if ws == 1 or src._file_split else (recs % ws == rank)
+                col = batch.column(tc)
+                kind, sizes, strs = _pq_texts(col, lim)
+                if lim is not None and sizes is not None:
+                    big = (kind == 0) & (sizes > lim)
+                else:
+                    big = np.zeros(m, dtype=bool)
+                bad = mine & ((kind != 0) | big)
+                c = _PqPiece()
+                c.shard, c.error = shard, None
+                slow: Optional[List[str]] = None  # texts judged row by row (a column of another type)
+                if not bad.any():
+                    keep = np.flatnonzero(mine)
+                    skipped = np.full(len(keep), src.skipped, dtype=np.int64)
+                else:  # the rows the exact per-row path judges, in order, as iterating does
+                    keep_l: List[int] = []
+                    sk: List[int] = []
+                    if strs is None:
+                        slow = []
+                    for i in np.flatnonzero(mine).tolist():
+                        if bad[i]:
+                            where = f"{path}: row group {g}, row {int(rows[i])}"
+                            try:
+                                if kind[i] == 0:
+                                    src._refuse_big(where, int(sizes[i]))
+                                    continue
+                                row = {tc: col[i].as_py()}
+                                text = src._text_of(row, where)
+                                if text is None:
+                                    continue
+                                nb = src._too_big(text)
+                                if nb is not None:
+                                    src._refuse_big(where, nb)
+                                    continue
+                                if slow is not None:
+                                    slow.append(text)
+                            except BadRecordError as e:
+                                c.error = e
+                                c.error_pos = src._start(shard)
+                                c.error_pos.update(row_group=g, row=int(rows[i]) + 1, record=int(recs[i]) + 1)
+                                break
+                        keep_l.append(i)
+                        sk.append(src.skipped)
+                    keep = np.asarray(keep_l, dtype=np.int64)
+                    skipped = np.asarray(sk, dtype=np.int64)
+                sel = pa.array(keep, type=pa.int64())
+                whole = len(keep) == m
+                if slow is not None:
+                    c.texts = StringTensor.from_list(slow)
+                elif len(keep):
+                    c.texts = StringTensor.from_arrow(strs if whole else strs.take(sel))
+                else:
+                    c.texts = StringTensor.from_list([])
+                other = batch.drop_columns([tc]) if tc in batch.schema.names else batch
+                c.others = other if whole else other.take(sel)
+                c.lines = recs[keep]
+                c.groups = np.full(len(keep), g, dtype=np.int64)
+                c.rows = rows[keep] + 1
+                c.recs = recs[keep] + 1
+                c.skipped = skipped
+                yield c
+                r += m
+                rec0 += m
+                if c.error is not None:
+                    return
+            pos["row_group"] = g + 1
+            pos["row"] = 0
+        pos = src._start(shard + 1)
+
+
+def parquet_blocks(src, n: int, fix_text=None) -> Iterator[RecordBlock]:
+    """``ParquetSource.iter_blocks``: blocks of ``n`` records from the current position."""
+    import pyarrow as pa
+
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be a positive int, got {n!r}")
+    pend: List[tuple] = []
+    have = 0
+
+    def position(c: _PqPiece, i: int) -> Dict[str, Any]:
+        p = src._start(c.shard)
+        p.update(row_group=int(c.groups[i]), row=int(c.rows[i]), record=int(c.recs[i]))
+        return p
+
+    def make(final: Optional[Dict[str, Any]], skipped_final: int) -> RecordBlock:
+        texts = [c.texts[a:b] if (a, b) != (0, len(c)) else c.texts for c, a, b in pend]
+        others = [c.others.slice(a, b - a) for c, a, b in pend]
+        tables = [pa.Table.from_batches([o]) for o in others]
+        try:
+            table = pa.concat_tables(tables, promote_options="default") if len(tables) > 1 else tables[0]
+        except TypeError:  # older pyarrow
+            table = pa.concat_tables(tables, promote=True) if len(tables) > 1 else tables[0]
+        st = texts[0] if len(texts) == 1 else _cat_tensors(texts)
+        c, a, b = pend[-1]
+        pos = final if final is not None else position(c, b - 1)
+        sk = skipped_final if final is not None else int(c.skipped[b - 1])
+        shards = np.concatenate([np.full(b - a, c.shard, dtype=np.int64) for c, a, b in pend])
+        lines = np.concatenate([c.lines[a:b] for c, a, b in pend])
+        return RecordBlock(st, ArrowRecords(table, have), shards, lines, pos, sk)
+
+    for c in _pq_pieces(src, fix_text):
+        a = 0
+        m = len(c)
+        while a < m:
+            take = min(n - have, m - a)
+            pend.append((c, a, a + take))
+            have += take
+            a += take
+            if have == n:
+                blk = make(None, 0)
+                pend, have = [], 0
+                src._pos = dict(blk.position)
+                yield blk
+        if c.error is not None:
+            src._pos = c.error_pos
+            raise c.error
+    final = src._start(len(src.paths))
+    src._pos = final
+    if have:
+        yield make(dict(final), src.skipped)
+
+
+def _cat_tensors(parts):
+    """One StringTensor (offsets layout) from several."""
+    from ..string_tensor import StringTensor
+
+    offs, datas, shift = [], [], 0
+    for k, p in enumerate(parts):
+        o, d = p.offsets.to(torch.int64).numpy(), p.data.numpy()
+        o0, o1 = int(o[0]), int(o[-1])
+        o = o - o0
+        offs.append(o if k == 0 else o[1:] + shift)
+        datas.append(d[o0:o1])
+        shift += o1 - o0
+    return StringTensor(*_small((np.concatenate(offs), np.concatenate(datas))), utf8=True)
