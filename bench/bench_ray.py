@@ -60,8 +60,8 @@ def main() -> int:
     import ray
 
     import luminamoon.ray as lr
-    from luminamoon.config import default_config
-    from luminamoon.runner import run_corpus
+    from luminamoon.cli.config import default_config
+    from luminamoon.cli.runner import run_corpus
 
     cfg = default_config()
     cfg["near_dup"]["mode"] = args.near_dup

@@ -27,10 +27,10 @@ import torch  # noqa: E402,F401
 
 from common import CORPUS, load_corpus, print_table  # noqa: E402
 from luminamoon import StringTensor, stages  # noqa: E402
-from luminamoon.config import default_config, stage_kwargs  # noqa: E402
+from luminamoon.cli.config import default_config, stage_kwargs  # noqa: E402
 from luminamoon.data import ResumablePipeline  # noqa: E402
 from luminamoon.data.sources import JsonlSource  # noqa: E402
-from luminamoon.runner import run_corpus  # noqa: E402
+from luminamoon.cli.runner import run_corpus  # noqa: E402
 
 
 class RecordByRecord(JsonlSource):

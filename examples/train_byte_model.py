@@ -189,9 +189,9 @@ def demo_data(folder: str, size_mb: float) -> str:
     out = os.path.join(folder, "out")
     if glob.glob(os.path.join(out, "part-*")) and os.path.exists(os.path.join(out, "stats.json")):
         return out
-    from luminamoon.config import default_config
-    from luminamoon.demo_corpus import generate
-    from luminamoon.runner import run_corpus
+    from luminamoon.cli.config import default_config
+    from luminamoon.cli.demo_corpus import generate
+    from luminamoon.cli.runner import run_corpus
 
     info = generate(os.path.join(folder, "corpus"), size_mb=size_mb, seed=7)
     run_corpus(info["paths"], out, default_config(), overwrite=True, quiet=True, report=False)

@@ -250,7 +250,7 @@ def _apply(n: int, reasons: np.ndarray, passed: np.ndarray, order: np.ndarray, e
 
 def _pii_stage(pipe_b, texts, pii_cycle=None):
     """PII over ``texts`` (a StringTensor of the exact-dedup survivors): (StageResult, counters view)."""
-    from .runner import _counter_view
+    from .cli.runner import _counter_view
 
     if pii_cycle is not None:
         pipe_b.pii_cycle = list(pii_cycle)
@@ -380,7 +380,7 @@ def process(ds, text_column: str = "text", stages: Optional[Dict[str, Any]] = No
     Args:
         ds: a Dataset with a string column ``text_column`` (no nulls).
         stages: ``{"cleaner": ..., "quality": ..., "pii": ...}``, each True (defaults), False (off) or a
-            dict of the stage's parameters (``luminamoon.config.stage_kwargs(cfg)`` gives a run's);
+            dict of the stage's parameters (``luminamoon.cli.config.stage_kwargs(cfg)`` gives a run's);
             None: all three with defaults.
         dedup: ``"global"`` (exact dedup over the whole Dataset, first occurrence in input order
             kept), ``{"seed": S}`` (the same with the hash seed S) or False.
@@ -467,11 +467,11 @@ def _file_stage_a(i: int, path: str, name: str, fmt: str, cfg: Dict[str, Any], k
     run), stage A in batches.  Returns (bulk, keys)."""
     import pyarrow as pa
 
-    from . import runner as R
-    from .config import stage_kwargs
-    from .report import length_histogram
+    from .cli import runner as R
+    from .cli.config import stage_kwargs
+    from .cli.report import length_histogram
     from .string_tensor import StringTensor
-    from .writers import id_text, repair_surrogates
+    from .cli.writers import id_text, repair_surrogates
 
     icfg = cfg["input"]
     idf, tf = icfg["id_field"], icfg["text_field"]
@@ -665,11 +665,11 @@ def _run_ray(paths, got, fmt: str, out: str, cfg: Dict[str, Any], keep: List[str
     """The ``--engine ray`` body of ``runner._run`` (the output folder is locked and prepared)."""
     import torch
 
-    from . import runner as R
-    from .config import ConfigError, stage_kwargs
-    from .report import RunStats, render_report
+    from .cli import runner as R
+    from .cli.config import ConfigError, stage_kwargs
+    from .cli.report import RunStats, render_report
     from .string_tensor import StringTensor
-    from .writers import ShardWriter
+    from .cli.writers import ShardWriter
 
     nd = cfg["near_dup"]
     if nd["mode"] == "cluster":
@@ -886,7 +886,7 @@ class _BatchAcc:
             self.groups.extend(groups)
 
     def flush(self, stats, names: Dict[int, str], counters_only: bool = False) -> None:
-        from .report import length_histogram
+        from .cli.report import length_histogram
         from .stages import reason_name
 
         counters: Dict[str, Dict[str, int]] = {}

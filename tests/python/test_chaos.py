@@ -24,7 +24,7 @@ import time
 import chaos_child
 import test_cli
 import test_distributed
-from luminamoon.demo_corpus import generate
+from luminamoon.cli.demo_corpus import generate
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CHILD = os.path.join(HERE, "chaos_child.py")

@@ -19,8 +19,8 @@ pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
 from luminamoon.cli import main  # noqa: E402
-from luminamoon.config import default_config  # noqa: E402
-from luminamoon.demo_corpus import generate  # noqa: E402
+from luminamoon.cli.config import default_config  # noqa: E402
+from luminamoon.cli.demo_corpus import generate  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 from conftest import CORPUS as SHARED  # noqa: E402  (honours LM_NO_CORPUS)

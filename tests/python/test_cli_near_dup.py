@@ -13,7 +13,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from conftest import CORPUS  # noqa: E402
 from reference_datatrove_minhash import run_datatrove_minhash  # noqa: E402
 
-from luminamoon import runner  # noqa: E402
+from luminamoon.cli import runner  # noqa: E402
 from luminamoon.cli import main  # noqa: E402
 
 SAMPLE = 3000

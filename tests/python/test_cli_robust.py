@@ -18,8 +18,8 @@ pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
 from luminamoon.cli import main  # noqa: E402
-from luminamoon.config import ConfigError, apply_override, default_config, load_config  # noqa: E402
-from luminamoon.report import RunStats, format_summary, render_report  # noqa: E402
+from luminamoon.cli.config import ConfigError, apply_override, default_config, load_config  # noqa: E402
+from luminamoon.cli.report import RunStats, format_summary, render_report  # noqa: E402
 
 TEXT = "The quick brown fox jumps over the lazy dog while the cat sleeps on the warm mat. "
 
@@ -260,7 +260,7 @@ def test_parquet_reads_only_needed_columns_in_bounded_batches(tmp_path):
         "src = ParquetSource([sys.argv[1]], text_column='text', columns=['id'])\n"
         "assert sorted(next(iter(src))) == ['id', 'text']\n"
         "from luminamoon.cli import main\n"
-        "import luminamoon.runner, torch, polars\n"
+        "import luminamoon.cli.runner, torch, polars\n"
         "with open('/proc/self/clear_refs', 'w') as f:\n"
         "    f.write('5')  # resets the peak (VmHWM) to the current RSS\n"
         "before = kb('VmRSS')\n"

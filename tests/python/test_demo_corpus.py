@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from luminamoon.demo_corpus import KINDS, generate, iban_check_digits, iter_documents, luhn_check_digit
+from luminamoon.cli.demo_corpus import KINDS, generate, iban_check_digits, iter_documents, luhn_check_digit
 
 
 def _luhn_valid(number: str) -> bool:

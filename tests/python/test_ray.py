@@ -19,8 +19,8 @@ import ray  # a missing ray must fail the run (requirements.txt: ray[data])
 import ray.data
 
 import luminamoon.ray as lr
-from luminamoon.config import ConfigError, default_config
-from luminamoon.runner import RunError, run_corpus
+from luminamoon.cli.config import ConfigError, default_config
+from luminamoon.cli.runner import RunError, run_corpus
 from luminamoon.stages import FusedPipeline
 
 from conftest import CORPUS, corpus_texts

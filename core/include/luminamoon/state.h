@@ -1,6 +1,6 @@
 /* luminamoon/state.h — the StateTracker: a crash-safe, two-slot checkpoint of a
  * pipeline's coordinate, written by ResumablePipeline after the output it covers is
- * durable (python/luminamoon/data/adapters.py, "The commit protocol").
+ * durable (python/luminamoon/data/resumable.py, "The commit protocol").
  *
  * FILE: exactly 128 bytes.  Slot A = bytes 0..63, slot B = bytes 64..127.
  * A commit writes the slot that does NOT hold the newest valid state (pwrite of

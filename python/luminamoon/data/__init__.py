@@ -11,7 +11,7 @@ from .sources import (
     write_jsonl,
 )
 
-from .adapters import Batch, ResumablePipeline
+from .resumable import Batch, ResumablePipeline
 from .collate import GlobalDedup, ResumableCollate, create_resumable_collate, start_global_dedup
 from .distributed import DistBatch, DistributedPipeline
 

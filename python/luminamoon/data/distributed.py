@@ -1,6 +1,6 @@
 """DistributedPipeline: ResumablePipeline for ``torch.distributed`` — record sharding,
 global exact dedup across ranks, one consistent distributed commit, and elastic
-resume on a different number of ranks (the commit protocol of ResumablePipeline, data/adapters.py, per rank).
+resume on a different number of ranks (the commit protocol of ResumablePipeline, data/resumable.py, per rank).
 
 **Global coordinate.**  Every rank reads the same, deterministically ordered
 stream.  A global step takes the next ``G = world_size * batch_size`` records;
@@ -75,7 +75,7 @@ from typing import Any, Dict, Iterable, Iterator, List, Optional, Union
 
 import torch
 
-from .adapters import Batch, describe_setting, run_differences
+from .resumable import Batch, describe_setting, run_differences
 from .dist_exchange import HashExchange, PeerFailedError
 from ._prefetch import (DEFAULT_MAX_PREFETCH_BYTES, END, Prefetcher, check_max_bytes, empty_prefetch_stats,
                         lock_state_dir, tensor_memory, unlock_state_dir)

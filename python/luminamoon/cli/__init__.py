@@ -118,7 +118,7 @@ def _validate(cfg: Dict[str, Any]) -> None:
         raise ConfigError("input.max_record_mb must be >= 0 (0: no limit)")
     if not r["prefetch_mb"] > 0:
         raise ConfigError("run.prefetch_mb must be positive")
-    from .stages import PII_TYPES, QUALITY_RULE_SETS, QUALITY_RULES
+    from ..stages import PII_TYPES, QUALITY_RULE_SETS, QUALITY_RULES
 
     for rule in cfg["quality"]["rules"]:
         if rule not in QUALITY_RULE_SETS and rule not in QUALITY_RULES:
@@ -344,7 +344,7 @@ def build_parser() -> argparse.ArgumentParser:
                                 epilog="examples:\n  luminamoon demo\n  luminamoon run 'crawl/*.jsonl.gz' -o clean/\n"
                                        "  luminamoon run 'crawl/*.jsonl.gz' -o clean/ --resume\n"
                                        "  luminamoon config > my.toml && luminamoon run data.parquet -o out --config my.toml")
-    from . import __version__
+    from .. import __version__
 
     p.add_argument("--version", action="version", version=f"luminamoon {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
