@@ -229,6 +229,122 @@ def _scan(src, path: str, shard: int, buf: Any, cut: int, base: int, line0: int,
     return c, line0 + nlines, rec0 + (int(nb_cum[-1]) if nlines else 0)
 
 
+def _scan_text(src, path: str, shard: int, buf: Any, cut: int, base: int, line0: int, rec0: int,
+               reader, fix_text=None, own=None) -> "tuple[_Chunk, int, int]":
+    """``_scan`` for a TextSource (``per="line"``): every line is a record, its text the line
+    without its ending; the chunk is checked as UTF-8 once (a line ending is ASCII, so the
+    chunk is valid exactly when each of its lines is) and only a chunk that fails is judged
+    line by line (the error names the file, line and byte as iterating does)."""
+    lim = src.max_record_bytes
+    arr = np.frombuffer(memoryview(buf)[:cut], dtype=np.uint8)
+    ends = np.flatnonzero(arr == 10).astype(np.int64) + 1
+    if len(ends) == 0 or ends[-1] != cut:
+        ends = np.append(ends, np.int64(cut)) if cut else ends
+    nlines = len(ends)
+    starts = np.empty(nlines, dtype=np.int64)
+    if nlines:
+        starts[0] = 0
+        starts[1:] = ends[:-1]
+    stop = ends.copy()  # the text's end: the line without "\n" / "\r\n"
+    nl = arr[ends - 1] == 10 if nlines else np.zeros(0, bool)
+    stop[nl] -= 1
+    cr = nl & (stop > starts)
+    cr[cr] = arr[stop[cr] - 1] == 13
+    stop[cr] -= 1
+    rec_idx = rec0 + np.arange(nlines, dtype=np.int64)
+    ws = src.world_size
+    if ws > 1 and not src._file_split:
+        mine = rec_idx % ws == src.rank
+    else:
+        mine = np.ones(nlines, dtype=bool)
+    lens = stop - starts
+    big = (lens > lim) if lim is not None else np.zeros(nlines, dtype=bool)
+    try:
+        bytes(arr).decode("utf-8") if nlines else None
+        utf8_ok = True
+    except UnicodeDecodeError:
+        utf8_ok = False
+    c = _Chunk()
+    c.buf, c.shard, c.error, c.parsed = buf, shard, None, {}
+    if utf8_ok and not (mine & big).any():
+        keep = np.flatnonzero(mine)
+        skipped = np.full(len(keep), src.skipped, dtype=np.int64)
+    else:
+        keep_l: List[int] = []
+        sk: List[int] = []
+        for i in np.flatnonzero(mine).tolist():
+            lineno = line0 + i + 1
+            try:
+                if big[i]:
+                    src._refuse_big(f"{path}:{lineno}", int(lens[i]))
+                    continue
+                if not utf8_ok:
+                    try:
+                        bytes(arr[starts[i]:stop[i]]).decode("utf-8")
+                    except UnicodeDecodeError as e:
+                        src._bad(f"{path}:{lineno}: invalid UTF-8 at byte {e.start}", e)
+                        continue
+            except BadRecordError as e:
+                c.error = e
+                c.error_pos = dict(src._start_pos(shard), offset=base + int(ends[i]), line=lineno,
+                                   record=int(rec_idx[i]) + 1)
+                break
+            keep_l.append(i)
+            sk.append(src.skipped)
+        keep = np.asarray(keep_l, dtype=np.int64)
+        skipped = np.asarray(sk, dtype=np.int64)
+    # the kept texts, compacted (one gather over the chunk's bytes)
+    klens = lens[keep]
+    off = np.zeros(len(keep) + 1, dtype=np.int64)
+    np.cumsum(klens, out=off[1:])
+    total = int(off[-1])
+    if total:
+        data = arr[np.repeat(starts[keep] - off[:-1], klens) + np.arange(total, dtype=np.int64)]
+    else:
+        data = np.zeros(0, dtype=np.uint8)
+    c.texts = (off, data)
+    c.lo, c.hi = starts[keep], ends[keep]
+    c.lines = line0 + keep + 1
+    c.offs = base + ends[keep]
+    c.recs = rec_idx[keep] + 1
+    c.skipped = skipped
+    bounds = getattr(reader, "_bounds", None) or []
+    c.frames, c.fuoffs = _frames(bounds, c.offs)
+    if nlines and hasattr(reader, "prune_bounds"):
+        reader.prune_bounds(int(base + ends[-1]))
+    return c, line0 + nlines, rec0 + nlines
+
+
+class TextRecords(Sequence):
+    """The records of a TextSource block without their text field: one empty dict per record
+    (a text line has no other field).  Compares equal to a list of empty dicts."""
+
+    def __init__(self, n: int):
+        self._recs = [{} for _ in range(n)]
+        self._cache: Dict[int, Dict[str, Any]] = {}
+
+    def __len__(self) -> int:
+        return len(self._recs)
+
+    def __getitem__(self, i):
+        return self._recs[i]
+
+    def __iter__(self):
+        return iter(self._recs)
+
+    def __eq__(self, other: Any) -> bool:
+        if isinstance(other, (list, tuple, Sequence)):
+            return len(other) == len(self) and all(a == b for a, b in zip(self, other))
+        return NotImplemented
+
+
+def text_blocks(src, n: int, fix_text=None) -> Iterator[RecordBlock]:
+    """``TextSource.iter_blocks`` (``per="line"``): blocks of ``n`` lines from the current position."""
+    for blk in jsonl_blocks(src, n, fix_text, scan=_scan_text):
+        blk.records = TextRecords(len(blk.texts))
+        yield blk
+
+
 def _take(o: np.ndarray, d: np.ndarray, s: np.ndarray) -> "tuple[np.ndarray, np.ndarray]":
     """The strings ``s`` (sorted indices) of an (offsets, data) pair, compacted."""
     lens = o[1:] - o[:-1]
@@ -270,11 +386,12 @@ def _too_long_chunk(src, path: str, shard: int, line0: int, rec0: int, end_off: 
     return c, lineno, rec0 + 1
 
 
-def _chunks(src, fix_text=None, own=None) -> Iterator[_Chunk]:
+def _chunks(src, fix_text=None, own=None, scan=None) -> Iterator[_Chunk]:
     """The source's records chunk by chunk from its current position (``own=(W, r)``: the
     records of rank ``r`` of ``W`` in the global stream from here; see ``_scan``)."""
     lim = src.max_record_bytes
     g = 0  # stream items (non-blank lines) before the next chunk, with ``own``
+    scan = scan or _scan
     pos = dict(src._pos)
     first = True
     while pos["shard"] < len(src.paths):
@@ -295,7 +412,7 @@ def _chunks(src, fix_text=None, own=None) -> Iterator[_Chunk]:
                 if not data:
                     if carry:
                         r0 = rec0
-                        c, line0, rec0 = _scan(src, path, shard, carry, len(carry), base, line0, rec0, reader,
+                        c, line0, rec0 = scan(src, path, shard, carry, len(carry), base, line0, rec0, reader,
                                                fix_text, None if own is None else (*own, g))
                         g += rec0 - r0
                         yield c
@@ -334,7 +451,7 @@ def _chunks(src, fix_text=None, own=None) -> Iterator[_Chunk]:
                             break
                     continue
                 r0 = rec0
-                c, line0, rec0 = _scan(src, path, shard, buf, cut, base, line0, rec0, reader, fix_text,
+                c, line0, rec0 = scan(src, path, shard, buf, cut, base, line0, rec0, reader, fix_text,
                                        None if own is None else (*own, g))
                 g += rec0 - r0
                 yield c
@@ -418,7 +535,7 @@ def _assemble(key: str, pend: List[tuple]):
     return _texts_of(pieces), recs, np.concatenate(shards), np.concatenate(lines)
 
 
-def jsonl_blocks(src, n: int, fix_text=None) -> Iterator[RecordBlock]:
+def jsonl_blocks(src, n: int, fix_text=None, scan=None) -> Iterator[RecordBlock]:
     """``JsonlSource.iter_blocks``: blocks of ``n`` records from the current position."""
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"n must be a positive int, got {n!r}")
@@ -439,7 +556,7 @@ def jsonl_blocks(src, n: int, fix_text=None) -> Iterator[RecordBlock]:
         sk = skipped_final if final is not None else int(c.skipped[b - 1])
         return RecordBlock(texts, recs, shards, lines, pos, sk)
 
-    for c in _chunks(src, fix_text):
+    for c in _chunks(src, fix_text, scan=scan):
         a = 0
         m = len(c)
         while a < m:

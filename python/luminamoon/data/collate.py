@@ -87,7 +87,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 import torch
 
-__all__ = ["ResumableCollate", "create_resumable_collate", "GlobalDedup", "start_global_dedup"]
+__all__ = ["ResumableCollate", "create_resumable_collate", "GlobalDedup", "start_global_dedup", "BlockDataset"]
 
 
 # ------------------------------------------------------------ global dedup
@@ -483,6 +483,25 @@ class ResumableCollate:
         d["_built"] = None
         return d
 
+    def __repr__(self) -> str:
+        """The settings that differ from create_resumable_collate's defaults (a tokenizer by its type)."""
+        shown = {"text_key": (self.text_key, "text"), "pipeline": (self.pipeline, "fused"),
+                 "dedup": (self.dedup, "worker"), "stages": (self.stages, {}),
+                 "tokenizer": (self.tokenizer, "bytes"), "max_length": (self.max_length, None),
+                 "pad_id": (self.pad_id, 0), "bos_id": (self.bos_id, -1), "eos_id": (self.eos_id, -1),
+                 "return_string_tensor": (self.return_string_tensor, False), "num_threads": (self.num_threads, 1),
+                 "dedup_max_entries": (self.dedup_max_entries, 0), "near_dedup": (self.near_dedup, False)}
+        parts = []
+        for k, (v, default) in shown.items():
+            if type(v) is type(default) and v == default:
+                continue
+            if k == "tokenizer" and not isinstance(v, str):
+                v = f"<{getattr(v, '__qualname__', None) or type(v).__qualname__}>"
+                parts.append(f"{k}={v}")
+                continue
+            parts.append(f"{k}={v!r}")
+        return f"{type(self).__name__}({', '.join(parts)})"
+
     def _proc(self) -> "_Proc":
         """This process's state, created on first use (a forked worker starts afresh)."""
         if self._built is None or self._built.pid != os.getpid():
@@ -681,6 +700,24 @@ class ResumableCollate:
                             f"got {type(dataset).__name__}")
         return _CollateStateDataset(dataset, self)
 
+    def blocks(self, source: Any, block_size: int) -> "BlockDataset":
+        """An ``IterableDataset`` of ``source.iter_blocks(block_size)`` (the columnar reading
+        path: no Python object per record) for ``DataLoader(collate.blocks(src, 64),
+        batch_size=None, collate_fn=collate)``: each block is one batch (see :class:`BlockDataset`)."""
+        return BlockDataset(source, block_size)
+
+    def _strings(self, samples: Any):
+        """The batch's texts as a StringTensor: a RecordBlock's texts (the columnar path) or a
+        StringTensor as they are, a list of str / dicts through ``from_list``."""
+        from ..string_tensor import StringTensor
+        from ._blocks import RecordBlock
+
+        if isinstance(samples, RecordBlock):
+            return samples.texts
+        if isinstance(samples, StringTensor):
+            return samples
+        return StringTensor.from_list(self._texts(samples))
+
     def _texts(self, samples: Sequence[Any]) -> List[str]:
         if isinstance(samples, (str, bytes, dict)) or not hasattr(samples, "__iter__"):
             raise TypeError(f"samples must be a batch (a list of str or of dicts), got {type(samples).__name__}")
@@ -695,13 +732,13 @@ class ResumableCollate:
         return out
 
     def process(self, samples: Sequence[Any]):
-        """Run the pipeline on a batch of samples; returns the kept texts (StringTensor)."""
+        """Run the pipeline on a batch of samples (a list of str or dicts, a ``RecordBlock`` of a
+        source's ``iter_blocks``, or a StringTensor); returns the kept texts (StringTensor)."""
         from .. import _C
-        from ..string_tensor import StringTensor
 
         fetcher, stateful = _find_pass()
         self._check_stateful(fetcher, stateful)
-        st = StringTensor.from_list(self._texts(samples))
+        st = self._strings(samples)
         parts = self._parts()
         if self.pipeline is None:
             return st
@@ -776,6 +813,39 @@ class ResumableCollate:
                     raise TypeError(f"tokenizer output {i} must hold int token ids: {e}") from None
             lengths[i] = len(s)
         return ids, lengths
+
+
+class BlockDataset(torch.utils.data.IterableDataset):
+    """A source read as blocks (``source.iter_blocks(block_size)``: JSONL and Parquet sources),
+    one ``RecordBlock`` per item, for ``DataLoader(..., batch_size=None, collate_fn=collate)``:
+    the collate takes each block's texts as they are (a StringTensor decoded in C / from
+    Arrow), with no Python object per record.  Each pass reads the source from its start.
+    With ``num_workers=N`` each worker reads its own share of the source (rank ``id`` of
+    ``N``: files when there are at least ``N``, records otherwise), which needs an
+    unsharded source."""
+
+    def __init__(self, source: Any, block_size: int):
+        if not callable(getattr(source, "iter_blocks", None)):
+            raise TypeError(f"source must have iter_blocks (JsonlSource, ParquetSource), got {type(source).__name__}")
+        if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+            raise ValueError(f"block_size must be a positive int, got {block_size!r}")
+        self.source, self.block_size = source, block_size
+        self._start = source.position()
+
+    def __iter__(self):
+        import copy
+
+        src = copy.copy(self.source)
+        src._pos = dict(self._start)
+        info = torch.utils.data.get_worker_info()
+        if info is not None and info.num_workers > 1:
+            if src.world_size != 1:
+                raise ValueError("BlockDataset with num_workers > 1 shards the source over the workers: pass an "
+                                 f"unsharded source (world_size=1), got world_size={src.world_size}")
+            src.rank, src.world_size = int(info.id), int(info.num_workers)
+            src._file_split = len(src.paths) >= src.world_size
+        src.skipped = 0
+        return src.iter_blocks(self.block_size)
 
 
 class _CollateStateDataset(torch.utils.data.Dataset):
