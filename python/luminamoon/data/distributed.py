@@ -6,7 +6,12 @@ resume on a different number of ranks (the commit protocol of ResumablePipeline,
 stream.  A global step takes the next ``G = world_size * batch_size`` records;
 rank ``r`` owns the records of that global batch whose index in it is
 ``≡ r (mod world_size)``, and parses only those (JSONL / text lines of the
-other ranks are skipped unparsed).  After every step the source position is
+other ranks are skipped unparsed).  A plain ``JsonlSource`` is read on the columnar
+path (``_blocks.stream_steps``): every line is scanned in C, this rank's text fields
+decoded straight into the step's StringTensor, the other fields kept as their lines'
+bytes (``LazyRecords``); only lines the scanner cannot vouch for go through
+``json.loads``.  Records, errors (file:line), skips and positions are those of the
+line-by-line path.  After every step the source position is
 the same on every rank, and the checkpoint stores it once, with
 ``sample_index`` = records consumed: that is the coordinate, independent of
 the world size, so a checkpoint taken on N ranks resumes on M.
@@ -83,6 +88,7 @@ from .dist_state import (WAL_NAME_RE, atomic_write, cleanup, dump_json, global_s
                          rank_sidecar_path, restore_dedup)
 from .dist_near import NEAR_WAL_NAME_RE, cleanup_near, restore_near_dedup
 from .dist_stream import GlobalStream
+from ._blocks import stream_steps
 from .sources import IterableSource, Source
 
 __all__ = ["DistributedPipeline", "DistBatch"]
@@ -258,6 +264,7 @@ class DistributedPipeline:
             source = IterableSource(source, text_key=text_key)
         self.source = source
         self.stream = GlobalStream(source, text_key)
+        self._steps = None  # (start, stream_steps iterator): the columnar path, once iteration starts
         self.text_key = self.stream.text_key
         self.batch_size = batch_size
         self.dedup_mode = dedup
@@ -562,26 +569,39 @@ class DistributedPipeline:
         from ..string_tensor import StringTensor
 
         W, r = self.world_size, self.rank
-        items = self.stream.take(W * self.batch_size)
-        if not items:
-            return None
-        pos = self.stream.position()
-        texts: List[str] = []
-        records: List[Dict[str, Any]] = []
-        gidx: List[int] = []
-        key = self.text_key
-        for j in range(r, len(items), W):
-            rec = self.stream.parse(items[j])
-            if rec is None:
-                continue
-            t = rec.get(key) if isinstance(rec, dict) else None
-            if not isinstance(t, str):
-                raise ValueError(f"record {start + j} has no str field {key!r}")
-            texts.append(t)
-            records.append({k: v for k, v in rec.items() if k != key})
-            gidx.append(start + j)
-        st = StringTensor.from_list(texts)
-        n = len(texts)
+        if self._steps is None and self.stream.mode == "jsonl" and getattr(self.source, "_columnar", False):
+            # the columnar reading path: every line scanned in C, only this rank's parsed
+            self._steps = (start, stream_steps(self.source, W * self.batch_size, W, r))
+        if self._steps is not None:
+            base, steps = self._steps
+            step_ = next(steps, None)
+            if step_ is None:
+                return None
+            st, records, pos, n_global = step_.texts, step_.records, step_.position, step_.n_items
+            gidx_t = torch.from_numpy(step_.gidx + base)
+        else:
+            items = self.stream.take(W * self.batch_size)
+            if not items:
+                return None
+            pos = self.stream.position()
+            n_global = len(items)
+            texts: List[str] = []
+            records = []
+            gidx: List[int] = []
+            key = self.text_key
+            for j in range(r, len(items), W):
+                rec = self.stream.parse(items[j])
+                if rec is None:
+                    continue
+                t = rec.get(key) if isinstance(rec, dict) else None
+                if not isinstance(t, str):
+                    raise ValueError(f"record {start + j} has no str field {key!r}")
+                texts.append(t)
+                records.append({k: v for k, v in rec.items() if k != key})
+                gidx.append(start + j)
+            st = StringTensor.from_list(texts)
+            gidx_t = torch.tensor(gidx, dtype=torch.int64)
+        n = len(st)
         if n:
             res = self._local(st)
             surv, reasons, out = res.source_index, res.reasons, res.texts
@@ -597,7 +617,7 @@ class DistributedPipeline:
             # masker refuses (max_doc_bytes) is still admitted to dedup, as in the chain
             m = self._pii(out)
             out, pii_reasons = m.texts, m.reasons
-        return _Prepared(step, start, len(items), pos, records, torch.tensor(gidx, dtype=torch.int64), reasons,
+        return _Prepared(step, start, n_global, pos, records, gidx_t, reasons,
                          surv, out, hashes, st.nbytes, pii_reasons, near_keys, near_has)
 
     def _prepared(self) -> Iterator[_Prepared]:
