@@ -205,9 +205,64 @@ extern "C" {
 namespace luminamoon {
 namespace {
 
+// Payload mappings released by tensors that from_list built are kept for the next
+// from_list (at most kCacheSlots of them, kCacheMax bytes in all): writing a fresh
+// mapping page-faults and zero-fills every page (clear_page was 20% of from_list on
+// 47 MB of documents, more than the copy), a reused one is already there, which is
+// what Polars' and pyarrow's allocators get by keeping freed memory.  try_lock only:
+// a deleter that finds the lock busy (or a child forked while it was held) unmaps.
+#include <mutex>
+struct MapCache {
+  static constexpr int kCacheSlots = 2;
+  static constexpr size_t kCacheMax = size_t(512) << 20;
+  std::mutex mu;
+  void *p[kCacheSlots] = {nullptr, nullptr};
+  size_t cap[kCacheSlots] = {0, 0};
+};
+MapCache &map_cache() {
+  static MapCache *c = new MapCache;  // never destroyed: deleters may run at exit
+  return *c;
+}
+// The largest cached mapping (its capacity in *cap), or nullptr.
+void *map_cache_take(size_t *cap) {
+  MapCache &c = map_cache();
+  std::unique_lock<std::mutex> l(c.mu, std::try_to_lock);
+  if (!l.owns_lock()) return nullptr;
+  int best = -1;
+  for (int i = 0; i < MapCache::kCacheSlots; i++)
+    if (c.p[i] && (best < 0 || c.cap[i] > c.cap[best])) best = i;
+  if (best < 0) return nullptr;
+  void *q = c.p[best];
+  *cap = c.cap[best];
+  c.p[best] = nullptr;
+  c.cap[best] = 0;
+  return q;
+}
+void map_cache_put(void *q, size_t cap) {
+  MapCache &c = map_cache();
+  {
+    std::unique_lock<std::mutex> l(c.mu, std::try_to_lock);
+    if (l.owns_lock() && cap <= MapCache::kCacheMax) {
+      size_t total = cap;
+      int slot = -1;
+      for (int i = 0; i < MapCache::kCacheSlots; i++) {
+        total += c.cap[i];
+        if (!c.p[i] && slot < 0) slot = i;
+      }
+      if (slot >= 0 && total <= MapCache::kCacheMax) {
+        c.p[slot] = q;
+        c.cap[slot] = cap;
+        return;
+      }
+    }
+  }
+  munmap(q, cap);
+}
+
 // A growable payload: malloc/realloc while small, then an anonymous mapping grown
 // with mremap (no copy, and pages never written cost no memory), advised onto
-// transparent huge pages (a fresh 50 MB payload otherwise takes ~12,000 page faults).
+// transparent huge pages (a fresh 50 MB payload otherwise takes ~12,000 page faults);
+// the mapping is a cached one (map_cache_take) when a previous payload was released.
 class GrowBuf {
  public:
   static constexpr size_t kMapAt = size_t(8) << 20;
@@ -227,7 +282,17 @@ class GrowBuf {
       if (mapped_) {
         q = mremap(p_, cap_, cap, MREMAP_MAYMOVE);
       } else {
-        q = mmap(nullptr, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        size_t ccap = 0;
+        q = map_cache_take(&ccap);
+        if (q && ccap < cap) {
+          void *g = mremap(q, ccap, cap, MREMAP_MAYMOVE);
+          if (g == MAP_FAILED) munmap(q, ccap);
+          q = g;
+        } else if (q) {
+          cap = ccap;
+        } else {
+          q = mmap(nullptr, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        }
         if (q != MAP_FAILED && used_) std::memcpy(q, p_, used_);
       }
       if (q == MAP_FAILED) return nullptr;
@@ -256,7 +321,7 @@ class GrowBuf {
         if (q != MAP_FAILED) cap_ = keep;
       }
       const size_t cap = cap_;
-      t = at::from_blob(p, {n}, [cap](void *q) { munmap(q, cap); }, at::TensorOptions().dtype(at::kByte));
+      t = at::from_blob(p, {n}, [cap](void *q) { map_cache_put(q, cap); }, at::TensorOptions().dtype(at::kByte));
     } else {
       void *q = used_ ? std::realloc(p_, used_) : nullptr;
       if (q) p = static_cast<uint8_t *>(q);
@@ -358,7 +423,11 @@ py::tuple from_list_views(py::handle seq, bool allow_bytes, bool validate) {
     const char *p;
     Py_ssize_t len;
     bool is_str = PyUnicode_Check(o);
-    if (is_str && PyUnicode_IS_READY(o) && !PyUnicode_IS_ASCII(o)) {
+    if (is_str && PyUnicode_IS_READY(o) && !PyUnicode_IS_ASCII(o) && PyUnicode_IS_COMPACT(o) &&
+        reinterpret_cast<PyCompactUnicodeObject *>(o)->utf8) {
+      // its UTF-8 is already cached on the str (someone called PyUnicode_AsUTF8AndSize,
+      // e.g. pyarrow or Polars on this list): copy it below, like an ASCII str
+    } else if (is_str && PyUnicode_IS_READY(o) && !PyUnicode_IS_ASCII(o)) {
       // encode into the payload directly (see encode_utf8); the view is made from there
       const Py_ssize_t cps = PyUnicode_GET_LENGTH(o);
       if (uint64_t(cps) > (uint64_t(SIZE_MAX) - pos) / 4) throw std::bad_alloc();

@@ -114,7 +114,7 @@ def test_from_buffers_rebases_and_shares():
 
 def test_bytes_semantics_on_request():
     s = StringTensor.from_list([b"ok", b"\xff\xfe"], validate=False)
-    assert s.tolist(bytes=True) == [b"ok", b"\xff\xfe"]
+    assert s.tolist(as_bytes=True) == [b"ok", b"\xff\xfe"]
     with pytest.raises(ValueError, match="not valid UTF-8"):
         s.tolist()
 
@@ -140,7 +140,7 @@ def test_to_device_cpu_is_identity_and_pin_memory_api():
     s = StringTensor.from_list(["x"])
     assert s.to("cpu") is s
     assert s.device == torch.device("cpu")
-    assert luminamoon.StringTensor.from_list(["q"]).to_torch()[1].tolist() == [ord("q")]
+    assert luminamoon.StringTensor.from_list(["q"]).data.tolist() == [ord("q")]
 
 
 def test_zero_d_index_uint8_index_and_huge_step():
@@ -261,7 +261,7 @@ def test_from_list_builds_both_layouts_over_one_payload():
         StringTensor.from_list(["ok", "\ud800"])
     with pytest.raises(ValueError, match="UTF-8"):
         StringTensor.from_list([b"ok", b"\xff"])
-    assert StringTensor.from_list([b"ok", b"\xff"], validate=False).to_pylist(bytes=True) == [b"ok", b"\xff"]
+    assert StringTensor.from_list([b"ok", b"\xff"], validate=False).tolist(as_bytes=True) == [b"ok", b"\xff"]
     # a payload that grows through the mapped (mremap) path, and every length class
     big = [("%d" % i) * (i % 40) for i in range(100000)]
     b = StringTensor.from_list(big)
@@ -326,3 +326,40 @@ def test_from_list_encodes_non_ascii_once_and_leaves_the_strs_alone():
     for bad in ("\ud800", "ok\udfff", "日本\ud83d"):
         with pytest.raises(ValueError, match=r"strings\[1\].*surrogate"):
             StringTensor.from_list(["fine", bad])
+
+
+def test_from_list_reuses_released_payloads_and_cached_utf8_correctly():
+    """from_list copies a non-ASCII str's UTF-8 when CPython already caches it on the str (pyarrow or
+    Polars asked for it) and encodes the rest itself; a payload over 8 MB goes back to a small cache
+    when its tensor is freed and the next large from_list writes into it (no page faults).  Every
+    byte must still be the new list's: checked against str.encode on payloads that differ from the
+    released ones, with the released mapping smaller, equal and larger than the new one."""
+    import pyarrow as pa
+
+    alphabet = ["a", "é", "日", "😀", "z", " ", "ß", "Ж"]
+
+    def make(n, seed):
+        r = np.random.default_rng(seed)
+        return ["".join(alphabet[k] for k in r.integers(0, len(alphabet), int(m))) for m in r.integers(0, 120, n)]
+
+    items = make(2000, 1)
+    half = items[::2]
+    pa.array(half)  # caches the UTF-8 on every other str (PyUnicode_AsUTF8AndSize)
+    st = StringTensor.from_list(items)
+    assert bytes(st.data.numpy()) == "".join(items).encode("utf-8")
+    assert st.tolist() == items
+    assert torch.equal(st.views, torch.ops.luminamoon.views_from_offsets(st.offsets, st.data))
+    keep = None
+    for n, seed in ((150_000, 2), (150_000, 3), (300_000, 4), (100_000, 5), (300_000, 6)):
+        big = make(n, seed)
+        if seed % 2:
+            pa.array(big)
+        b = StringTensor.from_list(big)
+        assert b.nbytes > (8 << 20)
+        assert bytes(b.data.numpy()) == "".join(big).encode("utf-8"), seed
+        assert torch.equal(b.views, torch.ops.luminamoon.views_from_offsets(b.offsets, b.data))
+        if seed == 3:
+            keep = b  # stays alive: its payload must not be handed out
+        del b
+    again = StringTensor.from_list(make(150_000, 3))
+    assert torch.equal(keep.data, again.data) and keep.data.data_ptr() != again.data.data_ptr()
