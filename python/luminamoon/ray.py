@@ -386,8 +386,8 @@ def process(ds, text_column: str = "text", stages: Optional[Dict[str, Any]] = No
             kept), ``{"seed": S}`` (the same with the hash seed S) or False.
         near_dedup: None (off) or a dict of ``NearDeduplicator`` settings (``{}``: datatrove's
             defaults): global near dedup with the stream's semantics, on the text before PII
-            masking, as ``FusedPipeline(near_dedup=...)`` (``luminamoon run --near-dup stream``
-            computes the band keys on the masked text: its engine does the same).
+            masking, as ``FusedPipeline(near_dedup=...)`` and ``luminamoon run --near-dup stream``
+            (its engine takes them in stage A, before PII, too).
         batch_size: rows per ``map_batches`` call.
         num_partitions: owner tasks of the hash shuffle (default: the cluster's CPUs).
         keep_dropped: also return dropped rows, with a ``reason`` column (0 = kept; text null).
@@ -480,7 +480,10 @@ def _file_stage_a(i: int, path: str, name: str, fmt: str, cfg: Dict[str, Any], k
     stage_kw = stage_kwargs(cfg)
     pipe_a, _ = _pipes({"cleaner": stage_kw.get("cleaner"), "quality": stage_kw.get("quality")})
     dedup_seed = int(cfg["dedup"]["seed"]) if cfg["dedup"]["enabled"] else None
-    near_cfg = None  # the run's near keys come from the PII-masked text: _file_stage_b
+    nd = cfg.get("near_dup") or {}
+    # the run's near keys: the cleaned, unmasked text of the documents that pass quality (the fused
+    # order, clean -> quality -> exact dedup -> near dedup -> PII; the decisions skip exact duplicates)
+    near_cfg = R._near_stream_kwargs(nd) if nd.get("mode") == "stream" else None
     B = int(cfg["run"]["batch_size"])
     reasons_l, passed_l, texts_l, h_l, nk_l, nh_l = [], [], [], [], [], []
     len_in_l, skipped_l, surr_l, groups, ids, extra = [], [], [], [], [], {k: [] for k in keep}
@@ -551,19 +554,19 @@ def _file_stage_a(i: int, path: str, name: str, fmt: str, cfg: Dict[str, Any], k
 
 def _file_stage_b(i: int, bulk: Dict[str, Any], stage_kw: Dict[str, Any], pii_cycle, near_cfg, exact_n: int,
                   *dups):
-    """Exact-dedup decisions joined back to one file; PII on the survivors; then, with near dedup,
-    their band keys -- computed on the PII-masked text, as ``luminamoon run --near-dup stream`` does
-    (its ResumablePipeline runs the near stage on the stages' output).  Returns (the file's
-    per-document reasons and surviving documents: ids, texts after PII, kept fields, PII counters;
-    the near-dedup keys payload)."""
+    """Exact- and near-dedup decisions joined back to one file (``dups``: the exact duplicates'
+    order-key arrays, then the near duplicates'); PII on the survivors, as
+    ``luminamoon run --near-dup stream`` (FusedPipeline's order: near dedup before PII).  Returns
+    (the file's per-document reasons and surviving documents: ids, texts after PII, kept fields,
+    PII counters; a keys payload without near keys: ``near_cfg`` is kept for old callers)."""
     import pyarrow as pa
 
-    from .stages import NearDeduplicator
     from .string_tensor import StringTensor
 
     passed = bulk["passed"]
     order = (np.int64(i) << _FILE_SHIFT) + passed
-    reasons, surv, _ = _apply(bulk["n"], bulk["reasons"], passed, order, list(dups[:exact_n]), [])
+    reasons, _, surv = _apply(bulk["n"], bulk["reasons"], passed, order, list(dups[:exact_n]),
+                              list(dups[exact_n:]))
     counters: Dict[str, Any] = {}
     cycle = None
     sel = np.nonzero(surv)[0]
@@ -579,20 +582,7 @@ def _file_stage_b(i: int, bulk: Dict[str, Any], stage_kw: Dict[str, Any], pii_cy
         st = res.texts
     off = st.offsets.numpy().astype(np.int64)
     kept_rows = passed[sel]
-    near = None
-    B = 0
-    if near_cfg is not None:
-        B = int(near_cfg["num_buckets"])
-        if len(sel):
-            nd = NearDeduplicator(num_threads=1, **{k: v for k, v in near_cfg.items() if k != "max_entries"})
-            try:
-                k, has = nd.keys(st)
-            finally:
-                nd.close()
-            near = (k.numpy(), has.numpy().astype(bool))
-        else:
-            near = (np.zeros((0, 2), np.int64), np.zeros(0, bool))
-    keys = _keys_payload((np.int64(i) << _FILE_SHIFT) + kept_rows, None, near, B)
+    keys = _keys_payload((np.int64(i) << _FILE_SHIFT) + kept_rows, None, None, 0)
     ids = [bulk["ids"][j] for j in sel.tolist()]
     extra = {k: [v[j] for j in sel.tolist()] for k, v in bulk["extra"].items()}
     res_d = {"reasons": reasons, "kept_rows": kept_rows, "ids": ids, "texts": st.to_arrow() if len(sel) else
@@ -697,6 +687,8 @@ def _run_ray(paths, got, fmt: str, out: str, cfg: Dict[str, Any], keep: List[str
     pending: Dict[Any, int] = {}
     for i, p in enumerate(paths):
         ck = _load_ckpt(_ckpt_path(state_dir, i)) if resuming else None
+        if ck is not None and nd["mode"] == "stream" and ck[1].get("near_keys") is None:
+            ck = None  # stage A of an older version (near keys after PII, in stage B): run it again
         if ck is not None:
             bulk_refs[i], keys_refs[i] = ray.put(ck[0]), ray.put(ck[1])
             reused += 1
@@ -729,24 +721,21 @@ def _run_ray(paths, got, fmt: str, out: str, cfg: Dict[str, Any], keep: List[str
     starts = (np.arange(F, dtype=np.int64) << _FILE_SHIFT)
     exact_on = bool(cfg["dedup"]["enabled"])
     near_on = nd["mode"] == "stream"
-    ex, _, _, byte_refs = _global_decisions(ray, keys_refs, starts, P, exact_on, False) if F else ([], [], 0, [])
-    near_cfg = R._near_stream_kwargs(nd) if near_on else None
+    # exact and near decisions together, before PII (near keys from stage A, exact duplicates excluded)
+    ex, nr, _, byte_refs = _global_decisions(ray, keys_refs, starts, P, exact_on, near_on) if F \
+        else ([], [], 0, [])
     task_b = ray.remote(_file_stage_b).options(num_returns=2, max_retries=5)
     datatrove_cycle = bool(stage_kw.get("pii")) and cfg["pii"]["mode"] == "datatrove"
-    b_refs = [task_b.remote(i, bulk_refs[i], stage_kw, None, near_cfg, len(ex[i]), *ex[i]) for i in range(F)]
+    b_refs = [task_b.remote(i, bulk_refs[i], stage_kw, None, None, len(ex[i]), *ex[i], *nr[i]) for i in range(F)]
     if datatrove_cycle and F > 1:  # the replacement cycle runs across documents: each file starts where
         cyc = [0] * 6                # the earlier files' matches left it (counts first, then the masking)
         offsets = []
         for i in range(F):
             offsets.append(list(cyc))
             cyc = [a + b for a, b in zip(cyc, _pii_matches(ray.get(b_refs[i][0])))]
-        b_refs = [task_b.remote(i, bulk_refs[i], stage_kw, offsets[i], near_cfg, len(ex[i]), *ex[i])
+        b_refs = [task_b.remote(i, bulk_refs[i], stage_kw, offsets[i], None, len(ex[i]), *ex[i], *nr[i])
                   for i in range(F)]
     res_refs = [r[0] for r in b_refs]
-    nr: List[List[Any]] = [[] for _ in range(F)]
-    if near_on and F:
-        _, nr, _, nb_refs = _global_decisions(ray, [r[1] for r in b_refs], starts, P, False, True)
-        byte_refs += nb_refs
     # ---- write, in input order, with the local run's batch boundaries and part boundaries
     ocfg = cfg["output"]
     try:
@@ -781,19 +770,6 @@ def _run_ray(paths, got, fmt: str, out: str, cfg: Dict[str, Any], keep: List[str
         n = bulk["n"]
         reasons = res["reasons"]
         kept_rows = res["kept_rows"]
-        if nr[i]:  # near duplicates (order keys) of this file: dropped after PII, as the local run does
-            from .stages import REASON_NEAR_DUPLICATE
-
-            rows = np.concatenate(ray.get(nr[i])) - (np.int64(i) << _FILE_SHIFT)
-            if rows.size:
-                hit = np.isin(kept_rows, rows)
-                reasons = reasons.copy()
-                reasons[kept_rows[hit]] = REASON_NEAR_DUPLICATE
-                sel = np.nonzero(~hit)[0]
-                res = dict(res, kept_rows=kept_rows[sel], ids=[res["ids"][j] for j in sel.tolist()],
-                           texts=res["texts"].take(sel), len_out=res["len_out"][sel],
-                           extra={k: [v[j] for j in sel.tolist()] for k, v in res["extra"].items()})
-                kept_rows = res["kept_rows"]
         skipped = bulk["skipped"].copy()
         if n and carry_skip:
             skipped[0] += carry_skip

@@ -108,8 +108,7 @@ def test_full_corpus_equals_local_run(ray_session, tmp_path):
 
 def test_full_corpus_no_quality_near_stream_equals_local_run(ray_session, tmp_path):
     """The whole corpus with every document reaching both dedup shuffles (6,131 exact and ~13,700
-    near duplicates; PII in the copyright texts changes band keys: the run computes them on the
-    masked text), in 4 files."""
+    near duplicates; both engines take the band keys before PII, on the unmasked text), in 4 files."""
     if not CORPUS.exists():
         corpus_texts(1)
     src = tmp_path / "in"

@@ -318,12 +318,21 @@ class _MeasuredPipeline:
         self.measures = collections.deque()
         self._last: Dict[str, Any] = {}
 
+    #: ResumablePipeline hands its near-dup index over (bind_near_dedup) instead of running it on
+    #: this callable's outputs: the band keys are taken before PII, in the fused order
+    runs_near_dedup = True
+    _near = None
+
+    def bind_near_dedup(self, near) -> None:
+        self._near = near
+
     def bind(self, dedup) -> None:
         from .. import stages
 
         cls = stages.FusedPipeline if self.kind == "fused" else stages.ChainPipeline
         try:
-            self.pipe = cls(dedup=dedup if dedup is not None else False, num_threads=self.num_threads, **self.kwargs)
+            self.pipe = cls(dedup=dedup if dedup is not None else False, num_threads=self.num_threads,
+                            near_dedup=self._near, **self.kwargs)
         except (TypeError, ValueError) as e:
             raise ConfigError(f"stage configuration: {e}") from None
         self._last = self.pipe.counters

@@ -330,7 +330,9 @@ class ResumablePipeline:
             (``seed``, ``n_grams``, ``num_buckets``, ``hashes_per_bucket``,
             ``precision``, ``max_entries``, ``initial_capacity``,
             ``wal_buffer_hashes``).  It runs after exact dedup and before PII;
-            with a callable pipeline (or None) it runs on the pipeline's outputs.
+            with a callable pipeline (or None) it runs on the pipeline's outputs, unless
+            the callable has ``runs_near_dedup = True`` and a ``bind_near_dedup(index)``
+            method: it is then given the index and runs it itself (before PII).
             ``near_dedup_stats`` reports the band index.
         stages: keyword arguments for ``FusedPipeline``/``ChainPipeline``
             (``cleaner=``, ``quality=``, ``pii=``).
@@ -451,7 +453,13 @@ class ResumablePipeline:
                 self.near_dedup = res.near = _stages.NearDeduplicator(
                     wal_path=os.path.join(self.state_dir, "near_dedup.wal"), **near_kw)
             self._pipeline = self._make_pipeline(pipeline, stage_objs)
-            near_after = self.near_dedup is not None and pipeline not in ("fused", "chain")
+            # a callable that runs the near stage itself, in the fused order (before PII), says so
+            # with ``runs_near_dedup = True`` and is given the index through ``bind_near_dedup``
+            own_near = callable(getattr(pipeline, "bind_near_dedup", None)) and bool(
+                getattr(pipeline, "runs_near_dedup", False))
+            if self.near_dedup is not None and own_near:
+                pipeline.bind_near_dedup(self.near_dedup)
+            near_after = self.near_dedup is not None and pipeline not in ("fused", "chain") and not own_near
             self._producer = _Producer(self.source, self._pipeline, self.dedup, batch_size, text_key, res,
                                        self.near_dedup, near_after)
             self._producer.read_ahead = 2 if prefetch_batches else 0
