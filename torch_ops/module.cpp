@@ -123,7 +123,7 @@ py::list to_list_impl(const OffT *off, const uint8_t *d, int64_t n, bool as_byte
     PyObject *s = as_bytes ? PyBytes_FromStringAndSize(p, len) : PyUnicode_DecodeUTF8(p, len, "strict");
     if (!s) {
       PyErr_Clear();
-      throw py::value_error("element " + std::to_string(i) + " is not valid UTF-8; use to_pylist(bytes=True)");
+      throw py::value_error("element " + std::to_string(i) + " is not valid UTF-8; use tolist(as_bytes=True)");
     }
     PyList_SET_ITEM(out.ptr(), i, s);
   }
@@ -150,7 +150,7 @@ py::list views_to_list(const at::Tensor &views_in, const std::vector<at::Tensor>
     PyObject *s = as_bytes ? PyBytes_FromStringAndSize(p, v[i].len) : PyUnicode_DecodeUTF8(p, v[i].len, "strict");
     if (!s) {
       PyErr_Clear();
-      throw py::value_error("element " + std::to_string(i) + " is not valid UTF-8; use to_pylist(bytes=True)");
+      throw py::value_error("element " + std::to_string(i) + " is not valid UTF-8; use tolist(as_bytes=True)");
     }
     PyList_SET_ITEM(out.ptr(), i, s);
   }

@@ -26,6 +26,7 @@ Example:
 """
 from __future__ import annotations
 
+import warnings
 from typing import Iterable, Iterator, Sequence
 
 import numpy as np
@@ -86,6 +87,17 @@ def _as_index_tensor(t, name: str, empty_dtype: torch.dtype = torch.int64) -> to
 def _windows(data: torch.Tensor) -> tuple:
     """The payload buffers views over ``data`` address: buffer w is data[w * 2**31:]."""
     return tuple(data[w * _WINDOW:] for w in range((data.numel() >> 31) + 1))
+
+
+def _old_bytes_keyword(kwargs: dict, as_bytes, method: str):
+    """tolist()'s deprecated ``bytes=`` keyword: its value (DeprecationWarning); any other keyword: TypeError."""
+    unknown = sorted(k for k in kwargs if k != "bytes")
+    if unknown:
+        raise TypeError(f"{method}() got an unexpected keyword argument {unknown[0]!r}")
+    if as_bytes is not False:
+        raise TypeError(f"{method}(): give as_bytes or bytes (its deprecated old name), not both")
+    warnings.warn(f"{method}(bytes=...) is deprecated; use tolist(as_bytes=...)", DeprecationWarning, stacklevel=3)
+    return kwargs["bytes"]
 
 
 def _pinning_available() -> bool:
@@ -361,20 +373,30 @@ class StringTensor:
         more = ", ..." if n > 5 else ""
         return f"StringTensor({head}{more}, len={n}, device={self.device})"
 
-    def tolist(self, *, bytes: bool = False) -> list:
-        """The strings as a Python list of ``str`` (``bytes`` with ``bytes=True``)."""
-        if not isinstance(bytes, bool):
-            raise TypeError(f"bytes must be a bool, got {type(bytes).__name__}")
+    def tolist(self, *, as_bytes: bool = False, **deprecated) -> list:
+        """The strings as a Python list of ``str`` (``bytes`` objects with ``as_bytes=True``).
+
+        ``bytes=`` is the deprecated old name of ``as_bytes=`` (DeprecationWarning)."""
+        if deprecated:
+            as_bytes = _old_bytes_keyword(deprecated, as_bytes, "tolist")
+        if not isinstance(as_bytes, bool):
+            raise TypeError(f"as_bytes must be a bool, got {type(as_bytes).__name__}")
         self._require_data("tolist")
         if self.device.type != "cpu":
-            return self.cpu().tolist(bytes=bytes)
+            return self.cpu().tolist(as_bytes=as_bytes)
         od = self._od
         if od is not None:  # the offsets layout when present: a smaller snapshot to check
-            return _C.to_list(od[0], od[1], bytes)
+            return _C.to_list(od[0], od[1], as_bytes)
         vb = self._vb
-        return _C.views_to_list(vb[0], list(vb[1]), bytes)
+        return _C.views_to_list(vb[0], list(vb[1]), as_bytes)
 
-    to_pylist = tolist
+    def to_pylist(self, *, as_bytes: bool = False, **deprecated) -> list:
+        """Deprecated alias of :meth:`tolist` (DeprecationWarning)."""
+        warnings.warn("StringTensor.to_pylist() is deprecated; use StringTensor.tolist()", DeprecationWarning,
+                      stacklevel=2)
+        if deprecated:
+            as_bytes = _old_bytes_keyword(deprecated, as_bytes, "to_pylist")
+        return self.tolist(as_bytes=as_bytes)
 
     def __getitem__(self, key):
         self._require_data("indexing")
@@ -394,7 +416,7 @@ class StringTensor:
                 try:
                     return raw.decode("utf-8")
                 except UnicodeDecodeError:
-                    raise ValueError(f"element {i} is not valid UTF-8; use tolist(bytes=True)") from None
+                    raise ValueError(f"element {i} is not valid UTF-8; use tolist(as_bytes=True)") from None
             return self[i:i + 1].tolist()[0]
         if isinstance(key, slice):
             return self._slice(key)
@@ -611,7 +633,10 @@ class StringTensor:
         return self.offsets, self.data
 
     def to_torch(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """(offsets, payload) tensors, shared with this StringTensor (no copy)."""
+        """Deprecated (DeprecationWarning): ``(st.offsets, st.data)`` or :meth:`to_gpu_buffers`, the same
+        (offsets, payload) tensors shared with this StringTensor (no copy)."""
+        warnings.warn("StringTensor.to_torch() is deprecated; use (st.offsets, st.data) or st.to_gpu_buffers()",
+                      DeprecationWarning, stacklevel=2)
         return self.offsets, self.data
 
     def to_torch_gpu(self, device="cuda", non_blocking: bool = False) -> tuple[torch.Tensor, torch.Tensor]:

@@ -90,7 +90,7 @@ def test_numpy_torch_dlpack_exports():
     assert StringTensor.from_numpy(arr).tolist() == ITEMS
     assert StringTensor.from_numpy(np.array(ITEMS, dtype=object)).tolist() == ITEMS
     assert StringTensor.from_numpy(np.array(ITEMS)).tolist() == ITEMS
-    off, data = st.to_torch()
+    off, data = st.offsets, st.data
     assert bytes(data[off[2]:off[3]].numpy()).decode() == ITEMS[2]
     noff, ndata = st.to_numpy_gpu()
     assert noff.ctypes.data == st.offsets.data_ptr() and ndata.ctypes.data == st.data.data_ptr()
@@ -108,7 +108,7 @@ def test_arrow_nulls_refused_and_binary_checked():
         StringTensor.from_arrow(pa.array(["a", None]))
     with pytest.raises(ValueError, match="UTF-8"):
         StringTensor.from_arrow(pa.array([b"ok", b"\xff"], type=pa.binary()))
-    assert StringTensor.from_arrow(pa.array([b"ok", b"\xff"], type=pa.binary()), validate=False).tolist(bytes=True) == [b"ok", b"\xff"]
+    assert StringTensor.from_arrow(pa.array([b"ok", b"\xff"], type=pa.binary()), validate=False).tolist(as_bytes=True) == [b"ok", b"\xff"]
     with pytest.raises(TypeError, match="string"):
         StringTensor.from_arrow(pa.array([1, 2]))
 
@@ -131,7 +131,7 @@ def test_bytes_semantics_export_as_binary():
     assert st.to_arrow_view().type == pa.binary_view()
     assert pa.array(st).type == pa.binary() and st.to_arrow().to_pylist() == raw
     assert st[1:].to_arrow().type == pa.binary() and st.take([0]).to_arrow().type == pa.binary()
-    off, data = st.to_torch()
+    off, data = st.offsets, st.data
     assert StringTensor.from_buffers(off, data, validate=False).to_arrow().type == pa.binary()
     assert StringTensor.from_arrow(pa.array(raw, pa.binary()), validate=False).to_arrow().type == pa.binary()
     # text stays text: str items, validated bytes, and tensors built by the low-level constructor
@@ -139,7 +139,7 @@ def test_bytes_semantics_export_as_binary():
     assert StringTensor.from_list(["é", "x"], validate=False).to_arrow().type == pa.string()
     assert StringTensor.from_list([b"ok"]).to_arrow().type == pa.string()
     assert StringTensor(off, data).to_arrow().type == pa.binary()
-    assert StringTensor(*StringTensor.from_list(["a"]).to_torch()).to_arrow().type == pa.string()
+    assert StringTensor(*StringTensor.from_list(["a"]).to_gpu_buffers()).to_arrow().type == pa.string()
     pl = pytest.importorskip("polars")
     s = st.to_polars()
     assert s.dtype == pl.Binary and s.to_list() == raw

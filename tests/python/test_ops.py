@@ -18,7 +18,7 @@ def strings(large=False):
 @pytest.mark.parametrize("large", [False, True])
 def test_opcheck_every_op(large):
     off, data = strings(large)
-    o2, d2 = StringTensor.from_list(list(reversed(ITEMS))).to_torch()
+    o2, d2 = StringTensor.from_list(list(reversed(ITEMS))).to_gpu_buffers()
     o2 = o2.long() if large else o2
     views = OPS.views_from_offsets(off, data)
     cases = [
@@ -75,7 +75,7 @@ def test_outputs_never_alias_inputs():
 
 def test_compile_fullgraph_fixed_shape_ops():
     off, data = strings()
-    o2, d2 = StringTensor.from_list(list(reversed(ITEMS))).to_torch()
+    o2, d2 = StringTensor.from_list(list(reversed(ITEMS))).to_gpu_buffers()
 
     def f(off, data, o2, d2):
         m = OPS.prefix_match(off, data, "app")
@@ -128,7 +128,7 @@ def test_gil_released_while_kernel_runs():
     import time
 
     big = StringTensor.from_list(["x" * 2000] * 20000)
-    off, data = big.to_torch()
+    off, data = big.offsets, big.data
     ticks = []
     done = threading.Event()
 

@@ -26,7 +26,7 @@ def main():
     print("luminamoon", luminamoon.__file__, "torch", torch.__version__)
     st = StringTensor.from_list(ITEMS)
     assert st.tolist() == ITEMS
-    off, data = st.to_torch()
+    off, data = st.offsets, st.data
     assert tolist(off, data) == ITEMS
     # independent offsets/bytes from Python
     enc = [s.encode() for s in ITEMS]
@@ -36,7 +36,7 @@ def main():
     assert off.tolist() == ref_off and bytes(data.tolist()) == b"".join(enc)
     views = OPS.views_from_offsets(off, data)
     rev = list(reversed(ITEMS))
-    o2, d2 = StringTensor.from_list(rev).to_torch()
+    o2, d2 = StringTensor.from_list(rev).to_gpu_buffers()
     views2 = OPS.views_from_offsets(o2, d2)
     mask = torch.tensor([s.startswith("a") for s in ITEMS])
     checks = {
