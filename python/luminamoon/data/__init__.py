@@ -8,8 +8,8 @@ from .sources import (
     Source,
     TextSource,
     expand_paths,
-    write_jsonl,
 )
+from .writers import write_jsonl
 
 from .resumable import Batch, ResumablePipeline
 from .collate import GlobalDedup, ResumableCollate, create_resumable_collate, start_global_dedup

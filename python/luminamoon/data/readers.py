@@ -1,0 +1,362 @@
+"""Line readers of the file sources: plain, gzip (indexed or by member) and zstd (by frame).
+
+Every reader has ``readline() -> bytes`` (``b""`` at EOF, a :class:`TooLong` for a
+line longer than the limit), ``.offset`` (uncompressed offset of the next line) and
+``.frame`` / ``.frame_uoff`` (compressed offset and uncompressed offset of the
+member/frame holding ``.offset``; 0, 0 when not applicable), so that a source's
+position is a few integers and a resume starts at the right member/frame.
+``data/sources.py`` builds its ``JsonlSource`` / ``TextSource`` on these; what a
+resume costs for each format is written at the top of that module.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import zlib
+from typing import Optional
+
+from .._durable import atomic_replace
+
+_CHUNK = 1 << 16
+_MIN_PIECE = 256  # smallest piece of compressed input fed to a decoder at once
+
+
+def _compression(path: str) -> str:
+    path = os.fspath(path)
+    if path.endswith(".gz") or path.endswith(".gzip"):
+        return "gzip"
+    if path.endswith(".zst") or path.endswith(".zstd"):
+        return "zstd"
+    return "plain"
+
+
+def _zstd():
+    try:
+        import zstandard
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise ImportError("reading .zst files needs the 'zstandard' package (pip install zstandard)") from e
+    return zstandard
+
+
+
+# ---------------------------------------------------------------------------
+# line readers: readline() -> bytes (b"" at EOF); .offset = uncompressed offset
+# of the next line; .frame / .frame_uoff = compressed offset and uncompressed
+# offset of the member/frame holding .offset (0, 0 when not applicable).
+
+
+class TooLong:
+    """What a reader returns for a line longer than the limit: its length only."""
+
+    __slots__ = ("nbytes",)
+
+    def __init__(self, nbytes: int):
+        self.nbytes = nbytes
+
+
+class _PlainReader:
+    def __init__(self, path: str, offset: int):
+        self._f = open(path, "rb")
+        size = os.fstat(self._f.fileno()).st_size
+        if offset > size:
+            self._f.close()
+            raise ValueError(f"{path}: position {offset} is past the end of the file ({size} bytes): "
+                             "the file changed since the position was taken")
+        self._f.seek(offset)
+        self.offset = offset
+        self.frame = 0
+        self.frame_uoff = 0
+
+    def readline(self, limit: Optional[int] = None):
+        """The next line (b"" at EOF); with ``limit``, a longer line is skipped
+        without being held in memory and returned as ``TooLong(its length)``."""
+        if limit is None:
+            line = self._f.readline()
+            self.offset += len(line)
+            return line
+        line = self._f.readline(limit + 1)
+        self.offset += len(line)
+        if len(line) <= limit:
+            return line
+        total = len(line)
+        while not line.endswith(b"\n"):
+            line = self._f.readline(_CHUNK)
+            if not line:
+                break
+            total += len(line)
+            self.offset += len(line)
+        end = 2 if line.endswith(b"\r\n") else 1 if line.endswith(b"\n") else 0
+        return TooLong(total - end)  # the line without its ending
+
+    def read(self, n: int) -> bytes:
+        """Up to ``n`` bytes (b"" at EOF), lines not split apart by anything but ``n``."""
+        data = self._f.read(n)
+        self.offset += len(data)
+        return data
+
+    def close(self) -> None:
+        self._f.close()
+
+
+def _check_gzip_whole(path: str) -> None:
+    """Inflates ``path`` once (output discarded, bounded memory) and raises ValueError
+    unless it is whole: every gzip member complete (trailer and CRC checked by zlib)
+    and nothing after the last member but zero padding.  indexed_gzip reads a
+    truncated file or trailing garbage as if complete, so its index is only built
+    (and cached) for a file that passed this check."""
+    with open(path, "rb") as f:
+        dec = None
+        cpos = 0  # compressed offset of data[0]
+        padding = False
+        while True:
+            data = f.read(_CHUNK)
+            if not data:
+                break
+            while data:
+                if padding or (dec is None and data[0] == 0):
+                    padding = True
+                    rest = data.lstrip(b"\0")
+                    if rest:
+                        raise ValueError(f"{path}: corrupt gzip data: non-zero bytes at byte "
+                                         f"{cpos + len(data) - len(rest)} after the zero padding that "
+                                         "follows the last gzip member")
+                    cpos += len(data)
+                    break
+                if dec is None:
+                    dec = zlib.decompressobj(31)
+                    start = cpos
+                try:
+                    dec.decompress(data, _CHUNK)
+                except zlib.error as e:
+                    what = ("trailing data after the last gzip member is not gzip" if start and start == cpos
+                            else "corrupt gzip data")
+                    raise ValueError(f"{path}: {what} (member at byte {start}): {e}") from e
+                if dec.eof:
+                    rest = dec.unused_data
+                    cpos += len(data) - len(rest)
+                    data = rest
+                    dec = None
+                else:
+                    tail = dec.unconsumed_tail
+                    cpos += len(data) - len(tail)
+                    data = tail
+        if dec is not None:
+            raise ValueError(f"{path}: truncated gzip stream (the member at byte {start} ends before its "
+                             f"trailer; the file has {cpos} bytes)")
+
+
+class _IndexedGzipReader(_PlainReader):
+    """gzip through indexed_gzip with a cached full index (see module doc).  The
+    file is checked whole (``_check_gzip_whole``) before its index is built; the
+    cache key includes size and mtime, so a cached index stands for a checked file."""
+
+    def __init__(self, path: str, offset: int, index_dir: str, spacing: int):
+        import indexed_gzip
+
+        st = os.stat(path)
+        # "v2": indexes cached before files were checked whole are not reused
+        key = hashlib.sha1(f"v2\0{os.path.abspath(path)}\0{st.st_size}\0{st.st_mtime_ns}\0{spacing}".encode()).hexdigest()
+        index_path = os.path.join(index_dir, key + ".gzidx")
+        self._f = indexed_gzip.IndexedGzipFile(path, spacing=spacing, drop_handles=False, buffer_size=_CHUNK)
+        try:
+            loaded = False
+            if os.path.exists(index_path):
+                try:
+                    self._f.import_index(index_path)
+                    loaded = True
+                except Exception:  # a stale or damaged cache entry: rebuild it
+                    self._f.close()
+                    self._f = indexed_gzip.IndexedGzipFile(path, spacing=spacing, drop_handles=False, buffer_size=_CHUNK)
+            if not loaded:
+                _check_gzip_whole(path)
+                self._f.build_full_index()
+                try:  # the index is a cache: a folder we cannot write (read-only, full) costs speed, not the read
+                    os.makedirs(index_dir, exist_ok=True)
+                    with atomic_replace(index_path, durable=False) as tmp:
+                        self._f.export_index(tmp)
+                except OSError:
+                    pass
+            self._f.seek(offset)
+        except Exception as e:
+            self._f.close()
+            if isinstance(e, ValueError) or (isinstance(e, OSError) and type(e).__name__ != "ZranError"):
+                raise
+            raise ValueError(f"{path}: not a readable gzip file: {e}") from e
+        self.offset = offset
+        self.frame = 0
+        self.frame_uoff = 0
+
+
+class _FramedReader:
+    """gzip members (zlib) or zstd frames, each decompressed independently.
+    A resume seeks to the compressed start of the member/frame holding the
+    position and discards at most that member's bytes before it."""
+
+    def __init__(self, path: str, comp: str, offset: int, frame: int, frame_uoff: int):
+        if not (frame_uoff <= offset and frame >= 0):
+            raise ValueError(f"{path}: inconsistent position (frame_uoff {frame_uoff} > offset {offset})")
+        self._path = path
+        self._comp = comp
+        self._f = open(path, "rb")
+        self._f.seek(frame)
+        self._cpos = frame          # compressed offset of the next byte in self._in
+        self._in = b""              # compressed bytes not yet fed
+        self._piece = _MIN_PIECE     # compressed bytes fed per decompress call (see _fill)
+        self._dec = None
+        self._eof = False
+        self._buf = bytearray()     # decompressed, not yet returned
+        self._buf_uoff = frame_uoff  # uncompressed offset of self._buf[0]
+        self._bounds = [(frame_uoff, frame)]  # (uoff, coff) of member starts not yet passed
+        self._failed: Optional[BaseException] = None  # see read()
+        self.offset = frame_uoff
+        self.frame, self.frame_uoff = frame, frame_uoff
+        skip = offset - frame_uoff
+        while skip > 0:
+            if not self._buf and not self._fill():
+                raise ValueError(f"{path}: position {offset} is past the end of the file")
+            n = min(skip, len(self._buf))
+            del self._buf[:n]
+            self._buf_uoff += n
+            self.offset += n
+            skip -= n
+        self._update_frame()
+
+    def _new_decoder(self):
+        if self._comp == "gzip":
+            return zlib.decompressobj(31)
+        return _zstd().ZstdDecompressor().decompressobj()
+
+    def _fill(self) -> bool:
+        """Decompresses more bytes into self._buf; False at end of file."""
+        while not self._eof:
+            if not self._in:
+                self._in = self._f.read(_CHUNK)
+                if not self._in:
+                    if self._dec is not None:
+                        raise ValueError(f"{self._path}: truncated {self._comp} stream")
+                    self._eof = True
+                    return False
+            if self._dec is None:
+                if self._comp == "zstd" and len(self._in) >= 4:
+                    magic = int.from_bytes(self._in[:4], "little")
+                    if magic & 0xFFFFFFF0 == 0x184D2A50:  # skippable frame (e.g. a seek table)
+                        need = 8
+                        while len(self._in) < need:
+                            more = self._f.read(_CHUNK)
+                            if not more:
+                                raise ValueError(f"{self._path}: truncated zstd skippable frame")
+                            self._in += more
+                        size = int.from_bytes(self._in[4:8], "little") + 8
+                        while len(self._in) < size:
+                            more = self._f.read(_CHUNK)
+                            if not more:
+                                raise ValueError(f"{self._path}: truncated zstd skippable frame")
+                            self._in += more
+                        self._in = self._in[size:]
+                        self._cpos += size
+                        continue
+                if self._comp == "gzip" and not self._in.strip(b"\0"):
+                    self._cpos += len(self._in)  # zero padding after the last member
+                    self._in = b""
+                    continue
+                self._dec = self._new_decoder()
+                self._bounds.append((self._buf_uoff + len(self._buf), self._cpos))
+            # Feed a piece at a time, so one call's output stays bounded even where the
+            # data expands a lot (long runs; a zstd block can hold 128 KiB in 4 bytes):
+            # the piece doubles up to _CHUNK while the output stays under 64x the input
+            # and drops back to _MIN_PIECE otherwise.  At most ~8 MiB per call.
+            step = self._piece
+            piece = self._in[:step] if len(self._in) > step else self._in
+            fed = len(piece)
+            try:
+                out = self._dec.decompress(piece)
+            except Exception as e:
+                raise ValueError(f"{self._path}: corrupt {self._comp} data near byte {self._cpos}: {e}") from e
+            if self._dec.eof:
+                rest = self._dec.unused_data
+                self._cpos += fed - len(rest)
+                self._in = rest + self._in[fed:]
+                self._dec = None
+            else:
+                self._cpos += fed
+                self._in = self._in[fed:]
+            self._piece = min(2 * step, _CHUNK) if len(out) <= 64 * fed else _MIN_PIECE
+            if out:
+                self._buf += out
+                return True
+        return False
+
+    def _update_frame(self) -> None:
+        b = self._bounds
+        i = 0
+        while i + 1 < len(b) and b[i + 1][0] <= self.offset:
+            i += 1
+        # A member that starts exactly at the offset but has produced nothing
+        # yet is also a valid (and cheaper) resume point.
+        del b[:i]
+        self.frame_uoff, self.frame = b[0]
+
+    def _consume(self, n: int) -> None:
+        del self._buf[:n]
+        self._buf_uoff += n
+        self.offset += n
+
+    def readline(self, limit: Optional[int] = None):
+        """As _PlainReader.readline: a line longer than ``limit`` is skipped
+        (its bytes dropped as they are decompressed) and returned as TooLong."""
+        start = 0
+        skipped = 0
+        while True:
+            nl = self._buf.find(b"\n", start)
+            if nl >= 0:
+                n = nl + 1
+                break
+            if limit is not None and len(self._buf) > limit - skipped:
+                skipped += len(self._buf)  # too long already: drop what we hold, keep counting
+                self._consume(len(self._buf))
+            start = len(self._buf)
+            if not self._fill():
+                n = len(self._buf)
+                break
+        if limit is not None and skipped + n > limit:
+            end = 0
+            if n and self._buf[n - 1] == 10:
+                end = 2 if n >= 2 and self._buf[n - 2] == 13 else 1
+            self._consume(n)
+            self._update_frame()
+            return TooLong(skipped + n - end)  # the line without its ending
+        line = bytes(self._buf[:n])
+        self._consume(n)
+        self._update_frame()
+        return line
+
+    def read(self, n: int) -> bytes:
+        """Up to ``n`` decompressed bytes (b"" at EOF).  Member starts stay in ``_bounds``
+        until ``prune_bounds`` (the caller maps offsets inside what it read to members).
+        A decompression error after some bytes were read is raised by the next call."""
+        if self._failed is not None:
+            e, self._failed = self._failed, None
+            raise e
+        try:
+            while len(self._buf) < n and self._fill():
+                pass
+        except ValueError as e:
+            if not self._buf:
+                raise
+            self._failed = e
+        out = bytes(self._buf[:n])
+        del self._buf[:len(out)]
+        self._buf_uoff += len(out)
+        self.offset += len(out)
+        return out
+
+    def prune_bounds(self, offset: int) -> None:
+        """Forgets the member starts before the one holding ``offset``."""
+        b = self._bounds
+        i = 0
+        while i + 1 < len(b) and b[i + 1][0] <= offset:
+            i += 1
+        del b[:i]
+
+    def close(self) -> None:
+        self._f.close()
