@@ -1,5 +1,9 @@
-"""Build luminamoon: the C core (core/, C11) as a static library, and the torch
-extension luminamoon._C (torch_ops/ + csrc/ when CUDA is available).
+"""Build luminamoon: the C core (core/, C11) as a static library, and two extensions linking it:
+  luminamoon._ops  the operators torch.ops.luminamoon.* (torch_ops/schema.cpp, ops_cpu.cpp, minhash.cpp,
+                   + ops_cuda.cu, minhash_cuda.cu and csrc/*.cu when CUDA is available), written against
+                   the LibTorch stable ABI only (TORCH_TARGET_VERSION 2.10): one binary for every torch
+                   >= 2.10; loaded by python/luminamoon/ops.py (torch.ops.load_library)
+  luminamoon._C    the pybind11 module (every other torch_ops/*.cpp)
 
 Install with `pip install --no-build-isolation -e .` after torch is installed
 (an isolated build environment would fetch a multi-gigabyte CUDA torch).
@@ -26,7 +30,7 @@ import shutil
 import sys
 import sysconfig
 
-from setuptools import find_packages, setup
+from setuptools import Extension, find_packages, setup
 from setuptools.command.build_clib import build_clib as _build_clib
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
@@ -106,20 +110,35 @@ def cxx_std():
 
 
 use_cuda = want_cuda()
-sources = rel("torch_ops/*.cpp")
 std = cxx_std()
 cxx_flags = ["-O3", f"-std={std}", "-Wall", "-Wno-unused-parameter"]
-define_macros = []
-ext_kwargs = {}
 if use_cuda:
     os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "9.0+PTX")
-    sources += rel("torch_ops/*.cu") + rel("csrc/*.cu")
-    define_macros.append(("LM_WITH_CUDA", "1"))
-    ext_kwargs["extra_compile_args"] = {"cxx": cxx_flags, "nvcc": ["-O3", f"-std={std}", "--expt-relaxed-constexpr"]}
-    Ext = CUDAExtension
-else:
-    ext_kwargs["extra_compile_args"] = {"cxx": cxx_flags}
-    Ext = CppExtension
+
+# The operators (torch.ops.luminamoon.*): their own extension, luminamoon._ops, written against the
+# LibTorch stable ABI only (torch_ops/stable/stable_common.h, docs/stable_abi.md): TORCH_TARGET_VERSION
+# 2.10 makes the headers refuse anything newer, and the object needs no C++ symbol from torch, only its C
+# shim (aoti_torch_*, torch_*: in libtorch_cpu, and libtorch_cuda for the CUDA stream), so the one binary
+# loads under every torch >= 2.10.  python/luminamoon/ops.py loads it with torch.ops.load_library.
+OPS_SOURCES = ["torch_ops/schema.cpp", "torch_ops/ops_cpu.cpp", "torch_ops/minhash.cpp"]
+OPS_CUDA_SOURCES = ["torch_ops/ops_cuda.cu", "torch_ops/minhash_cuda.cu"]
+TORCH_TARGET_VERSION = "0x020A000000000000"  # torch 2.10 ((2 << 56) | (10 << 48)): the oldest torch the wheel serves
+
+
+def pybind11_include():
+    """pybind11's headers (header-only: pybind11::value_error &c. carry the operators' error types,
+    torch_ops/stable/stable_common.h): the pybind11 package, else the copy every torch wheel ships in its
+    include dir (a GPU machine without network may lack the package)."""
+    try:
+        import pybind11
+        return [pybind11.get_include()]
+    except ImportError:
+        return []
+
+
+
+sources = rel("torch_ops/*.cpp")
+c_sources = [s for s in sources if s not in OPS_SOURCES]
 
 # The link line ends with extra_link_args, after -lluminamoon_core: the archive that needs utf8proc
 # comes first, so its references pull utf8proc.o out of libutf8proc.a. --exclude-libs keeps
@@ -133,29 +152,62 @@ else:
 # _C is loaded before torch (luminamoon/__init__.py), so the dynamic linker must find libc10.so &c.
 # through the RUNPATH: this torch's lib folder for a build from source; for a wheel, torch beside the
 # installed package ($ORIGIN/../torch/lib, below).
-from torch.utils.cpp_extension import library_paths  # noqa: E402
+from torch.utils.cpp_extension import include_paths, library_paths  # noqa: E402
 try:
     torch_lib_dirs = library_paths(device_type="cuda" if use_cuda else "cpu")
 except TypeError:  # torch before 2.6: library_paths(cuda=False)
     torch_lib_dirs = library_paths(cuda=use_cuda)
 runtime_dirs = [] if wheel_build else list(dep_lib) + torch_lib_dirs
+wheel_link = []
 if wheel_build:
     # No debug info in the wheel (the objects carry -g from Python's CFLAGS: 58 MB -> a few MB),
     # and torch's libraries are found beside the installed package, not at this machine's path.
-    link_args += ["-Wl,--strip-debug", "-Wl,-rpath,$ORIGIN/../torch/lib"]
-ext_kwargs["extra_link_args"] = link_args
+    wheel_link = ["-Wl,--strip-debug", "-Wl,-rpath,$ORIGIN/../torch/lib"]
 
-ext = Ext(
+c_ext = CppExtension(
     name="luminamoon._C",
-    sources=sources,
+    sources=c_sources,
     include_dirs=[core_include, os.path.join(ROOT, "torch_ops"), os.path.join(ROOT, "csrc")] + dep_inc,
     library_dirs=list(dep_lib),
     libraries=libraries,
     runtime_library_dirs=runtime_dirs,
-    define_macros=define_macros,
-    **ext_kwargs,
+    extra_compile_args={"cxx": cxx_flags},
+    extra_link_args=link_args + wheel_link,
 )
 
+# _ops: a plain Extension (not CppExtension, which would link libtorch/libtorch_python/libc10 and add
+# their C++ include dirs): torch's include dir for the stable headers, libtorch_cpu for the C shim.
+try:
+    torch_include = include_paths(device_type="cpu")[0]
+except TypeError:
+    torch_include = include_paths()[0]
+ops_defines = [("TORCH_TARGET_VERSION", TORCH_TARGET_VERSION)]
+ops_libs = ["luminamoon_core", "torch_cpu"]
+ops_sources = list(OPS_SOURCES)
+ops_compile = {"cxx": cxx_flags + ["-fvisibility=hidden"]}
+if use_cuda:
+    ops_sources += OPS_CUDA_SOURCES + rel("csrc/*.cu")
+    ops_defines += [("LM_WITH_CUDA", "1"), ("USE_CUDA", "1")]  # USE_CUDA: the CUDA part of the C shim
+    ops_libs += ["torch_cuda", "cudart"]
+    ops_compile["nvcc"] = ["-O3", f"-std={std}", "--expt-relaxed-constexpr"]  # + the define_macros
+ops_inc = [core_include, os.path.join(ROOT, "torch_ops", "stable"), os.path.join(ROOT, "csrc")] + \
+    pybind11_include() + [torch_include]
+ops_libdirs = list(torch_lib_dirs)
+if use_cuda:
+    ops_inc.append(os.path.join(CUDA_HOME, "include"))
+    ops_libdirs.append(os.path.join(CUDA_HOME, "lib64"))
+ops_ext = Extension(
+    name="luminamoon._ops",
+    sources=ops_sources,
+    include_dirs=ops_inc,
+    language="c++",
+    library_dirs=ops_libdirs,
+    libraries=ops_libs,
+    runtime_library_dirs=[] if wheel_build else torch_lib_dirs,
+    define_macros=ops_defines,
+    extra_compile_args=ops_compile,
+    extra_link_args=wheel_link,
+)
 # One object folder for every kind of build: `setup.py build_ext --inplace`, `pip install -e .` (which
 # would otherwise compile into a throw-away temporary folder) and `pip wheel .` (scripts/build_wheel.sh).
 # The compile commands are the same in all three (LM_WHEEL=1 changes only the link), so a wheel built
@@ -190,7 +242,7 @@ setup(
     package_dir={"": "python"},
     packages=find_packages("python"),
     libraries=[core_lib],
-    ext_modules=[ext],
+    ext_modules=[c_ext, ops_ext],
     cmdclass={"build_clib": BuildClib, "build_ext": BuildExt},
     python_requires=">=3.10",
     install_requires=["numpy", "pyarrow>=15"],

@@ -12,7 +12,7 @@ work=$(mktemp -d /tmp/lm-stable-pilot.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 T=$("$PY" -c "import os, torch; print(os.path.dirname(torch.__file__))")
 g++ -O2 -std=c++17 -fPIC -shared -Wall -I"$T/include" \
-  -DTORCH_TARGET_VERSION="(((0ULL+2)<<56)|((0ULL+10)<<48))" \
+  -DTORCH_TARGET_VERSION=0x020A000000000000 \
   -o "$work/pilot.so" torch_ops/stable/pilot_attention_mask.cpp -L"$T/lib" -ltorch_cpu
 echo "built against $("$PY" -c 'import torch; print(torch.__version__)'); C++ symbols it needs from torch:"
 nm -u -C "$work/pilot.so" | grep -E "c10::|at::|torch::" || echo "  none (only the C shim: aoti_torch_*, torch_*)"

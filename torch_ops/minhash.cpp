@@ -1,6 +1,7 @@
 // MinHash (issue 12): the CPU kernel of torch.ops.luminamoon.minhash (minhash_cpu; schema in
-// schema.cpp, CUDA kernel minhash_cuda in minhash_cuda.cu, fake kernel in python/luminamoon/ops.py) and the
-// pybind11 class _C.MinHash behind luminamoon.MinHash (core/include/luminamoon/minhash.h).
+// schema.cpp, CUDA kernel minhash_cuda in minhash_cuda.cu, fake kernel in python/luminamoon/ops.py),
+// part of the stable-ABI extension luminamoon._ops (torch_ops/stable/stable_common.h).  The pybind11
+// class _C.MinHash is in bind_minhash.cpp.
 //
 //   minhash(Tensor shingle_hashes, Tensor doc_offsets, Tensor a, Tensor b, int precision=64) -> Tensor
 //     shingle_hashes: int64 [M] (the uint64 bit patterns of the shingle hashes)
@@ -12,16 +13,9 @@
 //      ((h * a[j] + b[j]) mod 2^64) mod (2^61 - 1)  (masked for 32), or -1 (all bits set:
 //      LM_MINHASH_EMPTY) for a document without shingles.  CPU and CUDA give identical bits.
 //   Errors: TypeError (dtype), ValueError (shape, devices, offsets, precision).
-#include <ATen/ATen.h>
-#include <ATen/Parallel.h>
-#include <torch/library.h>
+#include <algorithm>
 
-#include <cstring>
-#include <string>
-#include <vector>
-
-#include "bind_common.h"
-#include "common.h"
+#include "stable_common.h"
 
 extern "C" {
 #include "luminamoon/minhash.h"
@@ -31,200 +25,63 @@ namespace luminamoon {
 namespace {
 
 // The checks shared by the CPU and CUDA kernels (no device synchronisation).
-void check_minhash_args(const at::Tensor &h, const at::Tensor &off, const at::Tensor &a, const at::Tensor &b,
-                        int64_t precision) {
-  auto dt = [](const at::Tensor &t, const char *name) {
-    TORCH_CHECK_TYPE(t.scalar_type() == at::kLong, "luminamoon.minhash: ", name, " must be int64, got ",
-                     t.scalar_type());
-    TORCH_CHECK_VALUE(t.dim() == 1, "luminamoon.minhash: ", name, " must be 1-D, got shape ", t.sizes());
+void check_minhash_args(const Tensor &h, const Tensor &off, const Tensor &a, const Tensor &b, int64_t precision) {
+  auto dt = [](const Tensor &t, const char *name) {
+    LM_CHECK_TYPE(t.scalar_type() == ScalarType::Long, "luminamoon.minhash: ", name, " must be int64, got ",
+                  dtype_name(t.scalar_type()));
+    LM_CHECK_VALUE(t.dim() == 1, "luminamoon.minhash: ", name, " must be 1-D, got shape ", shape_of(t));
   };
   dt(h, "shingle_hashes");
   dt(off, "doc_offsets");
   dt(a, "a");
   dt(b, "b");
-  TORCH_CHECK_VALUE(off.numel() >= 1, "luminamoon.minhash: doc_offsets must have N+1 >= 1 entries");
-  TORCH_CHECK_VALUE(a.numel() == b.numel(), "luminamoon.minhash: a and b must have the same length, got ",
-                    a.numel(), " and ", b.numel());
-  TORCH_CHECK_VALUE(precision == 64 || precision == 32, "luminamoon.minhash: precision must be 32 or 64, got ",
-                    precision);
-  TORCH_CHECK_VALUE(h.device() == off.device() && h.device() == a.device() && h.device() == b.device(),
-                    "luminamoon.minhash: all tensors must be on one device, got ", h.device(), ", ", off.device(),
-                    ", ", a.device(), ", ", b.device());
+  LM_CHECK_VALUE(off.numel() >= 1, "luminamoon.minhash: doc_offsets must have N+1 >= 1 entries");
+  LM_CHECK_VALUE(a.numel() == b.numel(), "luminamoon.minhash: a and b must have the same length, got ", a.numel(),
+                 " and ", b.numel());
+  LM_CHECK_VALUE(precision == 64 || precision == 32, "luminamoon.minhash: precision must be 32 or 64, got ",
+                 precision);
+  LM_CHECK_VALUE(same_device(h, off) && same_device(h, a) && same_device(h, b),
+                 "luminamoon.minhash: all tensors must be on one device, got ", device_name(h), ", ",
+                 device_name(off), ", ", device_name(a), ", ", device_name(b));
   const int64_t n = off.numel() - 1, H = a.numel();
-  TORCH_CHECK_VALUE(H == 0 || n <= (INT64_MAX / 8) / H, "luminamoon.minhash: an output of ", n, " x ", H,
-                    " int64 values does not fit in memory addressing");
+  LM_CHECK_VALUE(H == 0 || n <= (INT64_MAX / 8) / H, "luminamoon.minhash: an output of ", n, " x ", H,
+                 " int64 values does not fit in memory addressing");
 }
 
-at::Tensor minhash_cpu(const at::Tensor &shingle_hashes, const at::Tensor &doc_offsets, const at::Tensor &a_in,
-                       const at::Tensor &b_in, int64_t precision) {
+Tensor minhash_cpu(Tensor shingle_hashes, Tensor doc_offsets, Tensor a_in, Tensor b_in, int64_t precision) {
   check_minhash_args(shingle_hashes, doc_offsets, a_in, b_in, precision);
   // private snapshots of everything small enough to copy (the GIL may be released by callers)
-  const at::Tensor off = doc_offsets.clone().contiguous();
-  const at::Tensor h = shingle_hashes.contiguous();
-  const at::Tensor a = a_in.contiguous(), b = b_in.contiguous();
+  const Tensor off = torch::stable::contiguous(torch::stable::clone(doc_offsets));
+  const Tensor h = torch::stable::contiguous(shingle_hashes);
+  const Tensor a = torch::stable::contiguous(a_in), b = torch::stable::contiguous(b_in);
   const int64_t n = off.numel() - 1, H = a.numel(), M = h.numel();
-  const int64_t *o = off.data_ptr<int64_t>();
-  TORCH_CHECK_VALUE(o[0] >= 0, "luminamoon.minhash: doc_offsets must be non-negative, got ", o[0]);
+  const int64_t *o = cptr<int64_t>(off);
+  LM_CHECK_VALUE(o[0] >= 0, "luminamoon.minhash: doc_offsets must be non-negative, got ", o[0]);
   for (int64_t i = 0; i < n; i++)
-    TORCH_CHECK_VALUE(o[i + 1] >= o[i], "luminamoon.minhash: doc_offsets must be non-decreasing (entry ", i + 1,
-                      " is ", o[i + 1], " < ", o[i], ")");
-  TORCH_CHECK_VALUE(o[n] <= M, "luminamoon.minhash: doc_offsets point past the end of shingle_hashes (",
-                    o[n], " > ", M, ")");
-  at::Tensor out = at::empty({n, H}, h.options());
+    LM_CHECK_VALUE(o[i + 1] >= o[i], "luminamoon.minhash: doc_offsets must be non-decreasing (entry ", i + 1,
+                   " is ", o[i + 1], " < ", o[i], ")");
+  LM_CHECK_VALUE(o[n] <= M, "luminamoon.minhash: doc_offsets point past the end of shingle_hashes (", o[n], " > ",
+                 M, ")");
+  Tensor out = empty_on(h, {n, H}, ScalarType::Long);
   if (n == 0 || H == 0) return out;
-  const uint64_t *hp = M ? reinterpret_cast<const uint64_t *>(h.data_ptr<int64_t>()) : nullptr;
-  const uint64_t *ap = reinterpret_cast<const uint64_t *>(a.data_ptr<int64_t>());
-  const uint64_t *bp = reinterpret_cast<const uint64_t *>(b.data_ptr<int64_t>());
-  uint64_t *op = reinterpret_cast<uint64_t *>(out.data_ptr<int64_t>());
+  const uint64_t *hp = M ? cptr<uint64_t>(h) : nullptr;
+  const uint64_t *ap = cptr<uint64_t>(a);
+  const uint64_t *bp = cptr<uint64_t>(b);
+  uint64_t *op = mptr<uint64_t>(out);
   const uint32_t prec = static_cast<uint32_t>(precision);
   // grain: documents of ~4096 shingles of work per task on average
   const int64_t avg = std::max<int64_t>(1, M / std::max<int64_t>(1, n));
   const int64_t grain = std::max<int64_t>(1, 4096 / avg);
-  at::parallel_for(0, n, grain, [&](int64_t begin, int64_t end) {
+  torch::stable::parallel_for(0, n, grain, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; i++) {
       const size_t cnt = static_cast<size_t>(o[i + 1] - o[i]);
-      lm_minhash_from_hashes(ap, bp, static_cast<size_t>(H), prec, cnt ? hp + o[i] : nullptr, cnt,
-                             op + i * H);
+      lm_minhash_from_hashes(ap, bp, static_cast<size_t>(H), prec, cnt ? hp + o[i] : nullptr, cnt, op + i * H);
     }
   });
   return out;
 }
 
-// ------------------------------------------------------------------ the pybind11 class
-
-struct MinHashObj {
-  lm_minhash *m = nullptr;
-  MinHashObj(uint32_t n_grams, uint32_t num_buckets, uint32_t hashes_per_bucket, uint32_t precision, uint64_t seed) {
-    lm_minhash_params p;
-    lm_minhash_params_default(&p);
-    p.n_grams = n_grams;
-    p.num_buckets = num_buckets;
-    p.hashes_per_bucket = hashes_per_bucket;
-    p.precision = precision;
-    p.seed = seed;
-    lm_status st = lm_minhash_create(&p, &m);
-    if (st != LM_OK) raise_status(st, "MinHash");
-  }
-  ~MinHashObj() { lm_minhash_destroy(m); }
-  MinHashObj(const MinHashObj &) = delete;
-  MinHashObj &operator=(const MinHashObj &) = delete;
-
-  at::Tensor params_tensor(const uint64_t *v) const {
-    const int64_t H = static_cast<int64_t>(lm_minhash_num_hashes(m));
-    at::Tensor t = at::empty({H}, at::TensorOptions().dtype(at::kLong));
-    std::memcpy(t.data_ptr<int64_t>(), v, sizeof(uint64_t) * static_cast<size_t>(H));
-    return t;
-  }
-
-  // (signatures int64 [N, H], has_sig bool [N])
-  py::tuple signatures(const at::Tensor &offsets, const at::Tensor &data, int num_threads) const {
-    DocsIn in(offsets, data, "MinHash.signatures");
-    const int64_t H = static_cast<int64_t>(lm_minhash_num_hashes(m));
-    const int64_t n = static_cast<int64_t>(in.docs.n);
-    at::Tensor out = at::empty({n, H}, at::TensorOptions().dtype(at::kLong));
-    at::Tensor has = at::empty({n}, at::TensorOptions().dtype(at::kBool));
-    lm_status st;
-    {
-      py::gil_scoped_release nogil;
-      lm_exec ex = make_exec(num_threads);
-      st = lm_minhash_signatures(m, &in.docs, n ? reinterpret_cast<uint64_t *>(out.data_ptr<int64_t>()) : nullptr,
-                                 n ? reinterpret_cast<uint8_t *>(has.data_ptr<bool>()) : nullptr, &ex);
-    }
-    if (st != LM_OK) raise_status(st, "MinHash.signatures");
-    return py::make_tuple(out, has);
-  }
-
-  // (shingle_hashes int64 [M], doc_offsets int64 [N+1]) — the input of torch.ops.luminamoon.minhash
-  py::tuple shingles(const at::Tensor &offsets, const at::Tensor &data, int num_threads) const {
-    DocsIn in(offsets, data, "MinHash.shingles");
-    const size_t n = in.docs.n;
-    at::Tensor doc_off = at::empty({static_cast<int64_t>(n + 1)}, at::TensorOptions().dtype(at::kLong));
-    int64_t *dof = doc_off.data_ptr<int64_t>();
-    lm_status st = lm_docs_validate(&in.docs);
-    if (st != LM_OK) raise_status(st, "MinHash.shingles");
-    const int nt = std::max(1, num_threads > 0 ? num_threads : at::get_num_threads());
-    const size_t chunks = std::min<size_t>(n ? n : 1, static_cast<size_t>(nt) * 4);
-    std::vector<std::vector<uint64_t>> parts(chunks);
-    std::vector<lm_status> errs(chunks, LM_OK);
-    {
-      py::gil_scoped_release nogil;
-      struct Ctx {
-        const MinHashObj *self;
-        const lm_docs *docs;
-        size_t chunks;
-        std::vector<std::vector<uint64_t>> *parts;
-        std::vector<lm_status> *errs;
-        int64_t *dof;
-      } ctx{this, &in.docs, chunks, &parts, &errs, dof};
-      auto fn = [](void *vc, size_t begin, size_t end) -> lm_status {
-        Ctx *c = static_cast<Ctx *>(vc);
-        lm_minhash_scratch *s = nullptr;
-        lm_status e = lm_minhash_scratch_create(&s);
-        if (e != LM_OK) return e;
-        const size_t n = c->docs->n;
-        for (size_t k = begin; k < end && e == LM_OK; k++) {
-          const size_t d0 = n * k / c->chunks, d1 = n * (k + 1) / c->chunks;
-          std::vector<uint64_t> &v = (*c->parts)[k];
-          for (size_t i = d0; i < d1; i++) {
-            const int64_t o0 = c->docs->offsets[i], o1 = c->docs->offsets[i + 1];
-            const uint64_t *h = nullptr;
-            size_t cnt = 0;
-            e = lm_minhash_shingles(c->self->m, s, c->docs->data + o0, static_cast<size_t>(o1 - o0), &h, &cnt);
-            if (e != LM_OK) break;
-            c->dof[i + 1] = static_cast<int64_t>(cnt);  // counts first, prefix sums below
-            v.insert(v.end(), h, h + cnt);
-          }
-        }
-        lm_minhash_scratch_destroy(s);
-        return e;
-      };
-      lm_exec ex{nt, 1};
-      st = lm_parallel_for(&ex, chunks, fn, &ctx);
-    }
-    if (st != LM_OK) raise_status(st, "MinHash.shingles");
-    size_t total = 0;
-    for (auto &p : parts) total += p.size();
-    at::Tensor hashes = at::empty({static_cast<int64_t>(total)}, at::TensorOptions().dtype(at::kLong));
-    uint64_t *hp = reinterpret_cast<uint64_t *>(hashes.data_ptr<int64_t>());
-    size_t pos = 0;
-    for (auto &p : parts) {
-      if (!p.empty()) std::memcpy(hp + pos, p.data(), p.size() * sizeof(uint64_t));
-      pos += p.size();
-    }
-    dof[0] = 0;
-    for (size_t i = 0; i < n; i++) dof[i + 1] += dof[i];
-    return py::make_tuple(hashes, doc_off);
-  }
-
-  std::string simplify(const std::string &text) const {
-    lm_minhash_scratch *s = nullptr;
-    lm_status st = lm_minhash_scratch_create(&s);
-    if (st != LM_OK) raise_status(st, "MinHash.simplify");
-    const uint8_t *o = nullptr;
-    size_t ol = 0;
-    st = lm_minhash_simplify(s, reinterpret_cast<const uint8_t *>(text.data()), text.size(), &o, &ol);
-    std::string r = st == LM_OK ? std::string(reinterpret_cast<const char *>(o), ol) : std::string();
-    lm_minhash_scratch_destroy(s);
-    if (st != LM_OK) raise_status(st, "MinHash.simplify");
-    return r;
-  }
-};
-
 }  // namespace
-
-void bind_minhash(py::module_ &m) {
-  py::class_<MinHashObj>(m, "MinHash")
-      .def(py::init<uint32_t, uint32_t, uint32_t, uint32_t, uint64_t>(), py::arg("n_grams"), py::arg("num_buckets"),
-           py::arg("hashes_per_bucket"), py::arg("precision"), py::arg("seed"))
-      .def("signatures", &MinHashObj::signatures, py::arg("offsets"), py::arg("data"), py::arg("num_threads") = 0)
-      .def("shingles", &MinHashObj::shingles, py::arg("offsets"), py::arg("data"), py::arg("num_threads") = 0)
-      .def("simplify", &MinHashObj::simplify, py::arg("text"))
-      .def_property_readonly("a", [](const MinHashObj &o) { return o.params_tensor(lm_minhash_a(o.m)); })
-      .def_property_readonly("b", [](const MinHashObj &o) { return o.params_tensor(lm_minhash_b(o.m)); })
-      .def_property_readonly("num_hashes",
-                             [](const MinHashObj &o) { return static_cast<int64_t>(lm_minhash_num_hashes(o.m)); });
-}
-
 }  // namespace luminamoon
 
-TORCH_LIBRARY_IMPL(luminamoon, CPU, m) { m.impl("minhash", &luminamoon::minhash_cpu); }
+STABLE_TORCH_LIBRARY_IMPL(luminamoon, CPU, m) { m.impl("minhash", TORCH_BOX(&luminamoon::minhash_cpu)); }

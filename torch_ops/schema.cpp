@@ -16,9 +16,14 @@
 // CUDA kernel, and a CUDA tensor raises the dispatcher's NotImplementedError):
 //   cpu-only: views_from_offsets offsets_from_views views_prefix_match views_equal_scalar
 //   cpu-only: views_equal views_hash64 views_compact
-#include <torch/library.h>
+//
+// The operators form their own extension, luminamoon._ops (setup.py), written against the LibTorch
+// stable ABI only (STABLE_TORCH_LIBRARY, torch::stable::Tensor, TORCH_TARGET_VERSION 2.10): one binary
+// for every torch >= 2.10 (docs/stable_abi.md; checks and error types: torch_ops/stable/stable_common.h).
+// python/luminamoon/ops.py loads it (torch.ops.load_library) and registers the fake kernels.
+#include <torch/csrc/stable/library.h>
 
-TORCH_LIBRARY(luminamoon, m) {
+STABLE_TORCH_LIBRARY(luminamoon, m) {
   // ---- offsets layout: N+1 int32/int64 offsets + a uint8 payload (CPU and CUDA)
   m.def("prefix_match(Tensor offsets, Tensor data, str prefix) -> Tensor");
   m.def("equal(Tensor offsets_a, Tensor data_a, Tensor offsets_b, Tensor data_b) -> Tensor");

@@ -1,6 +1,13 @@
 """Fake (meta) kernels for ``torch.ops.luminamoon.*`` and thin typed wrappers.
 
-Every operator NAME has its schema in torch_ops/schema.cpp (``TORCH_LIBRARY``),
+Importing this module loads the operators: the extension ``luminamoon._ops``, written against the
+LibTorch stable ABI only (one binary for every torch >= 2.10; docs/stable_abi.md), through
+``torch.ops.load_library``.  Errors: bad input raises TypeError / ValueError / IndexError naming the
+argument, from these wrappers and from direct ``torch.ops.luminamoon.NAME`` calls alike (the kernels
+throw pybind11's typed exceptions, which torch's Python binding passes through:
+torch_ops/stable/stable_common.h); called from C++ they are std::runtime_error.
+
+Every operator NAME has its schema in torch_ops/schema.cpp (``STABLE_TORCH_LIBRARY``),
 its CPU kernel ``NAME_cpu`` in torch_ops/ops_cpu.cpp (minhash: minhash.cpp) and its
 CUDA kernel ``NAME_cuda`` in torch_ops/ops_cuda.cu (minhash: minhash_cuda.cu; the
 views-layout ops are CPU-only).  This module registers the fake kernel of every
@@ -15,9 +22,25 @@ Example:
 """
 from __future__ import annotations
 
+import importlib.machinery
+import os
+
 import torch
 
-from . import _C  # noqa: F401  (registers the operators)
+
+def _load_ops() -> str:
+    """Load luminamoon._ops (registers every torch.ops.luminamoon operator); its path."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        path = os.path.join(here, "_ops" + suffix)
+        if os.path.exists(path):
+            torch.ops.load_library(path)
+            return path
+    raise ImportError(f"luminamoon: the operator library _ops{importlib.machinery.EXTENSION_SUFFIXES[0]} is not in "
+                      f"{here} (build it: python setup.py build_ext --inplace)")
+
+
+OPS_LIBRARY = _load_ops()
 
 __all__ = [
     "prefix_match", "equal", "equal_scalar", "hash64", "pad_bytes", "attention_mask", "gather", "compact",

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Every GPU check in one go, on a fresh GPU machine with torch + nvcc and no network:
-#   1. build the extension in place (CUDAExtension: csrc/*.cu + torch_ops/*.cu, sm_90 only);
+#   1. build in place, as setup.py always does: luminamoon._ops (the operators, LibTorch stable ABI only,
+#      with csrc/*.cu + torch_ops/*.cu, sm_90 only) and luminamoon._C (the pybind11 module);
 #   2. pytest tests/gpu (CUDA vs CPU on every op, opcheck, torch.compile, bad input);
 #   3. the GPU benchmark (bench/bench_gpu.py, 1 GB payload).
 # Budget: under 6 minutes on an H200 (MAX_JOBS=16).  Run from anywhere:
@@ -71,7 +72,8 @@ tail -3 "$OUTDIR/build.log"
 import torch, luminamoon
 x = torch.ops.luminamoon.hash64(torch.tensor([0, 1], dtype=torch.int32, device="cuda"),
                                 torch.tensor([97], dtype=torch.uint8, device="cuda"), 0)
-print("extension loaded; CUDA kernels registered: hash64('a') =", x.item())
+print("operators loaded from", luminamoon.ops.OPS_LIBRARY, "(stable ABI); CUDA kernels registered: hash64('a') =",
+      x.item())
 EOF
 
 stamp "pytest tests/gpu"

@@ -229,6 +229,25 @@ def test_compile_dynamic_output_on_cuda(monkeypatch):
         assert torch.equal(a, b)
 
 
+def test_attention_mask_matches_a_reference():
+    """attention_mask's CUDA kernel (torch_ops/ops_cuda.cu, stable ABI) against torch's own comparison."""
+    lengths = torch.tensor([0, 1, 5, 9, -2, 7, 1 << 40], dtype=torch.int64)
+    for max_len in (0, 1, 7, 300):
+        got = OPS.attention_mask(lengths.to(DEV), max_len)
+        assert got.device.type == torch.device(DEV).type and got.dtype == torch.int64
+        want = (torch.arange(max_len)[None, :] < lengths.clamp(0, max_len)[:, None]).long()
+        assert torch.equal(got.cpu(), want), max_len
+    rng = torch.Generator().manual_seed(5)
+    big = torch.randint(-5, 3000, (5000,), generator=rng)
+    want = (torch.arange(2048)[None, :] < big.clamp(0, 2048)[:, None]).long()
+    assert torch.equal(OPS.attention_mask(big.to(DEV), 2048).cpu(), want)
+    assert OPS.attention_mask(torch.empty(0, dtype=torch.int64, device=DEV), 5).shape == (0, 5)
+    with pytest.raises(TypeError, match="lengths must be int64"):
+        OPS.attention_mask(lengths.to(DEV).int(), 4)
+    with pytest.raises(ValueError, match="max_len"):
+        OPS.attention_mask(lengths.to(DEV), -1)
+
+
 # ------------------------------------------------------------------------ bad input
 
 def test_bad_input_raises_before_any_kernel():

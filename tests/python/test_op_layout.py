@@ -6,7 +6,8 @@ python/luminamoon/ops.py finds its schema, its CPU kernel, its CUDA kernel and i
 each under that one name:
 
   schema   torch_ops/schema.cpp        m.def("NAME(...")           (and nowhere else)
-  CPU      torch_ops/*.cpp             m.impl("NAME", &NAME_cpu) in a TORCH_LIBRARY_IMPL(luminamoon, CPU) block,
+  CPU      torch_ops/*.cpp             m.impl("NAME", &NAME_cpu) in a TORCH_LIBRARY_IMPL(luminamoon, CPU) block
+                                       (STABLE_TORCH_LIBRARY_IMPL: m.impl("NAME", TORCH_BOX(&NAME_cpu))),
                                        and the function NAME_cpu defined in the same file
   CUDA     torch_ops/*.cu              m.impl("NAME", &NAME_cuda) in a TORCH_LIBRARY_IMPL(luminamoon, CUDA) block,
                                        NAME_cuda defined there, calling a csrc/ entry point lm_cuda_NAME...
@@ -84,7 +85,7 @@ def test_op_is_findable_by_its_name(name):
     # schema
     assert len(re.findall(r'm\.def\("' + name + r"\(", SCHEMA)) == 1
     # CPU kernel: registered in a CPU block, defined in the same file
-    cpu = [p for p, t in CPP.items() if re.search(r'm\.impl\("' + name + r'",\s*&(?:luminamoon::)?' + name
+    cpu = [p for p, t in CPP.items() if re.search(r'm\.impl\("' + name + r'",\s*(?:TORCH_BOX\()?&(?:luminamoon::)?' + name
                                                    + r"_cpu\)", _blocks(t, "CPU"))]
     assert len(cpu) == 1, f"{name}: CPU registration m.impl(\"{name}\", &{name}_cpu) found in {cpu}"
     assert re.search(r"\b" + name + r"_cpu\([^;]*\)\s*\{", CPP[cpu[0]]), f"{name}_cpu is not defined in {cpu[0]}"
@@ -95,7 +96,7 @@ def test_op_is_findable_by_its_name(name):
     else:
         assert len(cuda) == 1, f"{name}: CUDA registration found in {cuda}"
         text = CU[cuda[0]]
-        assert re.search(r'm\.impl\("' + name + r'",\s*&(?:luminamoon::)?' + name + r"_cuda\)",
+        assert re.search(r'm\.impl\("' + name + r'",\s*(?:TORCH_BOX\()?&(?:luminamoon::)?' + name + r"_cuda\)",
                          _blocks(text, "CUDA")), f"{name}: registered under another function than {name}_cuda"
         m = re.search(r"\b" + name + r"_cuda\([^;]*?\)\s*\{", text)
         assert m, f"{name}_cuda is not defined in {cuda[0]}"
