@@ -46,10 +46,13 @@ What a resume costs (``bench/bench_source_resume.py`` measures it):
 * :class:`IterableSource`: replays the iterable from a factory and skips N
   records -- O(N), by construction.
 
-Columnar reading: ``JsonlSource.iter_blocks(n)`` yields the same records ``n`` at a
-time as ``RecordBlock`` objects (text field in a StringTensor decoded by a C scanner,
-other fields decoded lazily, the position after each block; see ``data/_blocks.py``);
-``ResumablePipeline`` and ``luminamoon run`` read plain ``JsonlSource`` input that way.
+Columnar reading: ``iter_blocks(n)`` yields the same records ``n`` at a time as
+``RecordBlock`` objects with the position after each block (see ``data/_blocks.py``):
+``JsonlSource`` (text field in a StringTensor decoded by a C scanner, other fields
+decoded lazily), ``ParquetSource`` (the text column from Arrow, the other columns kept
+as Arrow) and ``TextSource(per="line")`` (lines split with numpy).  ``ResumablePipeline``,
+``luminamoon run``, ``DistributedPipeline`` (JSONL) and the collate
+(``collate.blocks(source, n)``) read that way.
 A gzip file read from its start in blocks needs no index (it is inflated as a stream).
 
 Sharding: ``rank``/``world_size`` split the files among ranks (file ``i`` goes to
@@ -69,7 +72,7 @@ import os
 import sys
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
-from ._blocks import jsonl_blocks
+from ._blocks import jsonl_blocks, parquet_blocks, text_blocks
 from .errors import BadRecordError
 from .readers import TooLong, _FramedReader, _IndexedGzipReader, _PlainReader, _compression
 from .writers import write_jsonl  # noqa: F401  (re-exported: its old path)
@@ -201,6 +204,30 @@ class Source:
         self.on_error = on_error
         self.rank, self.world_size = rank, world_size
         self.skipped = 0
+
+    def __repr__(self) -> str:
+        """What it reads and where it stands, e.g.
+        ``JsonlSource(files=2 ['a.jsonl', 'b.jsonl.gz'], text_key='text', position={...})``."""
+        parts = []
+        paths = getattr(self, "paths", None)
+        if isinstance(paths, list):
+            shown = ", ".join(repr(p) for p in paths[:2]) + (", ..." if len(paths) > 2 else "")
+            parts.append(f"files={len(paths)} [{shown}]")
+        for k in ("text_key", "text_column", "per", "columns"):
+            v = getattr(self, k, None)
+            if v is not None:
+                parts.append(f"{k}={v!r}")
+        if self.world_size > 1:
+            parts.append(f"rank={self.rank}, world_size={self.world_size}")
+        if self.on_error != "raise":
+            parts.append(f"on_error={self.on_error!r}, skipped={self.skipped}")
+        if self.max_record_bytes is not None:
+            parts.append(f"max_record_bytes={self.max_record_bytes}")
+        try:
+            parts.append(f"position={self.position()!r}")
+        except Exception:  # a subclass that cannot say yet: the repr still works
+            pass
+        return f"{type(self).__name__}({', '.join(parts)})"
 
     def __iter__(self) -> Iterator[Dict[str, Any]]:
         return self._records()
@@ -403,6 +430,13 @@ class _FileSource(Source):
             return _IndexedGzipReader(path, pos["offset"], self.index_dir, self.gzip_spacing)
         return _FramedReader(path, comp, pos["offset"], pos["frame"], pos["frame_uoff"])
 
+    def _open_stream(self, path: str, pos: Dict[str, Any]):
+        """A reader for ``path`` from ``pos`` for the block path: a gzip file read from
+        its start is inflated as one stream (no index is built)."""
+        if pos["offset"] == 0 and _compression(path) == "gzip":
+            return _FramedReader(path, "gzip", 0, 0, 0)
+        return self._open(path, pos)
+
     def _mine(self, shard: int) -> bool:
         return not self._file_split or shard % self.world_size == self.rank
 
@@ -512,13 +546,6 @@ class JsonlSource(_FileSource):
         records parsed by ``json.loads`` (the only ones that can hold lone surrogates)."""
         return jsonl_blocks(self, n, fix_text)
 
-    def _open_stream(self, path: str, pos: Dict[str, Any]):
-        """A reader for ``path`` from ``pos`` for the block path: a gzip file read from
-        its start is inflated as one stream (no index is built)."""
-        if pos["offset"] == 0 and _compression(path) == "gzip":
-            return _FramedReader(path, "gzip", 0, 0, 0)
-        return self._open(path, pos)
-
 
 class TextSource(_FileSource):
     """Plain-text files (plain, ``.gz``, ``.zst``).  ``per="line"``: one record per
@@ -535,6 +562,23 @@ class TextSource(_FileSource):
         _check_key("text_key", text_key)
         self.per, self.text_key = per, text_key
         super().__init__(paths_or_glob, position, index_dir, gzip_index, gzip_spacing, **kw)
+
+    @property
+    def _columnar(self) -> bool:
+        """Whether ``iter_blocks`` gives what iterating gives: lines (``per="line"``) of a
+        TextSource whose subclass does not change ``_records``."""
+        return self.per == "line" and type(self)._records is TextSource._records
+
+    def iter_blocks(self, n: int, fix_text: Optional[Callable[[Dict[str, Any], str], str]] = None
+                    ) -> Iterator["RecordBlock"]:
+        """The lines as columns, ``n`` at a time (``per="line"``; see :class:`RecordBlock`):
+        the same texts, positions, errors (file:line, invalid UTF-8) and skips as iterating
+        the source, the lines split and checked with numpy a megabyte at a time.
+        ``records`` holds an empty dict per line.  ``fix_text`` is accepted for the
+        pipelines' sake and not needed (checked UTF-8 holds no lone surrogate)."""
+        if self.per != "line":
+            raise ValueError("iter_blocks reads lines: a TextSource with per='file' is read by iterating it")
+        return text_blocks(self, n, fix_text)
 
     def _records(self) -> Iterator[Dict[str, Any]]:
         if self.per == "file":
@@ -677,6 +721,23 @@ class ParquetSource(Source):
                 self._pos["row_group"] = g + 1
                 self._pos["row"] = 0
             self._pos = self._start(shard + 1)
+
+    @property
+    def _columnar(self) -> bool:
+        """Whether ``iter_blocks`` gives what iterating gives: not when a subclass changes
+        ``_records`` or ``_text_of``."""
+        return type(self)._records is ParquetSource._records and type(self)._text_of is ParquetSource._text_of \
+            and callable(getattr(self, "iter_blocks", None))
+
+    def iter_blocks(self, n: int, fix_text: Optional[Callable[[Dict[str, Any], str], str]] = None
+                    ) -> Iterator["RecordBlock"]:
+        """The rows as columns, ``n`` at a time (see :class:`RecordBlock`): the text column as a
+        StringTensor over the Arrow buffers (binary checked as UTF-8 by one cast), the other
+        columns kept as Arrow (``records.table``; a row becomes a dict when read); the same
+        records, positions, errors (file, row group, row) and skips as iterating the source.
+        ``lines`` holds each row's index in its file.  ``fix_text`` is accepted for the
+        pipelines' sake and not needed (Arrow strings hold no lone surrogate)."""
+        return parquet_blocks(self, n, fix_text)
 
     def _batches(self, pf: Any, path: str, g: int, cols: Optional[List[str]]) -> Iterator[Any]:
         """Row group ``g`` in record batches of about 32 MiB of the selected columns
