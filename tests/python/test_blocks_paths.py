@@ -363,3 +363,29 @@ def test_resumable_pipeline_reads_text_in_blocks_and_resumes(tmp_path):
     want = collect(tmp_path / "ref", False)
     first = collect(tmp_path / "s", True, stop_after=9)
     assert first + collect(tmp_path / "s", True) == want
+
+
+@pytest.mark.parametrize("lim", [None, 40, 200])
+def test_global_stream_with_max_record_bytes_and_bom(tmp_path, lim):
+    """GlobalStream (the line-by-line path) raised AttributeError ('TooLong' has no isspace) on a
+    line over max_record_bytes and refused a first line with a UTF-8 BOM that JsonlSource reads;
+    now both paths give what JsonlSource gives, and equal each other."""
+    rng = random.Random(9)
+    lines = [l for l in _lines(rng, 250) if b"\\ud8" not in l]
+    lines[0] = b'\xef\xbb\xbf{"text": "bom"}'
+    lines.insert(5, b'{"text": "' + b"z" * 5000 + b'"}')
+    p = tmp_path / "m.jsonl"
+    _write(p, lines, "plain")
+    for on_error in ("skip", "raise"):
+        make = lambda: S.JsonlSource(str(p), on_error=on_error, max_record_bytes=lim)  # noqa: E731
+        gs, gs_err = _gs_steps(make, 10 ** 6, 1, 0)
+        try:
+            want, want_err = [r["text"] for r in make()], None
+        except ValueError as e:
+            want, want_err = None, str(e)
+        assert gs_err == want_err
+        if want is not None:
+            assert [t for t, _, _ in gs[0][0]] == want
+        for W in (1, 3):
+            for r in range(W):
+                assert _block_steps(make, 6 * W, W, r) == _gs_steps(make, 6 * W, W, r)

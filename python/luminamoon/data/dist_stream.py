@@ -16,6 +16,7 @@ import json
 import sys
 from typing import Any, Dict, Iterator, List, Optional
 
+from .readers import TooLong
 from .sources import JsonlSource, Source, TextSource
 
 __all__ = ["GlobalStream"]
@@ -42,7 +43,7 @@ class GlobalStream:
         src = self.source
         jsonl = self.mode == "jsonl"
         for path, lineno, raw in src._lines():
-            if jsonl and raw.isspace():
+            if jsonl and not isinstance(raw, TooLong) and raw.isspace():
                 continue
             src._take_record()  # keeps the position's record counter equal to the source's own
             yield path, lineno, raw
@@ -68,6 +69,9 @@ class GlobalStream:
             return item
         path, lineno, raw = item
         src = self.source
+        if isinstance(raw, TooLong):  # longer than max_record_bytes: never held whole
+            src._refuse_big(f"{path}:{lineno}", raw.nbytes)
+            return None
         if self.mode == "text":
             if raw.endswith(b"\n"):
                 raw = raw[:-2] if raw.endswith(b"\r\n") else raw[:-1]
@@ -76,6 +80,8 @@ class GlobalStream:
             except UnicodeDecodeError as e:
                 src._bad(f"{path}:{lineno}: invalid UTF-8 at byte {e.start}", e)
                 return None
+        if lineno == 1 and raw.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte order mark, as JsonlSource
+            raw = raw[3:]
         try:
             obj = json.loads(raw.decode("utf-8"))
         except UnicodeDecodeError as e:
