@@ -13,14 +13,14 @@ from . import _C  # noqa: F401  (loads the extension: registers torch.ops.lumina
 from . import ops
 from .string_tensor import StringTensor
 from .stages import (ChainPipeline, CorruptError, DedupFullError, FormatVersionError,  # noqa: F401
-                     FusedPipeline, PIIMasker, QualityFilter, StageResult, StreamDeduplicator, TextCleaner,
-                     hash128, reason_name)
+                     FusedPipeline, PIIMasker, QualityFilter, Stage, StageResult, StreamDeduplicator,
+                     TextCleaner, hash128, reason_name)
 from .state import StateCorruptError, StateTracker  # noqa: F401
 from .minhash import MinHash  # noqa: F401  (also registers the fake kernel of torch.ops.luminamoon.minhash)
 
 __all__ = ["StringTensor", "ops"]
 __all__ += ["TextCleaner", "QualityFilter", "PIIMasker", "StreamDeduplicator", "FusedPipeline", "ChainPipeline",
-            "StageResult", "reason_name", "hash128", "StateTracker", "StateCorruptError", "CorruptError",
+            "Stage", "StageResult", "reason_name", "hash128", "StateTracker", "StateCorruptError", "CorruptError",
             "FormatVersionError", "DedupFullError"]
 __all__ += ["MinHash"]
 from .stages import NearDeduplicator  # noqa: F401,E402

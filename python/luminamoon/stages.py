@@ -17,9 +17,10 @@ Example:
 """
 from __future__ import annotations
 
+import inspect
 import operator
 import os
-from typing import Iterable, Optional, Union
+from typing import Iterable, Mapping, Optional, Protocol, Sequence, Union, runtime_checkable
 
 import torch
 
@@ -27,6 +28,7 @@ from . import _C
 from .string_tensor import StringTensor
 
 __all__ = [
+    "Stage",
     "StageResult",
     "TextCleaner",
     "QualityFilter",
@@ -131,6 +133,94 @@ def _threads_arg(num_threads) -> Optional[int]:
     return num_threads
 
 
+# ---------------------------------------------------------- setting checks
+# Each stage checks its settings here, in Python, before the C++ binding sees them: a wrong type
+# raises TypeError, a value out of range ValueError, both naming the class and the argument.
+# (The binding checks them again: it is the contract of the _C objects, which take a dict.)
+
+def _setting_bool(what: str, name: str, v) -> bool:
+    # int too (0 / 1 and the like), as the binding always accepted: truthiness decides
+    if isinstance(v, (bool, int)):
+        return bool(v)
+    raise TypeError(f"{what}: {name} must be a bool, got {type(v).__name__}")
+
+
+def _setting_int(what: str, name: str, v, lo: int, hi: int) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise TypeError(f"{what}: {name} must be an int, got {type(v).__name__}")
+    if not lo <= v <= hi:
+        raise ValueError(f"{what}: {name} must be in [{lo}, {hi}], got {v}")
+    return v
+
+
+def _setting_size(what: str, name: str, v) -> int:
+    """An int in [0, 2**64) (a count, a byte size, a seed)."""
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise TypeError(f"{what}: {name} must be an int, got {type(v).__name__}")
+    if v < 0:
+        raise ValueError(f"{what}: {name} must be >= 0, got {v}")
+    if v >= 1 << 64:
+        raise ValueError(f"{what}: {name} must be < 2**64, got {v}")
+    return v
+
+
+def _setting_number(what: str, name: str, v) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise TypeError(f"{what}: {name} must be a number, got {type(v).__name__}")
+    if v != v:
+        raise ValueError(f"{what}: {name} must not be NaN")
+    return v
+
+
+def _setting_numbers(what: str, name: str, v, n: int) -> tuple:
+    if isinstance(v, (str, bytes)) or not isinstance(v, (list, tuple)):
+        raise TypeError(f"{what}: {name} must be a sequence of {n} numbers, got {type(v).__name__}")
+    if len(v) != n:
+        raise ValueError(f"{what}: {name} must have {n} entries, got {len(v)}")
+    return tuple(_setting_number(what, f"{name}[{i}]", x) for i, x in enumerate(v))
+
+
+def _non_default(settings: dict, defaults: dict, always: tuple = ()) -> dict:
+    """The settings that differ from the defaults (and those named in ``always``), in signature order:
+    what ``repr`` shows and what a resumable run records (``data.resumable.describe_setting``)."""
+    return {k: v for k, v in settings.items() if k in always or k not in defaults or defaults[k] != v}
+
+
+@runtime_checkable
+class Stage(Protocol):
+    """The protocol every text stage and pipeline implements.
+
+    ``TextCleaner``, ``QualityFilter``, ``PIIMasker``, ``StreamDeduplicator``,
+    ``NearDeduplicator``, ``FusedPipeline`` and ``ChainPipeline`` all satisfy it
+    (``isinstance(obj, Stage)`` is True), so code that drives a stage — a
+    training loop, ``ResumablePipeline``, a benchmark — can take any of them:
+
+    * ``stage(texts) -> StageResult``: one batch (a :class:`StringTensor`, a
+      ``list[str]`` or an Arrow string array); the result holds the surviving
+      texts, one reason code per input and the input index of each output;
+    * ``num_threads``: threads per call (settable; ``None`` at construction
+      means ``torch.get_num_threads()`` at call time);
+    * ``counters``: a fresh dict of what the calls so far counted;
+    * ``reset_counters()``: zero them.  The deduplicators' counters are their
+      persistent state (entries, LSN): theirs raise NotImplementedError.
+
+    >>> all(isinstance(s, Stage) for s in (TextCleaner(), FusedPipeline(dedup=False)))
+    True
+    """
+
+    num_threads: int
+
+    def __call__(self, texts) -> "StageResult":
+        ...
+
+    @property
+    def counters(self) -> dict:
+        ...
+
+    def reset_counters(self) -> None:
+        ...
+
+
 class StageResult:
     """What a stage returns for one batch.
 
@@ -184,23 +274,17 @@ class StageResult:
         return f"StageResult(n_in={self.num_in}, n_out={len(self)}, reasons={self.reason_counts()})"
 
 
-class _Stage:
-    """Common call protocol of the stages (not public)."""
+class _BatchCall:
+    """What every stage and pipeline shares (the :class:`Stage` protocol): ``__call__`` over
+    ``_run_raw``, ``num_threads``, and the counters of the C object ``_obj``."""
 
     _obj = None
-    _what = "stage"
-
-    def __init__(self, num_threads):
-        self._num_threads = _threads_arg(num_threads)
+    _num_threads: Optional[int] = None
 
     @property
     def num_threads(self) -> int:
         """Threads per call (None at construction: torch.get_num_threads() at call time)."""
         return self._num_threads or torch.get_num_threads()
-
-    @num_threads.setter
-    def num_threads(self, value) -> None:
-        self._num_threads = _threads_arg(value)
 
     def _run_raw(self, offsets: torch.Tensor, data: torch.Tensor):
         """(offsets int64, data, source_index, reasons) of one batch in the offsets layout."""
@@ -220,6 +304,19 @@ class _Stage:
         """Zero the counters."""
         self._obj.reset_counters()
 
+
+class _Stage(_BatchCall):
+    """A single stage: the protocol plus a settable num_threads (not public)."""
+
+    _what = "stage"
+
+    def __init__(self, num_threads):
+        self._num_threads = _threads_arg(num_threads)
+
+    @_BatchCall.num_threads.setter
+    def num_threads(self, value) -> None:
+        self._num_threads = _threads_arg(value)
+
     def __getstate__(self):
         return dict(self._config, num_threads=self._num_threads)
 
@@ -227,8 +324,28 @@ class _Stage:
         self.__init__(**state)
 
     def __repr__(self) -> str:
-        cfg = ", ".join(f"{k}={v!r}" for k, v in getattr(self, "_config", {}).items())
-        return f"{type(self).__name__}({cfg})"
+        return _settings_repr(self)
+
+
+def _signature_defaults(cls) -> dict:
+    """{parameter: default} of cls.__init__ (the documented defaults, one source of truth)."""
+    return {n: p.default for n, p in inspect.signature(cls.__init__).parameters.items()
+            if p.default is not inspect.Parameter.empty}
+
+
+def _settings_repr(obj, drop: Optional[dict] = None, extra: str = "") -> str:
+    """``Cls(setting=value, ...)``: the settings that differ from the defaults, then num_threads when set.
+    ``drop``: settings left out while they hold the given value (always-recorded ones at their default)."""
+    cfg = getattr(obj, "_config", None)
+    if cfg is None:  # its constructor raised
+        return f"{type(obj).__name__}(<not created>)"
+    drop = drop or {}
+    parts = [f"{k}={v!r}" for k, v in cfg.items() if not (k in drop and drop[k] == v)]
+    if getattr(obj, "_num_threads", None) is not None:
+        parts.append(f"num_threads={obj._num_threads}")
+    if extra:
+        parts.append(extra)
+    return f"{type(obj).__name__}({', '.join(parts)})"
 
 
 # -------------------------------------------------------------------- stages
@@ -244,21 +361,36 @@ DEFAULT_MAX_DOC_BYTES = 128 << 20
 class TextCleaner(_Stage):
     """UTF-8 repair, control characters, Unicode spaces, blank lines; optional NFC/NFKC.
 
-    Parameters (the core's lm_cleaner_params, by name): ``normalize`` (None,
-    "NFC", "NFKC"), ``remove_control``, ``normalize_newlines``,
-    ``fold_spaces``, ``collapse_spaces``, ``trim_trailing`` (bools, default
-    True), ``max_blank_lines`` (2; -1 = no limit), ``drop_empty`` (True),
-    ``max_doc_bytes`` (default ``DEFAULT_MAX_DOC_BYTES`` = 128 MiB; 0 = no
-    limit): a larger document is dropped with reason TOO_LARGE.
+    Args:
+        normalize: None (no Unicode normalisation), ``"NFC"`` or ``"NFKC"``.
+        remove_control: drop C0/C1 control characters (tab and newline stay).
+        normalize_newlines: ``\\r\\n`` and lone ``\\r`` become ``\\n``.
+        fold_spaces: Unicode space characters (NBSP, ...) become an ASCII space.
+        collapse_spaces: runs of spaces become one.
+        trim_trailing: strip spaces at the end of each line.
+        max_blank_lines: keep at most this many consecutive blank lines (-1: no limit).
+        drop_empty: drop a document that is empty after cleaning (reason EMPTY).
+        max_doc_bytes: a larger document is dropped with reason TOO_LARGE (0: no limit;
+            default ``DEFAULT_MAX_DOC_BYTES`` = 128 MiB).
+        num_threads: threads per call (None: ``torch.get_num_threads()`` at call time).
+
+    These are the core's ``lm_cleaner_params`` (``core/include/luminamoon/clean.h``);
+    ``params`` returns the effective ones.
 
     >>> TextCleaner()(["a\\u00a0\\u00a0b  \\n\\n\\n\\nc\\x00"]).texts.tolist()
     ['a b\\n\\n\\nc']
+    >>> TextCleaner(normalize="NFKC", max_blank_lines=0)
+    TextCleaner(normalize='NFKC', max_blank_lines=0)
     """
 
     _what = "TextCleaner"
 
-    def __init__(self, normalize: Optional[str] = None, *, num_threads: Optional[int] = None, **params):
+    def __init__(self, normalize: Optional[str] = None, *, remove_control: bool = True,
+                 normalize_newlines: bool = True, fold_spaces: bool = True, collapse_spaces: bool = True,
+                 trim_trailing: bool = True, max_blank_lines: int = 2, drop_empty: bool = True,
+                 max_doc_bytes: int = DEFAULT_MAX_DOC_BYTES, num_threads: Optional[int] = None):
         super().__init__(num_threads)
+        w = "TextCleaner"
         if normalize is not None and not isinstance(normalize, str):
             raise TypeError(f"TextCleaner: normalize must be None, 'NFC' or 'NFKC', got {type(normalize).__name__}")
         key = normalize.upper() if isinstance(normalize, str) and normalize.lower() != "none" else normalize
@@ -266,8 +398,20 @@ class TextCleaner(_Stage):
             key = None
         if key not in _NORMALIZE:
             raise ValueError(f"TextCleaner: normalize must be None, 'NFC' or 'NFKC', got {normalize!r}")
-        self._config = dict(params, normalize=normalize)
-        self._obj = _C.TextCleaner(dict(params, normalize=_NORMALIZE[key]))
+        settings = dict(normalize=normalize,
+                        remove_control=_setting_bool(w, "remove_control", remove_control),
+                        normalize_newlines=_setting_bool(w, "normalize_newlines", normalize_newlines),
+                        fold_spaces=_setting_bool(w, "fold_spaces", fold_spaces),
+                        collapse_spaces=_setting_bool(w, "collapse_spaces", collapse_spaces),
+                        trim_trailing=_setting_bool(w, "trim_trailing", trim_trailing),
+                        max_blank_lines=_setting_int(w, "max_blank_lines", max_blank_lines, -1, 1 << 30),
+                        drop_empty=_setting_bool(w, "drop_empty", drop_empty),
+                        max_doc_bytes=_setting_size(w, "max_doc_bytes", max_doc_bytes))
+        self._config = _non_default(settings, _signature_defaults(TextCleaner), always=("normalize",))
+        self._obj = _C.TextCleaner(dict(settings, normalize=_NORMALIZE[key]))
+
+    def __repr__(self) -> str:
+        return _settings_repr(self, drop={"normalize": None})
 
     @property
     def params(self) -> dict:
@@ -301,34 +445,102 @@ def _resolve_rules(rules) -> int:
 class QualityFilter(_Stage):
     """datatrove's Gopher quality, Gopher repetition, C4 and FineWeb rules, in C.
 
-    ``rules``: None (all rules, datatrove's defaults) or an iterable of rule
-    names (``"gopher_quality.min_doc_words"``, ...: see ``QUALITY_RULES``) and
-    rule-set names (``"gopher_quality"``, ``"gopher_repetition"``, ``"c4"``,
-    ``"fineweb"``).  Thresholds by their core names (``gq_min_doc_words=50``,
-    ``fw_short_line_thr=0.67``, ``c4_modify_text=True``, ...; see
-    ``QualityFilter.defaults()``) and ``max_doc_bytes`` (default
-    ``DEFAULT_MAX_DOC_BYTES`` = 128 MiB; 0 = no limit): a larger document is
-    dropped with reason TOO_LARGE.  Working memory is at most ~16 bytes per
-    byte of the largest document checked (9 per token, a word copy, C4's line
-    buffers), plus the hash sets of distinct lines and n-grams.
+    Args:
+        rules: None (every rule, datatrove's defaults) or an iterable of rule names
+            (``"gopher_quality.min_doc_words"``, ...: see ``QUALITY_RULES``) and rule-set names
+            (``"gopher_quality"``, ``"gopher_repetition"``, ``"c4"``, ``"fineweb"``).
+        enabled: the same as a bit mask of rule ids (``1 << QUALITY_RULES[name]``); give rules or
+            enabled, not both.
+        c4_modify_text: C4 removes the lines it rejects (citations, javascript, policy, short lines)
+            instead of only judging the document.
+        max_doc_bytes: a larger document is dropped with reason TOO_LARGE (0: no limit; default
+            ``DEFAULT_MAX_DOC_BYTES`` = 128 MiB).
+        gr_dup_para_frac, gr_dup_para_char_frac: Gopher repetition (``GopherRepetitionFilter``):
+            the largest fraction of duplicated paragraphs, and of the characters in them.
+        gr_dup_line_frac, gr_dup_line_char_frac: the same for lines.
+        gr_top_ngram_frac: the largest fraction of characters in the most frequent 2-, 3- and
+            4-gram (3 numbers).
+        gr_dup_ngram_frac: the largest fraction of characters in duplicated 5- .. 10-grams (6 numbers).
+        gq_min_doc_words, gq_max_doc_words: Gopher quality (``GopherQualityFilter``): the word
+            count range.
+        gq_min_avg_word_length, gq_max_avg_word_length: the mean word length range.
+        gq_max_symbol_word_ratio: the largest ratio of ``#`` / ``...`` symbols to words.
+        gq_max_bullet_lines_ratio, gq_max_ellipsis_lines_ratio: the largest fraction of lines
+            starting with a bullet / ending with an ellipsis.
+        gq_min_alpha_words_ratio: the smallest fraction of words holding a letter.
+        gq_min_stop_words: the fewest English stop words.
+        c4_min_sentences, c4_min_words_per_line, c4_max_word_length: C4 (``C4QualityFilter``):
+            the fewest sentences, the fewest words of a kept line, the longest word.
+        fw_line_punct_thr, fw_line_punct_exclude_zero: FineWeb (``FineWebQualityFilter``): the
+            smallest fraction of lines ending in punctuation (and whether a document with none
+            is exempt).
+        fw_short_line_thr, fw_short_line_length: the largest fraction of lines of at most
+            ``fw_short_line_length`` characters.
+        fw_char_dup_ratio: the largest fraction of characters in duplicated lines.
+        fw_new_line_ratio: the largest ratio of newlines to words.
+        num_threads: threads per call (None: ``torch.get_num_threads()`` at call time).
+
+    The thresholds default to datatrove's (``QualityFilter.defaults()``; the core's
+    ``lm_quality_params`` in ``core/include/luminamoon/quality.h``).  Working memory is at most ~16
+    bytes per byte of the largest document checked (9 per token, a word copy, C4's line buffers),
+    plus the hash sets of distinct lines and n-grams.
 
     >>> r = QualityFilter(rules=["gopher_quality"])(["too short"])
     >>> reason_name(r.reasons[0])
     'gopher_quality.min_doc_words'
+    >>> QualityFilter(rules="c4", c4_min_sentences=3)
+    QualityFilter(rules=['c4'], c4_min_sentences=3)
     """
 
     _what = "QualityFilter"
 
-    def __init__(self, rules: Optional[Iterable[str]] = None, *, num_threads: Optional[int] = None, **thresholds):
+    def __init__(self, rules: Optional[Iterable[str]] = None, *, enabled: Optional[int] = None,
+                 c4_modify_text: bool = True, max_doc_bytes: int = DEFAULT_MAX_DOC_BYTES,
+                 gr_dup_para_frac: float = 0.3, gr_dup_para_char_frac: float = 0.2,
+                 gr_dup_line_frac: float = 0.3, gr_dup_line_char_frac: float = 0.2,
+                 gr_top_ngram_frac: Sequence[float] = (0.2, 0.18, 0.16),
+                 gr_dup_ngram_frac: Sequence[float] = (0.15, 0.14, 0.13, 0.12, 0.11, 0.1),
+                 gq_min_doc_words: int = 50, gq_max_doc_words: int = 100000,
+                 gq_min_avg_word_length: float = 3.0, gq_max_avg_word_length: float = 10.0,
+                 gq_max_symbol_word_ratio: float = 0.1, gq_max_bullet_lines_ratio: float = 0.9,
+                 gq_max_ellipsis_lines_ratio: float = 0.3, gq_min_alpha_words_ratio: float = 0.8,
+                 gq_min_stop_words: int = 2,
+                 c4_min_sentences: int = 5, c4_min_words_per_line: int = 3, c4_max_word_length: int = 1000,
+                 fw_line_punct_thr: float = 0.12, fw_line_punct_exclude_zero: bool = False,
+                 fw_short_line_thr: float = 0.67, fw_short_line_length: int = 30,
+                 fw_char_dup_ratio: float = 0.01, fw_new_line_ratio: float = 0.3,
+                 num_threads: Optional[int] = None):
         super().__init__(num_threads)
-        if "enabled" in thresholds and rules is not None:
+        w = "QualityFilter"
+        if enabled is not None and rules is not None:
             raise TypeError("QualityFilter: give rules or enabled, not both")
-        p = dict(thresholds)
+        given = dict(locals())
+        settings: dict = {"rules": None if rules is None else ([rules] if isinstance(rules, str) else rules)}
+        for name, kind in _QUALITY_SETTING_KINDS.items():
+            v = given[name]
+            if kind is bool:
+                settings[name] = _setting_bool(w, name, v)
+            elif kind is int:
+                settings[name] = _setting_size(w, name, v)
+            elif kind is float:
+                settings[name] = _setting_number(w, name, v)
+            else:  # a tuple of `kind` floats
+                settings[name] = _setting_numbers(w, name, v, kind)
+        p = {k: v for k, v in settings.items() if k != "rules"}
         if rules is not None:
             p["enabled"] = _resolve_rules(rules)
-        self._config = dict(thresholds, rules=None if rules is None else
-                            ([rules] if isinstance(rules, str) else list(rules)))
+            settings["rules"] = list(settings["rules"])
+        elif enabled is not None:
+            p["enabled"] = _setting_size(w, "enabled", enabled)
+            if p["enabled"] >> len(QUALITY_RULES):
+                raise ValueError(f"QualityFilter: enabled has bits of unknown rules (rule ids are "
+                                 f"0..{len(QUALITY_RULES) - 1})")
+            settings = {"enabled": p["enabled"], **settings}
+        self._config = _non_default(settings, _signature_defaults(QualityFilter), always=("rules",))
         self._obj = _C.QualityFilter(p)
+
+    def __repr__(self) -> str:
+        return _settings_repr(self, drop={"rules": None})
 
     @staticmethod
     def defaults() -> dict:
@@ -346,32 +558,59 @@ class QualityFilter(_Stage):
         return [n for n, i in QUALITY_RULES.items() if en >> i & 1]
 
 
+#: QualityFilter's threshold keywords: bool, int (>= 0), float, or n (a tuple of n floats)
+_QUALITY_SETTING_KINDS: dict = {
+    "c4_modify_text": bool, "max_doc_bytes": int,
+    "gr_dup_para_frac": float, "gr_dup_para_char_frac": float, "gr_dup_line_frac": float,
+    "gr_dup_line_char_frac": float, "gr_top_ngram_frac": 3, "gr_dup_ngram_frac": 6,
+    "gq_min_doc_words": int, "gq_max_doc_words": int, "gq_min_avg_word_length": float,
+    "gq_max_avg_word_length": float, "gq_max_symbol_word_ratio": float, "gq_max_bullet_lines_ratio": float,
+    "gq_max_ellipsis_lines_ratio": float, "gq_min_alpha_words_ratio": float, "gq_min_stop_words": int,
+    "c4_min_sentences": int, "c4_min_words_per_line": int, "c4_max_word_length": int,
+    "fw_line_punct_thr": float, "fw_line_punct_exclude_zero": bool, "fw_short_line_thr": float,
+    "fw_short_line_length": int, "fw_char_dup_ratio": float, "fw_new_line_ratio": float,
+}
+
+
 class PIIMasker(_Stage):
     """Mask e-mail addresses, IPv4/IPv6 addresses, phone numbers, credit cards and IBANs.
 
-    ``mode``: "strict" (all six types, context rules against false positives)
-    or "datatrove" (byte-exact datatrove PIIFormatter: e-mail then public IPv4,
-    its replacement strings used in turn).  ``types``: an iterable of type
-    names (``PII_TYPES``) to mask (default: all of the mode).  Other
-    parameters: ``ipv4_public_only``, ``ipv6_public_only``,
-    ``cycle_across_documents`` (bools), ``replacements`` ({type: str or
-    list of str}) and ``max_doc_bytes`` (default ``DEFAULT_MAX_DOC_BYTES`` =
-    128 MiB; 0 = no limit): a larger document is
-    refused — dropped with reason TOO_LARGE, never passed through unmasked —
-    and ``find`` raises ValueError for it.
+    Args:
+        mode: ``"strict"`` (all six types, context rules against false positives) or
+            ``"datatrove"`` (byte-exact datatrove ``PIIFormatter``: e-mail then public IPv4, its
+            replacement strings used in turn).
+        types: an iterable of type names (``PII_TYPES``) to mask (None: every type of the mode).
+        ipv4_public_only, ipv6_public_only: mask only public (routable) addresses (None: the
+            mode's default: True for IPv4 in datatrove mode, else False).
+        cycle_across_documents: the replacement strings of a type are used in turn across
+            documents, not restarted per document (None: the mode's default: True in datatrove mode).
+        replacements: ``{type name: str or list of str}``: what a match becomes (default:
+            ``<EMAIL>``, ``<IP_ADDRESS>``..., datatrove's lists in datatrove mode).
+        max_doc_bytes: a larger document is refused - dropped with reason TOO_LARGE, never passed
+            through unmasked - and ``find`` raises ValueError for it (0: no limit; default
+            ``DEFAULT_MAX_DOC_BYTES`` = 128 MiB).
+        num_threads: threads per call (None: ``torch.get_num_threads()`` at call time).
+
+    These are the core's ``lm_pii_params`` (``core/include/luminamoon/pii.h``).
 
     >>> PIIMasker()(["write to ann@example.org or call 555-123-4567"]).texts.tolist()
     ['write to <EMAIL> or call <PHONE>']
+    >>> PIIMasker("datatrove", types=["email"])
+    PIIMasker(mode='datatrove', types=['email'])
     """
 
     _what = "PIIMasker"
 
     def __init__(self, mode: str = "strict", *, types: Optional[Iterable[str]] = None,
-                 num_threads: Optional[int] = None, **params):
+                 ipv4_public_only: Optional[bool] = None, ipv6_public_only: Optional[bool] = None,
+                 cycle_across_documents: Optional[bool] = None,
+                 replacements: Optional[Mapping[str, Union[str, Sequence[str]]]] = None,
+                 max_doc_bytes: int = DEFAULT_MAX_DOC_BYTES, num_threads: Optional[int] = None):
         super().__init__(num_threads)
+        w = "PIIMasker"
         if not isinstance(mode, str) or mode not in ("strict", "datatrove"):
             raise ValueError(f"PIIMasker: mode must be 'strict' or 'datatrove', got {mode!r}")
-        p = dict(params, mode=0 if mode == "strict" else 1)
+        p: dict = {"mode": 0 if mode == "strict" else 1}
         if types is not None:
             if isinstance(types, str):
                 types = [types]
@@ -385,8 +624,22 @@ class PIIMasker(_Stage):
                     raise ValueError(f"PIIMasker: unknown PII type {t!r} (valid: {', '.join(PII_TYPES)})")
                 bits |= 1 << PII_TYPES.index(t)
             p["types"] = bits
-        self._config = dict(params, mode=mode, types=None if types is None else list(types))
+        for name, v in (("ipv4_public_only", ipv4_public_only), ("ipv6_public_only", ipv6_public_only),
+                        ("cycle_across_documents", cycle_across_documents)):
+            if v is not None:
+                p[name] = _setting_bool(w, name, v)
+        if replacements is not None:
+            p["replacements"] = _pii_replacements(replacements)
+        p["max_doc_bytes"] = _setting_size(w, "max_doc_bytes", max_doc_bytes)
+        settings = dict(mode=mode, types=types, ipv4_public_only=p.get("ipv4_public_only"),
+                        ipv6_public_only=p.get("ipv6_public_only"),
+                        cycle_across_documents=p.get("cycle_across_documents"),
+                        replacements=p.get("replacements"), max_doc_bytes=p["max_doc_bytes"])
+        self._config = _non_default(settings, _signature_defaults(PIIMasker), always=("mode", "types"))
         self._obj = _C.PIIMasker(p)
+
+    def __repr__(self) -> str:
+        return _settings_repr(self, drop={"mode": "strict", "types": None})
 
     @property
     def pii_cycle(self) -> list:
@@ -412,13 +665,115 @@ class PIIMasker(_Stage):
         return self._obj.find(text)
 
 
-class StreamDeduplicator(_Stage):
+def _pii_replacements(value) -> dict:
+    """PIIMasker's replacements, checked: {type name: [str, ...]} (a copy)."""
+    if not isinstance(value, Mapping):
+        raise TypeError(f"PIIMasker: replacements must be a dict {{type name: str or list of str}}, "
+                        f"got {type(value).__name__}")
+    out = {}
+    for name, v in value.items():
+        if name not in PII_TYPES:
+            raise ValueError(f"PIIMasker: unknown PII type {name!r} in replacements (valid: {', '.join(PII_TYPES)})")
+        where = f"PIIMasker: replacements[{name!r}]"
+        if isinstance(v, str):
+            vals = [v]
+        elif isinstance(v, (list, tuple)):
+            vals = list(v)
+            if not all(isinstance(x, str) for x in vals):
+                raise TypeError(f"{where} must hold str")
+        else:
+            raise TypeError(f"{where} must be a str or a list of str, got {type(v).__name__}")
+        if not vals:
+            raise ValueError(f"{where} is empty")
+        for x in vals:
+            try:
+                x.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ValueError(f"{where} is not encodable as UTF-8 (a lone surrogate?)") from None
+            if "\0" in x:
+                raise ValueError(f"{where} holds a NUL character")
+        out[name] = vals if not isinstance(v, str) else v
+    return out
+
+
+class _DedupIndex(_Stage):
+    """What the two deduplicators share: an exact-dedup table of 128-bit keys behind a WAL
+    (StreamDeduplicator: one key per distinct document; NearDeduplicator: one per distinct band key)."""
+
+    _holds = "a table"
+
+    def __getstate__(self):
+        raise TypeError(f"a {self._what} holds {self._holds} and an open log and cannot be pickled; "
+                        "create one per process (each with its own WAL path)")
+
+    @property
+    def counters(self) -> dict:
+        """The table's ``stats`` (a deduplicator's counters are its persistent state)."""
+        return self._obj.stats()
+
+    def reset_counters(self) -> None:
+        """Not supported: raises NotImplementedError (the counters are the table's state)."""
+        raise NotImplementedError(f"the {self._what}'s counters are its stats; they cannot be reset")
+
+    @property
+    def lsn(self) -> int:
+        """The number of keys admitted (distinct documents / band keys): the state is 'the first lsn
+        admissions'."""
+        return self._obj.lsn()
+
+    def sync(self) -> int:
+        """Write the buffered keys and fdatasync the log; returns the durable LSN."""
+        return self._obj.sync()
+
+    def truncate(self, lsn: int) -> None:
+        """Cut the log and the table back to the state at ``lsn`` (durably)."""
+        self._obj.truncate(lsn)
+
+    def snapshot(self) -> None:
+        """Write a snapshot of the table next to the log (path + '.snap')."""
+        self._obj.snapshot()
+
+    @property
+    def stats(self) -> dict:
+        """entries (distinct keys), lsn, durable_lsn, bytes_per_entry, wal_bytes, probes, ..."""
+        return self._obj.stats()
+
+    def __len__(self) -> int:
+        return int(self._obj.stats()["entries"])
+
+    @property
+    def closed(self) -> bool:
+        return self._obj.closed
+
+    @property
+    def path(self) -> Optional[str]:
+        return self._obj.path
+
+    def close(self) -> None:
+        """Sync and close the log (idempotent)."""
+        self._obj.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class StreamDeduplicator(_DedupIndex):
     """Exact deduplication by XXH3-128 across batches and restarts (write-ahead log).
 
-    ``wal_path``: None (in memory) or the log file (created, or recovered:
-    snapshot + replay, torn tail cut).  ``seed``: the hash seed (a WAL
-    remembers its seed).  ``max_entries``: 0 = unlimited.  Also
-    ``initial_capacity`` and ``wal_buffer_hashes``.
+    Args:
+        wal_path: None (in memory) or the log file (created, or recovered: snapshot + replay,
+            torn tail cut).
+        seed: the XXH3 seed, an int in [0, 2**64) (a WAL remembers its seed: reopening it with
+            another raises ValueError).
+        max_entries: the most distinct documents the table admits (0: unlimited); a batch that
+            would pass it raises ``DedupFullError`` and admits nothing.
+        initial_capacity: table slots to start with (None: the core's 1024; it doubles as needed).
+        wal_buffer_hashes: hashes buffered per WAL record (None: the core's 4096; at most 65536).
+        tag: up to 32 bytes stored in the WAL header and checked on reopening (None: none).
+        num_threads: threads per call (None: ``torch.get_num_threads()`` at call time).
 
     ``lsn`` counts the admitted documents; ``sync()`` makes them durable and
     returns the durable LSN; ``truncate(lsn)`` forgets everything admitted
@@ -434,46 +789,25 @@ class StreamDeduplicator(_Stage):
     _what = "StreamDeduplicator"
 
     def __init__(self, wal_path: Union[str, os.PathLike, None] = None, seed: int = 0, max_entries: int = 0, *,
-                 num_threads: Optional[int] = None, **params):
+                 initial_capacity: Optional[int] = None, wal_buffer_hashes: Optional[int] = None,
+                 tag: Optional[bytes] = None, num_threads: Optional[int] = None):
         super().__init__(num_threads)
+        w = "StreamDeduplicator"
         if wal_path is not None and not isinstance(wal_path, (str, os.PathLike)):
             raise TypeError(f"StreamDeduplicator: wal_path must be None, a str or a PathLike, "
                             f"got {type(wal_path).__name__}")
-        self._config = dict(params, wal_path=wal_path, seed=seed, max_entries=max_entries)
-        self._obj = _C.StreamDeduplicator(dict(params, wal_path=wal_path, seed=seed, max_entries=max_entries))
-
-    def __getstate__(self):
-        raise TypeError("a StreamDeduplicator holds a table and an open log and cannot be pickled; "
-                        "create one per process (each with its own WAL path)")
-
-    @property
-    def counters(self) -> dict:
-        return self._obj.stats()
-
-    def reset_counters(self) -> None:
-        raise NotImplementedError("the deduplicator's counters are its stats; they cannot be reset")
-
-    @property
-    def lsn(self) -> int:
-        """The number of admitted (distinct) documents: the state is 'the first lsn admissions'."""
-        return self._obj.lsn()
-
-    def sync(self) -> int:
-        """Write the buffered hashes and fdatasync the log; returns the durable LSN."""
-        return self._obj.sync()
-
-    def truncate(self, lsn: int) -> None:
-        """Cut the log and the table back to the state at ``lsn`` (durably)."""
-        self._obj.truncate(lsn)
-
-    def snapshot(self) -> None:
-        """Write a snapshot of the table next to the log (path + '.snap')."""
-        self._obj.snapshot()
-
-    @property
-    def stats(self) -> dict:
-        """entries, capacity, bytes_per_entry, lsn, durable_lsn, wal_bytes, probes, ..."""
-        return self._obj.stats()
+        p = dict(wal_path=wal_path, seed=_setting_size(w, "seed", seed),
+                 max_entries=_setting_size(w, "max_entries", max_entries))
+        for name, v in (("initial_capacity", initial_capacity), ("wal_buffer_hashes", wal_buffer_hashes)):
+            if v is not None:
+                p[name] = _setting_size(w, name, v)
+        if tag is not None:
+            if not isinstance(tag, bytes):
+                raise TypeError(f"StreamDeduplicator: tag must be bytes (at most 32) or None, got {type(tag).__name__}")
+            p["tag"] = tag
+        # recorded as before: wal_path, seed and max_entries always, the others when given
+        self._config = p
+        self._obj = _C.StreamDeduplicator(dict(p))
 
     def check_insert_hashes(self, hashes: torch.Tensor) -> torch.Tensor:
         """Admit precomputed hashes (int64 [N, 2]: lo, hi of XXH3-128); bool [N]: new."""
@@ -484,39 +818,19 @@ class StreamDeduplicator(_Stage):
     def __contains__(self, text) -> bool:
         return self._obj.contains(text)
 
-    def __len__(self) -> int:
-        return int(self._obj.stats()["entries"])
-
-    @property
-    def closed(self) -> bool:
-        return self._obj.closed
-
-    @property
-    def path(self) -> Optional[str]:
-        return self._obj.path
-
     @property
     def seed(self) -> int:
         return self._obj.seed
 
-    def close(self) -> None:
-        """Sync and close the log (idempotent)."""
-        self._obj.close()
-
-    def __enter__(self) -> "StreamDeduplicator":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
     def __repr__(self) -> str:
         if self._obj is None:  # its constructor raised
             return "StreamDeduplicator(<not created>)"
-        return (f"StreamDeduplicator(wal_path={self.path!r}, seed={self.seed}, lsn={self.lsn}"
-                f"{', closed' if self.closed else ''})")
+        me = self._config.get("max_entries", 0)
+        return (f"StreamDeduplicator(wal_path={self.path!r}, seed={self.seed}"
+                f"{f', max_entries={me}' if me else ''}, lsn={self.lsn}{', closed' if self.closed else ''})")
 
 
-class NearDeduplicator(_Stage):
+class NearDeduplicator(_DedupIndex):
     """Near-duplicate removal in the stream: MinHash LSH band keys (issue 12), like StreamDeduplicator.
 
     Each document's MinHash signature (``luminamoon.MinHash``: datatrove's
@@ -550,7 +864,9 @@ class NearDeduplicator(_Stage):
     another seed / n_grams / num_buckets / hashes_per_bucket / precision raises
     ValueError naming the differing setting.  Memory: one 16-byte slot per
     distinct key in a 50-80% full table, ``num_buckets`` keys per new document
-    (see ``stats['table_bytes']``).
+    (see ``stats['table_bytes']``).  ``initial_capacity`` and ``wal_buffer_hashes`` tune the table
+    and the log as in StreamDeduplicator (None: the core's defaults); ``num_threads``: threads per
+    call (None: ``torch.get_num_threads()`` at call time).
 
     >>> with NearDeduplicator() as nd:
     ...     r = nd(["the quick brown fox jumps over the lazy dog today",
@@ -560,31 +876,33 @@ class NearDeduplicator(_Stage):
     """
 
     _what = "NearDeduplicator"
+    _holds = "a band index"
 
     def __init__(self, wal_path: Union[str, os.PathLike, None] = None, *, seed: int = 1, n_grams: int = 5,
                  num_buckets: int = 14, hashes_per_bucket: int = 8, precision: int = 64, max_entries: int = 0,
-                 num_threads: Optional[int] = None, **params):
+                 initial_capacity: Optional[int] = None, wal_buffer_hashes: Optional[int] = None,
+                 num_threads: Optional[int] = None):
         super().__init__(num_threads)
+        w = "NearDeduplicator"
         if wal_path is not None and not isinstance(wal_path, (str, os.PathLike)):
             raise TypeError(f"NearDeduplicator: wal_path must be None, a str or a PathLike, "
                             f"got {type(wal_path).__name__}")
-        if isinstance(precision, int) and not isinstance(precision, bool) and precision not in (32, 64):
+        _setting_int(w, "seed", seed, 0, 2**32 - 1)
+        _setting_int(w, "n_grams", n_grams, 1, 4096)
+        _setting_int(w, "num_buckets", num_buckets, 1, 1 << 30)      # the binding's exact bounds come next
+        _setting_int(w, "hashes_per_bucket", hashes_per_bucket, 1, 1 << 30)
+        _setting_size(w, "precision", precision)
+        if precision not in (32, 64):
             raise ValueError(f"NearDeduplicator: precision must be 32 or 64, got {precision}")
+        _setting_size(w, "max_entries", max_entries)
+        extra = {}
+        for name, v in (("initial_capacity", initial_capacity), ("wal_buffer_hashes", wal_buffer_hashes)):
+            if v is not None:
+                extra[name] = _setting_size(w, name, v)
         cfg = dict(seed=seed, n_grams=n_grams, num_buckets=num_buckets, hashes_per_bucket=hashes_per_bucket,
                    precision=precision)
-        self._config = dict(params, wal_path=wal_path, max_entries=max_entries, **cfg)
+        self._config = dict(extra, wal_path=wal_path, max_entries=max_entries, **cfg)
         self._obj = _C.NearDeduplicator(dict(self._config))
-
-    def __getstate__(self):
-        raise TypeError("a NearDeduplicator holds a band index and an open log and cannot be pickled; "
-                        "create one per process (each with its own WAL path)")
-
-    @property
-    def counters(self) -> dict:
-        return self._obj.stats()
-
-    def reset_counters(self) -> None:
-        raise NotImplementedError("the near deduplicator's counters are its stats; they cannot be reset")
 
     @property
     def config(self) -> dict:
@@ -595,28 +913,6 @@ class NearDeduplicator(_Stage):
     def index_seed(self) -> int:
         """The hash seed recorded in the band index's WAL header (derived from the configuration)."""
         return self._obj.index_seed
-
-    @property
-    def lsn(self) -> int:
-        """The number of distinct band keys admitted (the state is 'the first lsn admissions')."""
-        return self._obj.lsn()
-
-    def sync(self) -> int:
-        """Write the buffered keys and fdatasync the log; returns the durable LSN."""
-        return self._obj.sync()
-
-    def truncate(self, lsn: int) -> None:
-        """Cut the log and the band index back to the state at ``lsn`` (durably)."""
-        self._obj.truncate(lsn)
-
-    def snapshot(self) -> None:
-        """Write a snapshot of the band index next to the log (path + '.snap')."""
-        self._obj.snapshot()
-
-    @property
-    def stats(self) -> dict:
-        """The band index: entries (distinct keys), table_bytes, bytes_per_entry, lsn, durable_lsn, ..."""
-        return self._obj.stats()
 
     def keys(self, texts):
         """(keys int64 [N * num_buckets, 2], has_keys bool [N]): the band keys of each document
@@ -659,34 +955,14 @@ class NearDeduplicator(_Stage):
             out.append(self(batch).reasons == REASON_NEAR_DUPLICATE)
         return torch.cat(out) if out else torch.zeros(0, dtype=torch.bool)
 
-    def __len__(self) -> int:
-        return int(self._obj.stats()["entries"])
-
-    @property
-    def closed(self) -> bool:
-        return self._obj.closed
-
-    @property
-    def path(self) -> Optional[str]:
-        return self._obj.path
-
-    def close(self) -> None:
-        """Sync and close the log (idempotent)."""
-        self._obj.close()
-
-    def __enter__(self) -> "NearDeduplicator":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
     def __repr__(self) -> str:
         if self._obj is None:
             return "NearDeduplicator(<not created>)"
-        c = self.config
+        c, me = self.config, self._config.get("max_entries", 0)
         return (f"NearDeduplicator(wal_path={self.path!r}, seed={c['seed']}, n_grams={c['n_grams']}, "
                 f"num_buckets={c['num_buckets']}, hashes_per_bucket={c['hashes_per_bucket']}, "
-                f"precision={c['precision']}, lsn={self.lsn}{', closed' if self.closed else ''})")
+                f"precision={c['precision']}{f', max_entries={me}' if me else ''}, lsn={self.lsn}"
+                f"{', closed' if self.closed else ''})")
 
 
 def near_dedup_wal_config(path) -> Optional[dict]:
@@ -719,6 +995,11 @@ def _cycle_arg(value) -> list:
     return v
 
 
+#: A pipeline's stage argument: True (the stage with its defaults), False / None (off), a dict of the
+#: stage's settings (its keyword arguments), or a stage object.
+StageSetting = Union[bool, None, Mapping[str, object], "_Stage"]
+
+
 def _resolve(value, cls, name: str):
     """True -> a default stage; False/None -> off; a stage object -> itself; a dict -> cls(**dict)."""
     if value is True:
@@ -733,7 +1014,7 @@ def _resolve(value, cls, name: str):
                     f"got {type(value).__name__}")
 
 
-class _Pipeline:
+class _Pipeline(_BatchCall):
     def __init__(self, cleaner, quality, dedup, pii, num_threads, near_dedup=None):
         self._num_threads = _threads_arg(num_threads)
         self._near, self._owns_near = None, False
@@ -747,10 +1028,6 @@ class _Pipeline:
         self._near, self._owns_near = _resolve(near_dedup, NearDeduplicator, "near_dedup")
         if self._near is not None and self._near.closed:
             raise ValueError(f"{type(self).__name__}: the NearDeduplicator is closed")
-
-    @property
-    def num_threads(self) -> int:
-        return self._num_threads or torch.get_num_threads()
 
     @property
     def cleaner(self) -> Optional[TextCleaner]:
@@ -798,49 +1075,49 @@ class _Pipeline:
         self.__init__(**state)
 
     def __repr__(self) -> str:
-        on = [n for n, s in (("clean", self._cleaner), ("quality", self._quality), ("dedup", self._dedup),
-                             ("near_dedup", self._near), ("pii", self._pii)) if s is not None]
-        return f"{type(self).__name__}({' -> '.join(on) or 'identity'})"
+        """Each stage's repr in pipeline order (False: off), then num_threads when set."""
+        if not hasattr(self, "_pii"):  # its constructor raised
+            return f"{type(self).__name__}(<not created>)"
+        parts = [f"{n}={s!r}" if s is not None else f"{n}=False"
+                 for n, s in (("cleaner", self._cleaner), ("quality", self._quality), ("dedup", self._dedup),
+                              ("near_dedup", self._near), ("pii", self._pii))]
+        if self._num_threads is not None:
+            parts.append(f"num_threads={self._num_threads}")
+        return f"{type(self).__name__}({', '.join(parts)})"
 
 
 class FusedPipeline(_Pipeline):
-    """clean -> quality -> dedup -> PII in one pass per document (C), same output as ChainPipeline.
+    """clean -> quality -> dedup -> near dedup -> PII in one pass per document (C), same output as ChainPipeline.
 
-    Each stage argument is True (default parameters), False/None (off), a
-    dict of parameters, or a stage object whose parameters are used.  A
-    StreamDeduplicator passed in is used itself (shared: sync / truncate it
-    through ``pipe.dedup``).  The PII replacement cycle (datatrove mode) and
-    the counters are the pipeline's own.
+    Args:
+        cleaner: a :class:`TextCleaner` setting (see ``StageSetting``).
+        quality: a :class:`QualityFilter` setting.
+        dedup: a :class:`StreamDeduplicator` setting.
+        pii: a :class:`PIIMasker` setting.
+        num_threads: threads per call (None: ``torch.get_num_threads()`` at call time).
+        near_dedup: a :class:`NearDeduplicator` setting (default off).
+
+    Each stage setting is True (that stage with its default settings), False or None (off), a
+    dict of its settings (``quality={"rules": ["c4"]}`` = ``quality=QualityFilter(rules=["c4"])``),
+    or a stage object whose settings are used.  A StreamDeduplicator / NearDeduplicator passed in
+    is used itself (shared: sync / truncate it through ``pipe.dedup``); one the pipeline created is
+    closed by ``close()``.  The PII replacement cycle (datatrove mode) and the counters are the
+    pipeline's own.
 
     >>> pipe = FusedPipeline(quality=False, pii=PIIMasker("strict"))
     >>> pipe(["x@y.org is here", "x@y.org is here"]).texts.tolist()
     ['<EMAIL> is here']
     """
 
-    def __init__(self, cleaner=True, quality=True, dedup=True, pii=True, num_threads: Optional[int] = None,
-                 near_dedup=None):
+    def __init__(self, cleaner: StageSetting = True, quality: StageSetting = True, dedup: StageSetting = True,
+                 pii: StageSetting = True, num_threads: Optional[int] = None, near_dedup: StageSetting = None):
         super().__init__(cleaner, quality, dedup, pii, num_threads, near_dedup)
         o = lambda s: None if s is None else s._obj  # noqa: E731
         # near dedup sits between exact dedup and PII, in the same C pass: band keys in phase 1
         # (parallel), admission in input order after the exact dedup admission (pipeline.h)
         self._obj = _C.FusedPipeline(o(self._cleaner), o(self._quality), o(self._dedup), o(self._pii), o(self._near))
-
-    def _run_raw(self, offsets: torch.Tensor, data: torch.Tensor):
-        return self._obj.run(offsets, data, self.num_threads)
-
-    def __call__(self, texts) -> StageResult:
-        st = _as_string_tensor(texts)
-        off, data, src, reasons = self._run_raw(st.offsets, st.data)
-        return StageResult(_texts_from(off, data), reasons, src)
-
-    @property
-    def counters(self) -> dict:
-        """docs_in/out, bytes, drops per stage, and each stage's counters as its batch call counts them."""
-        return self._obj.counters()
-
-    def reset_counters(self) -> None:
-        """Zero the counters and the PII replacement cycle."""
-        self._obj.reset_counters()
+        # counters: docs_in/out, bytes, drops per stage, and each stage's counters as its batch call
+        # counts them; reset_counters() zeroes them and the PII replacement cycle
 
     @property
     def retained_bytes(self) -> int:
@@ -862,16 +1139,17 @@ class FusedPipeline(_Pipeline):
 class ChainPipeline(_Pipeline):
     """The modular chain: clean -> quality -> dedup -> PII as four separate batch calls.
 
-    Same arguments and same output as :class:`FusedPipeline` (slower: each
-    stage copies the surviving texts once).  The stage objects are used
+    Same arguments (``cleaner``, ``quality``, ``dedup``, ``pii``, ``num_threads``,
+    ``near_dedup``: see :class:`FusedPipeline`) and same output as FusedPipeline (slower:
+    each stage copies the surviving texts once).  The stage objects are used
     directly, so their own counters advance.
 
     >>> ChainPipeline(quality=False)(["a", "a", "b"]).source_index.tolist()
     [0, 2]
     """
 
-    def __init__(self, cleaner=True, quality=True, dedup=True, pii=True, num_threads: Optional[int] = None,
-                 near_dedup=None):
+    def __init__(self, cleaner: StageSetting = True, quality: StageSetting = True, dedup: StageSetting = True,
+                 pii: StageSetting = True, num_threads: Optional[int] = None, near_dedup: StageSetting = None):
         super().__init__(cleaner, quality, dedup, pii, num_threads, near_dedup)
         self._stages = [s for s in (self._cleaner, self._quality, self._dedup, self._near, self._pii)
                         if s is not None]
@@ -889,11 +1167,6 @@ class ChainPipeline(_Pipeline):
         if not self._stages:
             off = offsets.to(torch.int64)
         return off, data, idx, reasons
-
-    def __call__(self, texts) -> StageResult:
-        st = _as_string_tensor(texts)
-        off, data, src, reasons = self._run_raw(st.offsets, st.data)
-        return StageResult(_texts_from(off, data), reasons, src)
 
     @property
     def counters(self) -> dict:

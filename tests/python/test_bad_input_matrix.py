@@ -145,6 +145,9 @@ ALLOW = {
     "TextSource.identity": "describes the source's files (fingerprints); no input",
     "ParquetSource.identity": "describes the source's files (fingerprints); no input",
     "DistBatch.rank": "a dataclass field with a default, filled in by the pipeline",
+    "Stage.__call__": "a typing.Protocol member: declares what each stage implements (the stages' own cases)",
+    "Stage.counters": "a typing.Protocol member: declares what each stage implements (the stages' own cases)",
+    "Stage.reset_counters": "a typing.Protocol member: declares what each stage implements (the stages' own cases)",
     "DistBatch.world_size": "a dataclass field with a default, filled in by the pipeline",
 }
 
@@ -321,11 +324,41 @@ bad("views-meta", ("StringTensor.views", "StringTensor.buffers"), lambda t: meta
 bad("nbytes-meta", "StringTensor.nbytes", lambda t: meta3().nbytes, ValueError, "meta")
 bad("storage_nbytes-meta", "StringTensor.storage_nbytes",
     defined(lambda t: meta3().storage_nbytes, lambda n: (n == 0)))
-bad("tolist-bytes-not-bool", ("StringTensor.tolist", "StringTensor.to_pylist"), lambda t: st3().tolist(bytes="x"),
-    TypeError, "bytes")
+bad("tolist-as_bytes-not-bool", "StringTensor.tolist", lambda t: st3().tolist(as_bytes="x"), TypeError, "as_bytes")
+bad("tolist-unknown-keyword", "StringTensor.tolist", lambda t: st3().tolist(byts=True), TypeError, "byts")
+bad("tolist-bytes-and-as_bytes", "StringTensor.tolist", lambda t: st3().tolist(as_bytes=True, bytes=True), TypeError,
+    "not both")
 bad("tolist-meta", "StringTensor.tolist", lambda t: meta3().tolist(), ValueError, "meta")
-bad("tolist-invalid-utf8-content", ("StringTensor.tolist", "StringTensor.to_pylist"),
-    lambda t: StringTensor.from_list([b"\xff"], validate=False).to_pylist(), ValueError, r"bytes=True")
+bad("tolist-invalid-utf8-content", "StringTensor.tolist",
+    lambda t: StringTensor.from_list([b"\xff"], validate=False).tolist(), ValueError, r"tolist\(as_bytes=True\)")
+
+
+def _deprecated(fn, replacement: str):
+    """A deprecated alias: fn() works, and warns once with a DeprecationWarning naming its replacement."""
+    def run(t):
+        import warnings
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            r = fn(t)
+        dep = [x for x in w if issubclass(x.category, DeprecationWarning)]
+        assert len(dep) == 1 and re.search(replacement, str(dep[0].message)), [str(x.message) for x in w]
+        assert dep[0].filename == __file__, f"the warning points at {dep[0].filename}, not at the caller"
+        return r
+    return run
+
+
+# the deprecated aliases warn (at the caller's line) naming the replacement, and still refuse bad input as tolist does
+bad("to_pylist-deprecated", "StringTensor.to_pylist",
+    defined(_deprecated(lambda t: st3().to_pylist(), r"use StringTensor\.tolist\(\)"), lambda r: r == st3().tolist()))
+bad("to_torch-deprecated", "StringTensor.to_torch",
+    defined(_deprecated(lambda t: st3().to_torch(), r"to_gpu_buffers\(\)"),
+            lambda r: (torch.equal(r[0], st3().offsets) and torch.equal(r[1], st3().data))))
+bad("tolist-bytes-deprecated", "StringTensor.tolist",
+    defined(_deprecated(lambda t: st3().tolist(bytes=True), r"tolist\(as_bytes=\.\.\.\)"),
+            lambda r: r == [x.encode() for x in st3().tolist()]))
+bad("to_pylist-bytes-not-bool", "StringTensor.to_pylist", lambda t: st3().to_pylist(bytes="x"), TypeError, "as_bytes")
+bad("to_pylist-invalid-utf8-content", "StringTensor.to_pylist",
+    lambda t: StringTensor.from_list([b"\xff"], validate=False).to_pylist(), ValueError, r"as_bytes=True")
 bad("iter-meta", "StringTensor.__iter__", lambda t: list(meta3()), ValueError, "meta")
 
 GI = "StringTensor.__getitem__"
@@ -580,6 +613,11 @@ for _op, _fn, _exc, _pat in _raw:
 
 # =========================================================================== text stages
 
+bad("Stage-instantiate", "Stage", lambda t: luminamoon.Stage(), TypeError, "Protocols cannot be instantiated")
+bad("Stage-isinstance-non-stage", "Stage",
+    defined(lambda t: [isinstance(x, luminamoon.Stage) for x in (None, "text", len, StageResult)],
+            lambda r: (r == [False] * 4)))
+
 STAGE_CLASSES = (TextCleaner, QualityFilter, PIIMasker, StreamDeduplicator, FusedPipeline, ChainPipeline)
 for C in STAGE_CLASSES:
     n = C.__name__
@@ -608,6 +646,30 @@ bad("TextCleaner-normalize-int", "TextCleaner", lambda t: TextCleaner(normalize=
 bad("TextCleaner-normalize-NFD", "TextCleaner", lambda t: TextCleaner(normalize="NFD"), ValueError, "normalize")
 bad("TextCleaner-param-type", "TextCleaner", lambda t: TextCleaner(max_blank_lines="x"), TypeError, "max_blank_lines")
 bad("TextCleaner-unknown-param", "TextCleaner", lambda t: TextCleaner(foo=1), TypeError, "foo")
+bad("TextCleaner-bool-param-str", "TextCleaner", lambda t: TextCleaner(fold_spaces="no"), TypeError, "fold_spaces")
+bad("TextCleaner-max_blank_lines-below", "TextCleaner", lambda t: TextCleaner(max_blank_lines=-2), ValueError,
+    "max_blank_lines")
+bad("TextCleaner-positional-setting", "TextCleaner", lambda t: TextCleaner(None, True), TypeError, "positional")
+bad("QualityFilter-unknown-param", "QualityFilter", lambda t: QualityFilter(gq_min_words=1), TypeError,
+    "gq_min_words")
+bad("QualityFilter-size-negative", "QualityFilter", lambda t: QualityFilter(gq_min_doc_words=-1), ValueError,
+    "gq_min_doc_words")
+bad("QualityFilter-float-str", "QualityFilter", lambda t: QualityFilter(gr_dup_line_frac="0.3"), TypeError,
+    "gr_dup_line_frac")
+bad("QualityFilter-ngram-fracs-length", "QualityFilter", lambda t: QualityFilter(gr_top_ngram_frac=(0.2,)),
+    ValueError, "gr_top_ngram_frac")
+bad("QualityFilter-ngram-fracs-item", "QualityFilter", lambda t: QualityFilter(gr_dup_ngram_frac=[0.1] * 5 + ["x"]),
+    TypeError, r"gr_dup_ngram_frac\[5\]")
+bad("QualityFilter-enabled-unknown-bits", "QualityFilter", lambda t: QualityFilter(enabled=1 << 62), ValueError,
+    "enabled")
+bad("PIIMasker-unknown-param", "PIIMasker", lambda t: PIIMasker(ipv4_only=True), TypeError, "ipv4_only")
+bad("PIIMasker-bool-param-float", "PIIMasker", lambda t: PIIMasker(ipv6_public_only=0.5), TypeError,
+    "ipv6_public_only")
+bad("PIIMasker-replacements-unknown-type", "PIIMasker", lambda t: PIIMasker(replacements={"mail": "x"}), ValueError,
+    "mail")
+bad("PIIMasker-replacements-empty-list", "PIIMasker", lambda t: PIIMasker(replacements={"iban": []}), ValueError,
+    r"replacements\['iban'\] is empty")
+bad("PIIMasker-replacements-NUL", "PIIMasker", lambda t: PIIMasker(replacements={"iban": "a\0"}), ValueError, "NUL")
 bad("TextCleaner-negative", "TextCleaner", lambda t: TextCleaner(max_doc_bytes=-1), ValueError, "max_doc_bytes")
 bad("QualityFilter-rules-int", "QualityFilter", lambda t: QualityFilter(rules=5), TypeError, "rules")
 bad("QualityFilter-rules-unknown", "QualityFilter", lambda t: QualityFilter(rules=["nope"]), ValueError, "nope")
@@ -638,6 +700,12 @@ bad("SD-wal_path-NUL", SD, lambda t: StreamDeduplicator(wal_path="a\0b"), ValueE
 bad("SD-seed-negative", SD, lambda t: StreamDeduplicator(seed=-1), ValueError, "seed")
 bad("SD-max_entries-str", SD, lambda t: StreamDeduplicator(max_entries="1"), TypeError, "max_entries")
 bad("SD-unknown-param", SD, lambda t: StreamDeduplicator(walpath="x"), TypeError, "walpath")
+bad("SD-initial_capacity-str", SD, lambda t: StreamDeduplicator(initial_capacity="8"), TypeError, "initial_capacity")
+bad("SD-initial_capacity-huge", SD, lambda t: StreamDeduplicator(initial_capacity=1 << 41), ValueError,
+    "initial_capacity")
+bad("SD-wal_buffer_hashes-negative", SD, lambda t: StreamDeduplicator(wal_buffer_hashes=-1), ValueError,
+    "wal_buffer_hashes")
+bad("SD-seed-2-64", SD, lambda t: StreamDeduplicator(seed=2 ** 64), ValueError, "seed")
 
 
 def _sd_missing_dir(t):
@@ -771,6 +839,9 @@ bad("ND-bands-zero", ND, lambda t: NearDeduplicator(num_buckets=0), ValueError, 
 bad("ND-rows-str", ND, lambda t: NearDeduplicator(hashes_per_bucket="8"), TypeError, "hashes_per_bucket")
 bad("ND-seed-big", ND, lambda t: NearDeduplicator(seed=2**32), ValueError, "seed")
 bad("ND-unknown-param", ND, lambda t: NearDeduplicator(bands=3), TypeError, "bands")
+bad("ND-initial_capacity-float", ND, lambda t: NearDeduplicator(initial_capacity=8.0), TypeError, "initial_capacity")
+bad("ND-n_grams-bool", ND, lambda t: NearDeduplicator(n_grams=True), TypeError, "n_grams")
+bad("ND-bands-too-many", ND, lambda t: NearDeduplicator(num_buckets=70000), ValueError, "num_buckets")
 
 
 def _nd_other_config(t, change, name):

@@ -151,7 +151,7 @@ def test_quality_bad_arguments():
         QualityFilter(rules=[1])
     with pytest.raises(TypeError):
         QualityFilter(rules=5)
-    with pytest.raises(TypeError, match="unknown parameter 'gq_min_words'"):
+    with pytest.raises(TypeError, match="unexpected keyword argument 'gq_min_words'"):
         QualityFilter(gq_min_words=3)
     with pytest.raises(TypeError, match="gq_min_doc_words"):
         QualityFilter(gq_min_doc_words="50")
