@@ -202,27 +202,42 @@ static int jl_literal(jl_cur *c, const char *lit, size_t n) {
 
 static int jl_value(jl_cur *c, int depth);
 
-static int jl_array(jl_cur *c, int depth) {
-  /* c->p just past '[' */
+/* Just past an array's '[' or an object's '{': skips whitespace; 1 when `close` follows
+ * at once (the empty container, consumed), else 0. */
+static int jl_empty(jl_cur *c, uint8_t close) {
   jl_skip_ws(c);
-  if (c->p < c->end && *c->p == ']') {
+  if (c->p < c->end && *c->p == close) {
     c->p++;
     return 1;
   }
+  return 0;
+}
+
+/* After a member of an array or object: a ',' (returns 1: another member follows, the
+ * whitespace after the comma skipped) or `close` (returns 2: the container ends, consumed);
+ * anything else, or the end of the line, is invalid (0). */
+static int jl_next_member(jl_cur *c, uint8_t close) {
+  jl_skip_ws(c);
+  if (c->p >= c->end) return 0;
+  if (*c->p == ',') {
+    c->p++;
+    jl_skip_ws(c);
+    return 1;
+  }
+  if (*c->p == close) {
+    c->p++;
+    return 2;
+  }
+  return 0;
+}
+
+static int jl_array(jl_cur *c, int depth) {
+  /* c->p just past '[' */
+  if (jl_empty(c, ']')) return 1;
   for (;;) {
     if (!jl_value(c, depth + 1)) return 0;
-    jl_skip_ws(c);
-    if (c->p >= c->end) return 0;
-    if (*c->p == ',') {
-      c->p++;
-      jl_skip_ws(c);
-      continue;
-    }
-    if (*c->p == ']') {
-      c->p++;
-      return 1;
-    }
-    return 0;
+    int next = jl_next_member(c, ']');
+    if (next != 1) return next == 2;
   }
 }
 
@@ -231,11 +246,7 @@ static int jl_array(jl_cur *c, int depth) {
  * escaped key is SLOW. */
 static int jl_object(jl_cur *c, int depth, const uint8_t *key, size_t key_len, uint8_t *out,
                      uint8_t **out_end, int *found) {
-  jl_skip_ws(c);
-  if (c->p < c->end && *c->p == '}') {
-    c->p++;
-    return 1;
-  }
+  if (jl_empty(c, '}')) return 1;
   for (;;) {
     if (c->p >= c->end || *c->p != '"') return 0;
     c->p++;
@@ -261,18 +272,8 @@ static int jl_object(jl_cur *c, int depth, const uint8_t *key, size_t key_len, u
     } else if (!jl_value(c, depth + 1)) {
       return 0;
     }
-    jl_skip_ws(c);
-    if (c->p >= c->end) return 0;
-    if (*c->p == ',') {
-      c->p++;
-      jl_skip_ws(c);
-      continue;
-    }
-    if (*c->p == '}') {
-      c->p++;
-      return 1;
-    }
-    return 0;
+    int next = jl_next_member(c, '}');
+    if (next != 1) return next == 2;
   }
 }
 

@@ -30,7 +30,10 @@ extern "C" {
 /* Make room for at least `need` elements of `elem` bytes in *p (capacity *cap,
  * in elements).  Nothing happens when need <= *cap.  Otherwise the capacity
  * doubles from *cap (first_cap, or 1, when *cap is 0) until it holds `need`, and *p is
- * reallocated; on failure *p and *cap are unchanged.  elem must be >= 1. */
+ * reallocated; on failure *p and *cap are unchanged.  elem must be >= 1.
+ * *p is malloc'd memory the caller owns (free() it); pointers into it are invalidated by a
+ * growth.  Errors: LM_EINVAL (NULL p or cap, elem 0), LM_EOVERFLOW (the size would pass
+ * SIZE_MAX), LM_ENOMEM.  Not concurrently on the same array. */
 lm_status lm_grow_array(void **p, size_t *cap, size_t need, size_t elem, size_t first_cap);
 
 typedef struct lm_bytebuf {

@@ -69,8 +69,11 @@ typedef struct lm_cleaner lm_cleaner;
 /* Fill *p with the defaults (every field set).  LM_EINVAL on NULL.  Pure, thread-safe. */
 lm_status lm_cleaner_params_default(lm_cleaner_params *p);
 
-/* params NULL = defaults (copied).  *out owned by the caller. */
+/* Create a cleaner with a copy of *params (NULL = the defaults); params is only read during
+ * the call.  *out is owned by the caller: free it with lm_cleaner_destroy.  Errors: LM_EINVAL
+ * (NULL out, normalize out of range), LM_ENOMEM; *out is untouched on an error.  Thread-safe. */
 lm_status lm_cleaner_create(const lm_cleaner_params *params, lm_cleaner **out);
+/* Free a cleaner (NULL is ignored).  Not while another call uses it. */
 void lm_cleaner_destroy(lm_cleaner *c);
 
 /* Output capacity that always suffices for an input of n bytes without
@@ -87,7 +90,11 @@ lm_status lm_clean_text(const lm_cleaner *c, const uint8_t *text, size_t len, ui
                         size_t *out_len, int32_t *reason, lm_clean_counters *counters);
 
 /* Batch: one reason per input, kept texts in input order; identical output
- * for any thread count. */
+ * for any thread count (exec NULL: one thread).  docs is borrowed for the call; out is
+ * caller-owned (lm_batch_result_init / _free) and overwritten.  The counters are added to only
+ * when the call succeeds.  Errors: LM_EINVAL (NULL c or out, invalid docs), LM_ENOMEM,
+ * LM_EOVERFLOW; on an error out holds an unspecified prefix.  One call at a time per cleaner
+ * (it adds to c's counters); different cleaners run concurrently. */
 lm_status lm_cleaner_run(lm_cleaner *c, const lm_docs *docs, lm_batch_result *out, const lm_exec *exec);
 
 /* The cleaner's parameters (a copy).  LM_EINVAL on NULL. */

@@ -73,7 +73,9 @@ typedef struct lm_minhash_scratch lm_minhash_scratch;
 lm_status lm_minhash_params_default(lm_minhash_params *p);
 
 /* Validate *p, draw a[] and b[] and build the tokenizer's tables.
- * LM_EINVAL (NULL, a value out of its domain), LM_ENOMEM. */
+ * LM_EINVAL (NULL, a value out of its domain), LM_ENOMEM.  *p is copied; *out is owned by the
+ * caller and immutable: any number of threads may use it at once (each with its own scratch).
+ * lm_minhash_destroy frees it (NULL is ignored; not while a call uses it). */
 lm_status lm_minhash_create(const lm_minhash_params *p, lm_minhash **out);
 void lm_minhash_destroy(lm_minhash *m);
 
@@ -87,7 +89,9 @@ const uint64_t *lm_minhash_a(const lm_minhash *m);
 const uint64_t *lm_minhash_b(const lm_minhash *m);
 
 /* Per-thread scratch (grows with the largest document seen; reuse it).
- * A scratch may be used with any lm_minhash, by one thread at a time. */
+ * A scratch may be used with any lm_minhash, by one thread at a time.  Owned by the caller:
+ * lm_minhash_scratch_destroy frees it and every buffer it holds (NULL is ignored), which ends
+ * the life of pointers returned into it.  Create: LM_EINVAL (NULL out), LM_ENOMEM. */
 lm_status lm_minhash_scratch_create(lm_minhash_scratch **out);
 void lm_minhash_scratch_destroy(lm_minhash_scratch *s);
 
@@ -109,12 +113,15 @@ lm_status lm_minhash_signatures(const lm_minhash *m, const lm_docs *docs, uint64
 
 /* The shingle hashes of one document (steps 1-3), in n-gram order (not
  * deduplicated).  *hashes points into s (valid until the next call with s).
- * XXH32 values are zero-extended for precision 32. */
+ * XXH32 values are zero-extended for precision 32.  Errors and thread rules as
+ * lm_minhash_doc. */
 lm_status lm_minhash_shingles(const lm_minhash *m, lm_minhash_scratch *s, const uint8_t *text, size_t len,
                               const uint64_t **hashes, size_t *n);
 
 /* simplify_text (step 1) into s; *out points into s (valid until the next
- * call with s), *out_len bytes of valid UTF-8. */
+ * call with s), *out_len bytes of valid UTF-8.  LM_EINVAL (NULL s, out or out_len; NULL text
+ * with len > 0), LM_ETOOBIG (len > LM_MINHASH_MAX_DOC_BYTES), LM_ENOMEM.  One thread at a time
+ * per scratch. */
 lm_status lm_minhash_simplify(lm_minhash_scratch *s, const uint8_t *text, size_t len, const uint8_t **out,
                               size_t *out_len);
 
@@ -135,7 +142,8 @@ static inline uint64_t lm_mod_mersenne61(uint64_t x) {
 lm_status lm_minhash_draw_params(uint64_t seed, size_t n, uint64_t *a, uint64_t *b);
 
 /* The raw generator, for tests: the first n 32-bit outputs of MT19937 seeded
- * with init_genrand(seed) (numpy's RandomState(seed), C++ std::mt19937(seed)). */
+ * with init_genrand(seed) (numpy's RandomState(seed), C++ std::mt19937(seed)) into the caller's
+ * out[0..n).  LM_EINVAL on NULL out (n > 0).  Pure, thread-safe. */
 lm_status lm_mt19937_outputs(uint32_t seed, size_t n, uint32_t *out);
 /* numpy.random.RandomState(seed).randint(low, high, dtype=np.uint64, size=n)
  * (legacy masked rejection sampling).  LM_EINVAL when low >= high or NULL out. */

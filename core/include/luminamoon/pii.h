@@ -146,7 +146,10 @@ void lm_pii_destroy(lm_pii_masker *m); /* NULL is ignored */
  * LM_REASON_TOO_LARGE and no text for one over max_doc_bytes) in input order.  Documents run in parallel under exec; the
  * output is identical for any thread count.  Bytes are processed as they are
  * (invalid UTF-8 and NUL bytes are copied through; only ASCII anchors match).
- * Adds to the masker's counters and advances its cycle positions. */
+ * Adds to the masker's counters and advances its cycle positions (only when the call
+ * succeeds).  docs borrowed for the call; out caller-owned (lm_batch_result_init / _free).
+ * Errors as lm_batch_run: LM_EINVAL (NULL m or out, invalid docs), LM_ENOMEM, LM_EOVERFLOW.
+ * One call at a time per masker. */
 lm_status lm_pii_run(lm_pii_masker *m, const lm_docs *docs, lm_batch_result *out, const lm_exec *exec);
 
 /* Mask one document, appending the output to *out (out->len grows; what was
@@ -165,8 +168,9 @@ lm_status lm_pii_mask_doc(const lm_pii_masker *m, const uint8_t *text, size_t le
 lm_status lm_pii_find(const lm_pii_masker *m, const uint8_t *text, size_t len, lm_pii_match *out,
                       size_t cap, size_t *n_found);
 
-/* Cumulative counters of lm_pii_run calls; reset sets them (and the cycle
- * positions) back to zero. */
+/* Cumulative counters of lm_pii_run calls (copied into caller-owned *out); reset sets them
+ * (and the cycle positions) back to zero.  LM_EINVAL on NULL.  Not concurrently with
+ * lm_pii_run on m. */
 lm_status lm_pii_get_counters(const lm_pii_masker *m, lm_pii_counts *out);
 lm_status lm_pii_reset_counters(lm_pii_masker *m);
 
@@ -180,7 +184,8 @@ lm_status lm_pii_set_cycle(lm_pii_masker *m, const uint64_t *in);
 /* The configured max_doc_bytes (0 = none).  LM_EINVAL if m or out is NULL. */
 lm_status lm_pii_max_doc_bytes(const lm_pii_masker *m, size_t *out);
 
-/* The number of replacement strings of `type` (for cycle arithmetic): *n >= 1. */
+/* The number of replacement strings of `type` (for cycle arithmetic): *n >= 1.  LM_EINVAL on
+ * NULL m or n or an unknown type.  Thread-safe (the strings never change after creation). */
 lm_status lm_pii_replacement_count(const lm_pii_masker *m, lm_pii_type type, size_t *n);
 
 /* Free b->data (owned by the buffer) and zero *b, which may then be reused; NULL is ignored.

@@ -79,7 +79,9 @@ typedef struct lm_fused_counters {
 typedef struct lm_fused lm_fused;
 
 /* Create.  stages NULL, or all four NULL, is allowed (the pipeline then copies
- * its input).  LM_ENOMEM.  *out owned by the caller: lm_fused_destroy. */
+ * its input).  LM_EINVAL (NULL out), LM_ENOMEM.  *out owned by the caller: lm_fused_destroy
+ * (NULL is ignored; not while a call uses it).  The stage objects are borrowed: they must
+ * outlive the pipeline, and no other call may use them while lm_fused_run runs. */
 lm_status lm_fused_create(const lm_fused_stages *stages, lm_fused **out);
 void lm_fused_destroy(lm_fused *f); /* NULL is ignored */
 
@@ -94,7 +96,8 @@ lm_status lm_fused_run(lm_fused *f, const lm_docs *docs, lm_batch_result *out, c
 /* Copy the counters totalled over every lm_fused_run since creation or the last reset into
  * *out (caller-owned).  LM_EINVAL on NULL.  Not concurrently with lm_fused_run on f. */
 lm_status lm_fused_get_counters(const lm_fused *f, lm_fused_counters *out);
-/* Zero the counters and the PII replacement cycle. */
+/* Zero the counters and the PII replacement cycle.  LM_EINVAL on NULL.  Not concurrently with
+ * lm_fused_run on f. */
 lm_status lm_fused_reset_counters(lm_fused *f);
 
 /* The fused pipeline's own PII replacement cycle positions (LM_PII_TYPE_COUNT
@@ -116,10 +119,12 @@ lm_status lm_fused_retained_bytes(const lm_fused *f, size_t *out);
 typedef struct lm_fused_run_info {
   size_t ranges1, workers1;
 } lm_fused_run_info;
+/* Copies into caller-owned *out; LM_EINVAL on NULL.  Not concurrently with lm_fused_run on f. */
 lm_status lm_fused_last_run(const lm_fused *f, lm_fused_run_info *out);
 
 /* 1 when the last lm_fused_run failed in the near-dedup admission (e.g. its
- * LM_ETOOBIG is the band index's, not the exact deduplicator's), else 0. */
+ * LM_ETOOBIG is the band index's, not the exact deduplicator's), else 0 (also for NULL f).
+ * Not concurrently with lm_fused_run on f. */
 int lm_fused_near_failed(const lm_fused *f);
 
 #ifdef __cplusplus

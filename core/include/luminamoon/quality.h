@@ -149,33 +149,45 @@ typedef struct lm_quality_counters {
 typedef struct lm_quality lm_quality;
 typedef struct lm_quality_scratch lm_quality_scratch;
 
-/* Fill *p with datatrove's defaults.  LM_EINVAL on NULL. */
+/* Fill *p with datatrove's defaults.  LM_EINVAL on NULL.  Pure, thread-safe. */
 lm_status lm_quality_params_default(lm_quality_params *p);
-/* Switch one rule, or a whole rule set, on or off in *p. */
+/* Switch one rule, or a whole rule set, on or off in *p (caller-owned; nothing else is kept).
+ * LM_EINVAL on NULL p or an unknown rule id / set.  Thread-safe on distinct *p. */
 lm_status lm_quality_params_set_rule(lm_quality_params *p, int rule_id, int on);
 lm_status lm_quality_params_set_rule_set(lm_quality_params *p, lm_quality_rule_set set, int on);
 
-/* Rule metadata (static strings; do not free).  NULL / LM_ENOTFOUND when unknown. */
+/* Rule metadata (static strings; do not free).  NULL / LM_ENOTFOUND when unknown.
+ * lm_quality_rule_count: LM_Q_RULE_COUNT.  lm_quality_rule_set_of: the set of a valid id (an id
+ * out of range is not checked).  lm_quality_rule_find: LM_EINVAL on NULL name or rule_id.  Pure,
+ * thread-safe. */
 int lm_quality_rule_count(void);
 const char *lm_quality_rule_name(int rule_id);
 lm_quality_rule_set lm_quality_rule_set_of(int rule_id);
 lm_status lm_quality_rule_find(const char *name, int *rule_id);
 
-/* Create / destroy.  params NULL = defaults (copied).  *out owned by the caller. */
+/* Create / destroy.  params NULL = defaults; *params is copied (read during the call only).
+ * *out owned by the caller, freed by lm_quality_destroy (NULL is ignored; not while a call uses
+ * it).  Create errors: LM_EINVAL (NULL out), LM_ENOMEM (*out is NULL then).  Thread-safe. */
 lm_status lm_quality_create(const lm_quality_params *params, lm_quality **out);
 void lm_quality_destroy(lm_quality *q);
 
 /* Batch: reasons[i] for every input document, kept (possibly rewritten) texts
- * appended to `out` in input order.  Output identical for any thread count. */
+ * appended to `out` in input order.  Output identical for any thread count (exec NULL: one
+ * thread).  docs borrowed for the call; out caller-owned (lm_batch_result_init / _free).  Errors
+ * as lm_batch_run (LM_EINVAL, LM_ENOMEM, LM_EOVERFLOW); counters added only on success.  One
+ * call at a time per object. */
 lm_status lm_quality_run(lm_quality *q, const lm_docs *docs, lm_batch_result *out, const lm_exec *exec);
 
-/* Counters accumulated over lm_quality_run calls. */
+/* Counters accumulated over lm_quality_run calls (copied into caller-owned *out) / zeroed.
+ * LM_EINVAL on NULL.  Not concurrently with lm_quality_run on q. */
 lm_status lm_quality_get_counters(const lm_quality *q, lm_quality_counters *out);
 lm_status lm_quality_reset_counters(lm_quality *q);
 
 /* ---- one document at a time (FusedPipeline) ---- */
 
-/* Per-thread working memory, reusable across documents.  Owned by the caller. */
+/* Per-thread working memory, reusable across documents.  Owned by the caller: free with
+ * lm_quality_scratch_destroy (NULL is ignored).  LM_EINVAL (NULL out), LM_ENOMEM.  One thread
+ * at a time per scratch. */
 lm_status lm_quality_scratch_create(lm_quality_scratch **out);
 void lm_quality_scratch_destroy(lm_quality_scratch *s);
 /* Bytes the scratch holds allocated (its buffers' capacities; 0 for NULL).
@@ -193,8 +205,10 @@ typedef struct lm_quality_doc_result {
   size_t len;
 } lm_quality_doc_result;
 
-/* Evaluate one document.  `counters` (may be NULL) is added to.  Thread-safe
- * given a scratch and counters per thread. */
+/* Evaluate one document into *res (caller-owned; text borrowed for the call).  `counters`
+ * (may be NULL) is added to.  Thread-safe given a scratch and counters per thread.  Errors:
+ * LM_EINVAL (NULL q, s or res; NULL text with len > 0), LM_ETOOBIG (a document of 4 GiB or more:
+ * token offsets are 32-bit), LM_ENOMEM. */
 lm_status lm_quality_check(const lm_quality *q, lm_quality_scratch *s, const uint8_t *text, size_t len,
                            lm_quality_doc_result *res, lm_quality_counters *counters);
 

@@ -54,6 +54,8 @@ lm_status lm_buffer_wrap(const uint8_t *data, size_t size, void (*release)(void 
  * the bytes.  NULL is ignored.  Never fail. */
 void lm_buffer_retain(lm_buffer *b);
 void lm_buffer_release(lm_buffer *b);
+/* The buffer's bytes (owned by the buffer: valid while the caller holds a reference) and its
+ * size; NULL / 0 for NULL.  Thread-safe. */
 const uint8_t *lm_buffer_data(const lm_buffer *b);
 size_t lm_buffer_size(const lm_buffer *b);
 
@@ -112,7 +114,8 @@ lm_status lm_builder_finish(lm_builder *b, lm_string_tensor **out);
  * the offset of the first invalid byte). */
 lm_status lm_utf8_validate(const uint8_t *s, size_t len, size_t *error_pos);
 
-/* Offsets: n+1 entries, non-negative, non-decreasing, last <= data_len. */
+/* Offsets: n+1 entries, non-negative, non-decreasing, last <= data_len.  LM_OK or LM_EINVAL
+ * (also for NULL offsets).  Pure, thread-safe; offsets borrowed for the call. */
 lm_status lm_offsets32_validate(const int32_t *offsets, size_t n, size_t data_len);
 lm_status lm_offsets64_validate(const int64_t *offsets, size_t n, size_t data_len);
 
@@ -199,7 +202,14 @@ lm_status lm_views_compact(const lm_string_view *views, size_t n, const uint8_t 
 
 /* ----------------------------------------------------- offsets-layout ops */
 /* The same operations on offsets + payload, for int32 (o32) and int64 (o64)
- * offsets.  Offsets must have been validated against data (see above). */
+ * offsets.  Offsets must have been validated against data (see above), except for the
+ * _checked forms, which check them as they read them.
+ * Contract shared by every function of this section: the inputs are borrowed for the call and
+ * only read; the outputs (out[0..n) of 0/1 bytes or hashes, tokens, out_offsets, out_data) are
+ * caller-allocated with the sizes given per function and fully written on LM_OK (unspecified on
+ * an error).  LM_EINVAL for a NULL pointer that must be read or written (a NULL data / prefix /
+ * out is allowed when its length is 0).  exec NULL = one thread; results do not depend on the
+ * thread count.  No global state: thread-safe, as long as no other thread writes the outputs. */
 /* int32 offsets (o32). */
 lm_status lm_o32_prefix_match(const int32_t *offsets, size_t n, const uint8_t *data,
                               const uint8_t *prefix, size_t plen, uint8_t *out,
@@ -240,10 +250,11 @@ lm_status lm_o32_gather_offsets(const int32_t *offsets, size_t n, const int64_t 
 lm_status lm_o32_gather_data(const int32_t *offsets, const uint8_t *data, const int64_t *index,
                              size_t m, const int32_t *out_offsets, uint8_t *out_data,
                              const lm_exec *exec);
-/* Compact, pass 1: *out_n kept strings and their *out_bytes. */
+/* Compact, pass 1: *out_n kept strings (mask[i] != 0) and their *out_bytes. */
 lm_status lm_o32_compact_count(const int32_t *offsets, size_t n, const uint8_t *mask,
                                size_t *out_n, uint64_t *out_bytes);
-/* Compact, pass 2: out_offsets (out_n+1) and out_data. */
+/* Compact, pass 2: out_offsets (out_n+1) and out_data (out_bytes bytes), as counted by pass 1
+ * on the same mask. */
 lm_status lm_o32_compact(const int32_t *offsets, size_t n, const uint8_t *data,
                          const uint8_t *mask, int32_t *out_offsets, uint8_t *out_data);
 

@@ -36,6 +36,8 @@ static_assert(sizeof(lm_string_view) == 16, "lm_string_view must be 16 bytes");
 _Static_assert(sizeof(lm_string_view) == 16, "lm_string_view must be 16 bytes");
 #endif
 
+/* Accessors of one view (v non-NULL; nothing is checked): whether the string is stored inline
+ * (len <= 12), and for a long string its payload buffer index and byte offset. */
 static inline int lm_sv_is_inline(const lm_string_view *v) { return v->len <= LM_INLINE_MAX; }
 
 static inline uint32_t lm_sv_buffer_index(const lm_string_view *v) {
