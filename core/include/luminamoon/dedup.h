@@ -139,6 +139,11 @@ lm_status lm_dedup_close(lm_dedup *d);
 /* lm_dedup_close (errors ignored) and free.  NULL is ignored. */
 void lm_dedup_destroy(lm_dedup *d);
 
+/* Errors shared by the calls below that admit, sync, truncate or snapshot: LM_EINVAL (NULL d or
+ * a NULL pointer that must be read or written), LM_ESTATE (d was closed, or an earlier write to
+ * its log failed: it then refuses every change), LM_EIO from the log (errno kept), LM_ENOMEM.
+ * The inputs are borrowed for the call; nothing is retained.  One thread at a time per d. */
+
 /* Is the hash of text[0..len) new?  If so admit it (*is_new = 1, lsn + 1),
  * else *is_new = 0.  LM_ETOOBIG at max_entries (nothing admitted). */
 lm_status lm_dedup_check_insert(lm_dedup *d, const uint8_t *text, size_t len, int *is_new);
