@@ -862,7 +862,7 @@ class _BatchAcc:
             self.groups.extend(groups)
 
     def flush(self, stats, names: Dict[int, str], counters_only: bool = False) -> None:
-        from .cli.report import length_histogram
+        from .cli.report import length_histogram, reason_counts
         from .stages import reason_name
 
         counters: Dict[str, Dict[str, int]] = {}
@@ -878,12 +878,7 @@ class _BatchAcc:
         reasons = np.concatenate(self.reasons) if self.reasons else np.zeros(0, np.int32)
         len_in = np.concatenate(self.len_in) if self.len_in else np.zeros(0, np.int64)
         len_out = np.concatenate(self.len_out) if self.len_out else np.zeros(0, np.int64)
-        codes, counts = np.unique(reasons, return_counts=True)
-        dropped: Dict[str, int] = {}
-        for c, k in zip(codes.tolist(), counts.tolist()):
-            if c:
-                names.setdefault(c, reason_name(c))
-                dropped[names[c]] = k
+        dropped = reason_counts(reasons, names)
         if self.surrogates:
             counters["input"] = {"docs_with_lone_surrogates": self.surrogates}
         groups = None

@@ -229,3 +229,44 @@ def test_old_path_alias_shares_monkeypatch(monkeypatch):
     sentinel = object()
     monkeypatch.setattr(old, "run_corpus", sentinel)
     assert new.run_corpus is sentinel
+
+
+def test_both_pipelines_share_one_checkpoint_module():
+    # issue 18 part 4: the checkpoint code ResumablePipeline and DistributedPipeline both need is one module
+    import luminamoon.data.checkpoint as ck
+    import luminamoon.data.dist_near as dn
+    import luminamoon.data.dist_state as ds
+    import luminamoon.data.distributed as dd
+    import luminamoon.data.resumable as rs
+
+    g = {m: _imports(m, p) for m, p in MODULES.items()}
+    for user in ("luminamoon.data.resumable", "luminamoon.data.distributed"):
+        assert "luminamoon.data.checkpoint" in g[user], user
+    assert rs.run_differences is dd.run_differences is ck.run_differences
+    assert rs.describe_setting is dd.describe_setting is ck.describe_setting
+    assert dd.load_json_checked is ds.load_json_checked is dn.load_json_checked is ck.load_json_checked
+    assert dd.global_sidecar_path is ds.global_sidecar_path is ck.sidecar_path
+    assert dd.rank_sidecar_path is ds.rank_sidecar_path is ck.rank_sidecar_path
+    assert ds.wal_path is ck.wal_path and dd.WAL_NAME_RE is ck.WAL_NAME_RE
+    # no module of the data package defines them again
+    import re as _re
+    for m, p in MODULES.items():
+        if m.startswith("luminamoon.data.") and m != "luminamoon.data.checkpoint":
+            src = p.read_text()
+            for fn in ("run_differences", "source_differences", "describe_setting", "load_json_checked",
+                       "rank_sidecar_path", "global_sidecar_path", "dump_json"):
+                assert not _re.search(rf"^def {fn}\(", src, _re.M), (m, fn)
+
+
+def test_sources_split():
+    # readers and writers have their own modules; the old names still import from sources / luminamoon.data
+    import luminamoon.data as D
+    import luminamoon.data.readers as R
+    import luminamoon.data.sources as S
+    import luminamoon.data.writers as W
+
+    assert S.write_jsonl is W.write_jsonl is D.write_jsonl
+    for name in ("TooLong", "_PlainReader", "_IndexedGzipReader", "_FramedReader"):
+        assert getattr(S, name) is getattr(R, name)
+        assert getattr(R, name).__module__ == "luminamoon.data.readers"
+    assert W.write_jsonl.__module__ == "luminamoon.data.writers"

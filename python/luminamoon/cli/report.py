@@ -16,7 +16,6 @@ Example:
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 import time
@@ -25,8 +24,9 @@ from typing import Any, Dict, Iterable, List, Optional
 import numpy as np
 
 from .._durable import atomic_replace
+from ..stages import reason_name
 
-__all__ = ["RunStats", "render_report", "LENGTH_EDGES", "length_histogram", "format_summary"]
+__all__ = ["RunStats", "render_report", "LENGTH_EDGES", "length_histogram", "format_summary", "reason_counts"]
 
 #: bin edges of the length histograms, in bytes: 0, then quarter octaves 1 .. 2^30
 LENGTH_EDGES = np.array([0.0] + [2.0 ** (k / 4) for k in range(0, 4 * 30 + 1)])
@@ -211,12 +211,16 @@ class RunStats:
                                                                  "near_dup")})
         return out
 
-    def write_json(self, path: str) -> Dict[str, Any]:
-        data = self.to_json()
-        with atomic_replace(path, tmp=path + ".tmp") as tmp, open(tmp, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=2, ensure_ascii=False)
-            f.write("\n")
-        return data
+
+def reason_counts(reasons: np.ndarray, names: Dict[int, str]) -> Dict[str, int]:
+    """The dropped documents of a batch per reason name (``reasons``: one code a document, 0 = kept,
+    left out); ``names`` caches code -> name across batches (filled here)."""
+    codes, counts = np.unique(reasons, return_counts=True)
+    dropped: Dict[str, int] = {}
+    for c, k in zip(codes.tolist(), counts.tolist()):
+        if c:
+            dropped[names.setdefault(c, reason_name(c))] = k
+    return dropped
 
 
 def _sparse(h: np.ndarray) -> Dict[str, int]:

@@ -35,7 +35,7 @@ import torch
 
 from .config import ConfigError, stage_kwargs
 from ..data.sources import BadRecordError
-from .report import RunStats, format_summary, length_histogram, render_report
+from .report import RunStats, format_summary, length_histogram, reason_counts, render_report
 from ..stages import DedupFullError
 from .writers import PART_RE, ShardWriter, id_text, repair_surrogates
 
@@ -942,12 +942,7 @@ def _loop(pipe, measured, source, writer: ShardWriter, stats: RunStats, cfg, kee
                 len_out = (off_out[1:] - off_out[:-1]).numpy()
                 m = dict(m, hist_out=length_histogram(len_out), bytes_out=int(len_out.sum()))
             reasons = batch.reasons.numpy()
-            codes, counts = np.unique(reasons, return_counts=True)
-            dropped: Dict[str, int] = {}
-            for c, k in zip(codes.tolist(), counts.tolist()):
-                if c:
-                    names.setdefault(c, reason_name(c))
-                    dropped[names[c]] = k
+            dropped = reason_counts(reasons, names)
             recs = batch.records
             skipped = 0
             surrogates = 0

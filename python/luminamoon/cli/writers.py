@@ -140,10 +140,12 @@ class ShardWriter:
         self._rows = 0
         self._bytes = 0
 
-    # ------------------------------------------------------------ recovery
-    def existing_parts(self) -> List[str]:
-        return sorted(f for f in os.listdir(self.out_dir) if PART_RE.match(f))
+    def __repr__(self) -> str:
+        return (f"ShardWriter(out_dir={self.out_dir!r}, fmt={self.fmt!r}, compression={self.compression!r}, "
+                f"part_docs={self.part_docs}, part_bytes={self.part_bytes}, parts={len(self.parts)}, "
+                f"pending_rows={self._rows})")
 
+    # ------------------------------------------------------------ recovery
     def _remove_uncommitted(self) -> None:
         keep = {p["name"] for p in self.parts}
         for f in os.listdir(self.out_dir):
@@ -269,12 +271,6 @@ class ShardWriter:
         """The finished parts, for ``commit(extra=...)``."""
         return {"format": self.fmt, "suffix": self.suffix, "parts": [dict(p) for p in self.parts],
                 "rows": sum(p["rows"] for p in self.parts)}
-
-    def discard_pending(self) -> None:
-        """Drops the open part's buffered documents (an interrupted run)."""
-        self._ids, self._texts = [], []
-        self._extra = {k: [] for k in self.extra_fields}
-        self._rows = self._bytes = 0
 
 
 def _ndjson(table: pa.Table, raw: Sequence[str] = ()) -> bytes:

@@ -22,7 +22,8 @@ from typing import Any, Callable, Dict, Optional
 
 import torch
 
-from .dist_state import load_json_checked, owner_of, rank_sidecar_path, read_wal_hashes
+from .checkpoint import load_json_checked, rank_sidecar_path
+from .dist_state import owner_of, read_wal_hashes
 
 __all__ = ["NEAR_WAL_NAME_RE", "near_wal_path", "restore_near_dedup", "cleanup_near"]
 

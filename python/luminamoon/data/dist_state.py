@@ -12,6 +12,8 @@ Layout of a distributed ``state_dir`` (one folder shared by every rank)::
     dedup-rank<r>-of<W>.wal                 the dedup table of the hashes rank r owns (owner rule h mod W)
 
 The sidecars of the last two commits are kept (the state file has two slots).
+The paths, the sidecar reading and the run-record check are shared with ResumablePipeline in
+``data/checkpoint.py`` (re-exported here); this module keeps what only the distributed checkpoint does.
 
 Reading a WAL (``read_wal_hashes``) goes through the core's read-only WAL reader
 (``lm_dedup_wal_inspect`` / ``lm_dedup_wal_read_hashes``, format documented in
@@ -21,22 +23,18 @@ it.  Every record it reads is checked (header CRC, LSN sequence, payload CRC).
 """
 from __future__ import annotations
 
-import json
 import os
-import re
-import zlib
 from typing import Any, Callable, Dict, Optional
 
 import numpy as np
 import torch
 
 from .. import _C
-from .._durable import atomic_write
+from .checkpoint import (WAL_NAME_RE, atomic_write, dump_json, load_json_checked, rank_sidecar_path,  # noqa: F401
+                         sidecar_path as global_sidecar_path, wal_path)
 
 __all__ = ["crc32c", "read_wal_hashes", "validate_wal", "atomic_write", "wal_path", "global_sidecar_path",
            "rank_sidecar_path", "WAL_NAME_RE", "owner_of", "restore_dedup", "cleanup"]
-
-WAL_NAME_RE = re.compile(r"^dedup-rank(\d+)-of(\d+)\.wal(\.snap(\.tmp)?)?$")
 
 
 def crc32c(data: bytes, crc: int = 0) -> int:
@@ -47,36 +45,6 @@ def crc32c(data: bytes, crc: int = 0) -> int:
     '0xe3069283'
     """
     return _C.crc32c(data, crc)
-
-
-def wal_path(state_dir: str, rank: int, world_size: int) -> str:
-    """The dedup WAL of ``rank`` under ``world_size`` ranks."""
-    return os.path.join(state_dir, f"dedup-rank{rank}-of{world_size}.wal")
-
-
-def global_sidecar_path(state_dir: str, commit_id: int) -> str:
-    return os.path.join(state_dir, f"commit-{commit_id:020d}.json")
-
-
-def rank_sidecar_path(state_dir: str, commit_id: int, rank: int, world_size: int) -> str:
-    return os.path.join(state_dir, f"commit-{commit_id:020d}-rank{rank}-of{world_size}.json")
-
-
-def dump_json(obj: Dict[str, Any]) -> bytes:
-    return json.dumps(obj, sort_keys=True).encode()
-
-
-def load_json_checked(path: str, crc: Optional[int] = None) -> Dict[str, Any]:
-    """Read a sidecar; with ``crc`` check it against the CRC32 the state slot holds."""
-    try:
-        with open(path, "rb") as f:
-            raw = f.read()
-    except FileNotFoundError:
-        raise OSError(f"the distributed checkpoint names {path}, which is missing: the state folder is "
-                      "incomplete; refusing to restart from zero") from None
-    if crc is not None and zlib.crc32(raw) != crc:
-        raise OSError(f"commit sidecar {path} does not match its state slot (checksum): refusing to resume")
-    return json.loads(raw)
 
 
 def read_wal_hashes(path: str, limit_lsn: int, seed: int = 0) -> torch.Tensor:

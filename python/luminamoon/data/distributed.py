@@ -80,12 +80,14 @@ from typing import Any, Dict, Iterable, Iterator, List, Optional, Union
 
 import torch
 
-from .resumable import Batch, describe_setting, run_differences
+from .checkpoint import (WAL_HEADER as _WAL_HEADER, WAL_NAME_RE, atomic_write, describe_setting, dump_json,
+                         load_json_checked, rank_sidecar_path, run_differences,
+                         sidecar_path as global_sidecar_path)
+from .resumable import Batch
 from .dist_exchange import HashExchange, PeerFailedError
 from ._prefetch import (DEFAULT_MAX_PREFETCH_BYTES, END, Prefetcher, check_max_bytes, empty_prefetch_stats,
                         lock_state_dir, tensor_memory, unlock_state_dir)
-from .dist_state import (WAL_NAME_RE, atomic_write, cleanup, dump_json, global_sidecar_path, load_json_checked,
-                         rank_sidecar_path, restore_dedup)
+from .dist_state import cleanup, restore_dedup
 from .dist_near import NEAR_WAL_NAME_RE, cleanup_near, restore_near_dedup
 from .dist_stream import GlobalStream
 from ._blocks import stream_steps
@@ -93,7 +95,6 @@ from .sources import IterableSource, Source
 
 __all__ = ["DistributedPipeline", "DistBatch"]
 
-_WAL_HEADER = 64  # bytes of an empty dedup WAL
 
 _VERSION = 1
 _LIVE: "weakref.WeakSet[DistributedPipeline]" = weakref.WeakSet()

@@ -47,67 +47,13 @@ import torch
 
 from ._prefetch import (DEFAULT_MAX_PREFETCH_BYTES, END, Prefetcher, atomic_write, check_max_bytes,
                         empty_prefetch_stats, lock_state_dir, tensor_memory, unlock_state_dir)
-from .fingerprint import fingerprint_differences
+from .checkpoint import (STATE_VERSION as _STATE_VERSION, WAL_HEADER as _WAL_HEADER, describe_setting,  # noqa: F401
+                         dump_json, load_json_checked, local_wal_path, run_differences, sidecar_path,
+                         source_differences, state_path, wal_bytes)
 from .sources import IterableSource, Source
 
 __all__ = ["Batch", "ResumablePipeline"]
 
-_STATE_VERSION = 1
-_WAL_HEADER = 64  # bytes of an empty dedup WAL (core/include/luminamoon/dedup.h)
-
-
-def describe_setting(v: Any) -> Any:
-    """A JSON-able description of a stage setting (for "does a resume use the same settings?"):
-    plain values as they are, stage objects by class and configuration, other objects by type."""
-    if v is None or isinstance(v, (bool, int, float, str)):
-        return v
-    if isinstance(v, dict):
-        return {str(k): describe_setting(x) for k, x in sorted(v.items(), key=lambda kv: str(kv[0]))}
-    if isinstance(v, (list, tuple)):
-        return [describe_setting(x) for x in v]
-    cfg = getattr(v, "_config", None)
-    if isinstance(cfg, dict):
-        return {"type": type(v).__name__, **{str(k): describe_setting(x) for k, x in sorted(cfg.items())}}
-    from ..stages import _Pipeline
-
-    if isinstance(v, _Pipeline):  # a FusedPipeline / ChainPipeline passed as the pipeline callable
-        stages = {k: describe_setting(getattr(v, k) or False) for k in ("cleaner", "quality", "pii")}
-        return {"type": "pipeline", **stages, "dedup": v.dedup is not None}
-    return {"type": f"{type(v).__module__}.{type(v).__qualname__}"}
-
-
-def run_differences(old: Dict[str, Any], new: Dict[str, Any]) -> List[str]:
-    """What differs between two run records (settings that shape the output, and the source's
-    identity), in words; [] when they agree."""
-    out: List[str] = []
-    for k in sorted(set(old) | set(new)):
-        a, b = old.get(k), new.get(k)
-        if k == "source":
-            out += source_differences(a, b)
-        elif a != b:
-            out.append(f"{k}: committed {json.dumps(a, sort_keys=True)}, now {json.dumps(b, sort_keys=True)}")
-    return out
-
-
-def source_differences(a: Optional[Dict[str, Any]], b: Optional[Dict[str, Any]]) -> List[str]:
-    if a is None and b is None:
-        return []
-    if a is None or b is None:
-        return [f"input: committed over {'a source without identity' if a is None else a.get('kind')}, "
-                f"now {'a source without identity' if b is None else b.get('kind')}"]
-    out = []
-    fa, fb = a.get("files") or [], b.get("files") or []
-    rest_a = {k: v for k, v in a.items() if k != "files"}
-    rest_b = {k: v for k, v in b.items() if k != "files"}
-    if rest_a != rest_b:
-        out.append(f"input settings: committed {json.dumps(rest_a, sort_keys=True)}, "
-                   f"now {json.dumps(rest_b, sort_keys=True)}")
-    if len(fa) != len(fb):
-        out.append(f"input: committed over {len(fa)} file(s), now {len(fb)}")
-    else:
-        for x, y in zip(fa, fb):
-            out += [f"input changed: {d}" for d in fingerprint_differences(x, y)]
-    return out
 
 
 class _Resources:
@@ -448,10 +394,10 @@ class ResumablePipeline:
             side = self._load_committed()  # 2. the committed state, checked, before any file changes
             if dedup is not False:  # 3. the dedup log, cut back to the commit
                 self.dedup = res.dedup = _stages.StreamDeduplicator(
-                    wal_path=os.path.join(self.state_dir, "dedup.wal"), **dedup_kw)
+                    wal_path=local_wal_path(self.state_dir), **dedup_kw)
             if near_dedup is not False:  # 3b. the near-dedup band index's log, likewise
                 self.near_dedup = res.near = _stages.NearDeduplicator(
-                    wal_path=os.path.join(self.state_dir, "near_dedup.wal"), **near_kw)
+                    wal_path=local_wal_path(self.state_dir, near=True), **near_kw)
             self._pipeline = self._make_pipeline(pipeline, stage_objs)
             # a callable that runs the near stage itself, in the fused order (before PII), says so
             # with ``runs_near_dedup = True`` and is given the index through ``bind_near_dedup``
@@ -524,7 +470,7 @@ class ResumablePipeline:
 
     # ------------------------------------------------------------- recovery
     def _sidecar_path(self, commit_id: int) -> str:
-        return os.path.join(self.state_dir, f"commit-{commit_id:020d}.json")
+        return sidecar_path(self.state_dir, commit_id)
 
     def _check_whole(self, state_path: str) -> None:
         """A folder with commits or dedup hashes but no state file lost its state: refuse."""
@@ -532,22 +478,13 @@ class ResumablePipeline:
             return
         names = os.listdir(self.state_dir)
         held = [n for n in names if n.startswith("commit-") and n.endswith(".json")]
-        wal = os.path.join(self.state_dir, "dedup.wal")
-        try:
-            wal_bytes = os.path.getsize(wal)
-        except OSError:
-            wal_bytes = 0
-        if wal_bytes > _WAL_HEADER:
-            held.append(f"dedup.wal ({wal_bytes} bytes)")
-        if os.path.exists(wal + ".snap"):
+        for near in (False, True):
+            wal = local_wal_path(self.state_dir, near)
+            n = wal_bytes(wal)
+            if n > _WAL_HEADER:
+                held.append(f"{os.path.basename(wal)} ({n} bytes)")
+        if os.path.exists(local_wal_path(self.state_dir) + ".snap"):
             held.append("dedup.wal.snap")
-        near = os.path.join(self.state_dir, "near_dedup.wal")
-        try:
-            near_bytes = os.path.getsize(near)
-        except OSError:
-            near_bytes = 0
-        if near_bytes > _WAL_HEADER:
-            held.append(f"near_dedup.wal ({near_bytes} bytes)")
         if held:
             raise OSError(f"state_dir {self.state_dir!r} has no state file but holds {', '.join(sorted(held)[:4])}"
                           f"{' ...' if len(held) > 4 else ''}: the folder is incomplete (was 'state' moved or "
@@ -558,24 +495,17 @@ class ResumablePipeline:
         """The committed sidecar (checked against its slot and this pipeline's settings), or None."""
         from ..state import StateTracker
 
-        state_path = os.path.join(self.state_dir, "state")
-        self._check_whole(state_path)
-        self.state = self._res.state = StateTracker(state_path)
+        path = state_path(self.state_dir)
+        self._check_whole(path)
+        self.state = self._res.state = StateTracker(path)
         loaded = self.state.load()  # raises StateCorruptError when no valid slot but the file is not fresh
         if loaded is None:
             return None
         coord, _seq = loaded
         commit_id, crc = int(coord["source_pos"]), int(coord["source_pos2"])
         path = self._sidecar_path(commit_id)
-        try:
-            with open(path, "rb") as f:
-                raw = f.read()
-        except FileNotFoundError:
-            raise OSError(f"state in {self.state_dir!r} names commit {commit_id}, but {path} is missing: "
-                          "the state folder is incomplete; refusing to restart from zero") from None
-        if zlib.crc32(raw) != crc:
-            raise OSError(f"commit sidecar {path} does not match its state slot (checksum): refusing to resume")
-        side = json.loads(raw)
+        side = load_json_checked(path, crc, missing=f"state in {self.state_dir!r} names commit {commit_id}, "
+                                                    f"but {path} is missing")
         if side.get("kind") is not None:
             raise OSError(f"state_dir {self.state_dir!r} holds a checkpoint of kind {side.get('kind')!r} (a "
                           "DistributedPipeline's), not a ResumablePipeline's: refusing to resume")
@@ -725,7 +655,7 @@ class ResumablePipeline:
             durable = self.near_dedup.sync()  # 1b. the near-dedup WAL likewise
             if durable < int(side.get("near_wal_lsn", 0)):
                 raise OSError(f"near-dedup WAL durable at {durable} < committed LSN {side['near_wal_lsn']}")
-        raw = json.dumps(side, sort_keys=True).encode()
+        raw = dump_json(side)
         commit_id = self._commit_id + 1
         atomic_write(self._sidecar_path(commit_id), raw)  # 2. the sidecar, atomically
         self.state.commit(epoch=int(side["epoch"]), batch_index=int(side["batch_index"]),  # 3. the slot
@@ -795,6 +725,18 @@ class ResumablePipeline:
             return
         self._closed = True
         self._finalizer()
+
+    def __repr__(self) -> str:
+        """Source, batch size, state folder, which dedup stages run, commits so far, and whether closed."""
+        pipe = getattr(self, "_pipeline", None)
+        parts = [f"source={getattr(self, 'source', None)!r}", f"batch_size={getattr(self, 'batch_size', None)}",
+                 f"pipeline={type(pipe).__name__ if pipe is not None else None}",
+                 f"dedup={getattr(self, 'dedup', None) is not None}",
+                 f"near_dedup={getattr(self, 'near_dedup', None) is not None}",
+                 f"state_dir={getattr(self, 'state_dir', None)!r}", f"commits={getattr(self, 'commits', 0)}"]
+        if getattr(self, "_closed", False):
+            parts.append("closed")
+        return f"ResumablePipeline({', '.join(parts)})"
 
     def __enter__(self) -> "ResumablePipeline":
         return self

@@ -1,0 +1,149 @@
+"""The checkpoint files that ResumablePipeline (``data/resumable.py``) and DistributedPipeline
+(``data/distributed.py``) share: where they live in a ``state_dir``, how a commit sidecar is written
+and read back (checked against the CRC32 its state slot holds), and how a resume decides that the
+committed run had the same settings and input (the fingerprint check).
+
+A ``state_dir``::
+
+    state                          StateTracker (two 64-byte slots, luminamoon/state.py): the commit point.
+                                   source_pos = commit id, source_pos2 = CRC32 of that commit's sidecar
+    commit-<id>.json               the commit sidecar: source position, WAL LSNs, the run record, ``extra``
+    dedup.wal, near_dedup.wal      the dedup WALs of a ResumablePipeline
+    commit-<id>-rank<r>-of<W>.json DistributedPipeline: rank r's sidecar, written before the agreement
+    dedup-rank<r>-of<W>.wal        DistributedPipeline: the hashes rank r owns (``data/dist_state.py``
+                                   reads and re-partitions them)
+
+The sidecars of the last two commits are kept (the state file has two slots).  The order of a commit
+(WAL synced, sidecar written atomically, then the slot) is written in ``data/resumable.py``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import zlib
+from typing import Any, Dict, List, Optional
+
+from .._durable import atomic_write  # noqa: F401  (re-exported: the sidecars are written with it)
+from .fingerprint import fingerprint_differences
+
+__all__ = ["STATE_VERSION", "WAL_HEADER", "STATE_NAME", "WAL_NAME_RE", "state_path", "sidecar_path",
+           "rank_sidecar_path", "wal_path", "local_wal_path", "wal_bytes", "dump_json", "load_json_checked",
+           "describe_setting", "run_differences", "source_differences", "atomic_write"]
+
+STATE_VERSION = 1  # "version" of a ResumablePipeline's sidecar and state_dict
+WAL_HEADER = 64  # bytes of an empty dedup WAL (core/include/luminamoon/dedup.h): more means it holds hashes
+STATE_NAME = "state"
+WAL_NAME_RE = re.compile(r"^dedup-rank(\d+)-of(\d+)\.wal(\.snap(\.tmp)?)?$")
+
+
+# ------------------------------------------------------------------ paths
+def state_path(state_dir: str) -> str:
+    """The StateTracker file (the commit point)."""
+    return os.path.join(state_dir, STATE_NAME)
+
+
+def sidecar_path(state_dir: str, commit_id: int) -> str:
+    """The sidecar of commit ``commit_id`` (the global one, for a DistributedPipeline)."""
+    return os.path.join(state_dir, f"commit-{commit_id:020d}.json")
+
+
+def rank_sidecar_path(state_dir: str, commit_id: int, rank: int, world_size: int) -> str:
+    """A DistributedPipeline rank's sidecar of commit ``commit_id``."""
+    return os.path.join(state_dir, f"commit-{commit_id:020d}-rank{rank}-of{world_size}.json")
+
+
+def wal_path(state_dir: str, rank: int, world_size: int) -> str:
+    """The dedup WAL of ``rank`` under ``world_size`` ranks (DistributedPipeline)."""
+    return os.path.join(state_dir, f"dedup-rank{rank}-of{world_size}.wal")
+
+
+def local_wal_path(state_dir: str, near: bool = False) -> str:
+    """A ResumablePipeline's exact (``dedup.wal``) or near (``near_dedup.wal``) dedup WAL."""
+    return os.path.join(state_dir, "near_dedup.wal" if near else "dedup.wal")
+
+
+def wal_bytes(path: str) -> int:
+    """The size of a WAL file, 0 when there is none; more than ``WAL_HEADER`` means it holds hashes."""
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
+# ------------------------------------------------------------------ sidecars
+def dump_json(obj: Dict[str, Any]) -> bytes:
+    """A sidecar's bytes (sorted keys: the same object gives the same bytes and CRC32)."""
+    return json.dumps(obj, sort_keys=True).encode()
+
+
+def load_json_checked(path: str, crc: Optional[int] = None, missing: Optional[str] = None) -> Dict[str, Any]:
+    """Reads a sidecar; with ``crc``, checks it against the CRC32 its state slot holds.
+
+    A missing file is an OSError (``missing`` says what named it; the folder is incomplete and a
+    restart from zero would silently repeat the run), a checksum mismatch likewise."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        raise OSError((missing or f"the distributed checkpoint names {path}, which is missing") +
+                      ": the state folder is incomplete; refusing to restart from zero") from None
+    if crc is not None and zlib.crc32(raw) != crc:
+        raise OSError(f"commit sidecar {path} does not match its state slot (checksum): refusing to resume")
+    return json.loads(raw)
+
+
+# ------------------------------------------------------------------ the run record
+def describe_setting(v: Any) -> Any:
+    """A JSON-able description of a stage setting (for "does a resume use the same settings?"):
+    plain values as they are, stage objects by class and configuration, other objects by type."""
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    if isinstance(v, dict):
+        return {str(k): describe_setting(x) for k, x in sorted(v.items(), key=lambda kv: str(kv[0]))}
+    if isinstance(v, (list, tuple)):
+        return [describe_setting(x) for x in v]
+    cfg = getattr(v, "_config", None)
+    if isinstance(cfg, dict):
+        return {"type": type(v).__name__, **{str(k): describe_setting(x) for k, x in sorted(cfg.items())}}
+    from ..stages import _Pipeline
+
+    if isinstance(v, _Pipeline):  # a FusedPipeline / ChainPipeline passed as the pipeline callable
+        stages = {k: describe_setting(getattr(v, k) or False) for k in ("cleaner", "quality", "pii")}
+        return {"type": "pipeline", **stages, "dedup": v.dedup is not None}
+    return {"type": f"{type(v).__module__}.{type(v).__qualname__}"}
+
+
+def run_differences(old: Dict[str, Any], new: Dict[str, Any]) -> List[str]:
+    """What differs between two run records (settings that shape the output, and the source's
+    identity), in words; [] when they agree."""
+    out: List[str] = []
+    for k in sorted(set(old) | set(new)):
+        a, b = old.get(k), new.get(k)
+        if k == "source":
+            out += source_differences(a, b)
+        elif a != b:
+            out.append(f"{k}: committed {json.dumps(a, sort_keys=True)}, now {json.dumps(b, sort_keys=True)}")
+    return out
+
+
+def source_differences(a: Optional[Dict[str, Any]], b: Optional[Dict[str, Any]]) -> List[str]:
+    """What differs between two sources' identities (settings, file count, file fingerprints)."""
+    if a is None and b is None:
+        return []
+    if a is None or b is None:
+        return [f"input: committed over {'a source without identity' if a is None else a.get('kind')}, "
+                f"now {'a source without identity' if b is None else b.get('kind')}"]
+    out = []
+    fa, fb = a.get("files") or [], b.get("files") or []
+    rest_a = {k: v for k, v in a.items() if k != "files"}
+    rest_b = {k: v for k, v in b.items() if k != "files"}
+    if rest_a != rest_b:
+        out.append(f"input settings: committed {json.dumps(rest_a, sort_keys=True)}, "
+                   f"now {json.dumps(rest_b, sort_keys=True)}")
+    if len(fa) != len(fb):
+        out.append(f"input: committed over {len(fa)} file(s), now {len(fb)}")
+    else:
+        for x, y in zip(fa, fb):
+            out += [f"input changed: {d}" for d in fingerprint_differences(x, y)]
+    return out
