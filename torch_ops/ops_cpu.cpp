@@ -120,36 +120,35 @@ void raise_view_bounds(lm_status s, const char *op, const char *vn, const Tensor
 // A bool [n] output on the device of `like`, as bytes.
 Tensor bool_out(const Tensor &like, int64_t n) { return empty_on(like, {n}, ScalarType::Bool); }
 
-Tensor prefix_match_cpu(Tensor offsets, Tensor data, std::string prefix) {
-  check_strings_light("prefix_match", offsets, data);
+// prefix_match / equal_scalar: one pattern against every string, the checked kernels of core/.
+using match32_fn = lm_status (*)(const int32_t *, size_t, const uint8_t *, size_t, const uint8_t *, size_t, uint8_t *,
+                                 const lm_exec *);
+using match64_fn = lm_status (*)(const int64_t *, size_t, const uint8_t *, size_t, const uint8_t *, size_t, uint8_t *,
+                                 const lm_exec *);
+
+Tensor match_cpu(const char *op, const Tensor &offsets, const Tensor &data, const std::string &pat, match32_fn f32,
+                 match64_fn f64) {
+  check_strings_light(op, offsets, data);
   const int64_t n = offsets.numel() - 1;
   Tensor out = bool_out(offsets, n);
-  const auto *p = reinterpret_cast<const uint8_t *>(prefix.data());
+  const auto *p = reinterpret_cast<const uint8_t *>(pat.data());
   lm_exec e = cpu_exec();
   auto *o = mptr<uint8_t>(out);
   const uint8_t *d = bytes_ptr(data);
   const size_t len = size_t(data.numel());
-  lm_status s = is_int(offsets) ? lm_o32_prefix_match_checked(cptr<int32_t>(offsets), n, d, len, p, prefix.size(), o, &e)
-                                : lm_o64_prefix_match_checked(cptr<int64_t>(offsets), n, d, len, p, prefix.size(), o, &e);
-  if (s == LM_EINVAL) raise_bad_offsets("prefix_match", offsets, data);
-  check(s, "prefix_match");
+  lm_status s = is_int(offsets) ? f32(cptr<int32_t>(offsets), n, d, len, p, pat.size(), o, &e)
+                                : f64(cptr<int64_t>(offsets), n, d, len, p, pat.size(), o, &e);
+  if (s == LM_EINVAL) raise_bad_offsets(op, offsets, data);
+  check(s, op);
   return out;
 }
 
+Tensor prefix_match_cpu(Tensor offsets, Tensor data, std::string prefix) {
+  return match_cpu("prefix_match", offsets, data, prefix, &lm_o32_prefix_match_checked, &lm_o64_prefix_match_checked);
+}
+
 Tensor equal_scalar_cpu(Tensor offsets, Tensor data, std::string str) {
-  check_strings_light("equal_scalar", offsets, data);
-  const int64_t n = offsets.numel() - 1;
-  Tensor out = bool_out(offsets, n);
-  const auto *p = reinterpret_cast<const uint8_t *>(str.data());
-  lm_exec e = cpu_exec();
-  auto *o = mptr<uint8_t>(out);
-  const uint8_t *d = bytes_ptr(data);
-  const size_t len = size_t(data.numel());
-  lm_status s = is_int(offsets) ? lm_o32_equal_scalar_checked(cptr<int32_t>(offsets), n, d, len, p, str.size(), o, &e)
-                                : lm_o64_equal_scalar_checked(cptr<int64_t>(offsets), n, d, len, p, str.size(), o, &e);
-  if (s == LM_EINVAL) raise_bad_offsets("equal_scalar", offsets, data);
-  check(s, "equal_scalar");
-  return out;
+  return match_cpu("equal_scalar", offsets, data, str, &lm_o32_equal_scalar_checked, &lm_o64_equal_scalar_checked);
 }
 
 Tensor equal_cpu(Tensor oa, Tensor da, Tensor ob, Tensor db) {
