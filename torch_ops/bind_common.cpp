@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 
 namespace luminamoon {
 
@@ -13,13 +14,6 @@ PyObject *g_state_corrupt = nullptr;  // StateCorruptError(CorruptError)
 PyObject *g_version = nullptr;        // FormatVersionError(ValueError)
 PyObject *g_dedup_full = nullptr;     // DedupFullError(ValueError)
 
-at::Tensor own(void *p, int64_t n, at::ScalarType t) {
-  if (!p) {
-    if (n) throw std::bad_alloc();
-    return at::empty({0}, at::TensorOptions().dtype(t));
-  }
-  return at::from_blob(p, {n}, [](void *q) { std::free(q); }, at::TensorOptions().dtype(t));
-}
 }  // namespace
 
 void register_errors(py::module_ &m) {
@@ -78,47 +72,6 @@ void raise_status(lm_status s, const std::string &what, const std::string &path,
     default:
       throw py::value_error(msg);
   }
-}
-
-DocsIn::DocsIn(const at::Tensor &offsets, const at::Tensor &data_, const char *what) {
-  auto bad = [&](const std::string &m) { throw py::value_error(std::string(what) + ": " + m); };
-  if (offsets.dim() != 1 || offsets.numel() < 1) bad("offsets must be 1-D with N+1 >= 1 entries");
-  if (offsets.scalar_type() != at::kInt && offsets.scalar_type() != at::kLong)
-    throw py::type_error(std::string(what) + ": offsets must be int32 or int64");
-  if (data_.scalar_type() != at::kByte) throw py::type_error(std::string(what) + ": data must be uint8");
-  if (data_.dim() != 1) bad("data must be 1-D");
-  if (!offsets.is_cpu() || !data_.is_cpu()) bad("the text stages run on the CPU: move the StringTensor with .cpu()");
-  // Always a private copy (to() alone would share int64 offsets): the core validates
-  // and reads this snapshot with the GIL released, while the caller's tensor may be
-  // written by another thread.
-  off64 = offsets.to(at::kLong, /*non_blocking=*/false, /*copy=*/true).contiguous();
-  data = data_.contiguous();
-  docs.offsets = off64.data_ptr<int64_t>();
-  docs.data = data.numel() ? data.data_ptr<uint8_t>() : nullptr;
-  docs.n = size_t(offsets.numel() - 1);
-  docs.data_len = size_t(data.numel());
-  if (docs.offsets[0] < 0 || docs.offsets[docs.n] > int64_t(docs.data_len))
-    bad("offsets point outside data");
-}
-
-py::tuple take_result(lm_batch_result &r) {
-  at::Tensor off = own(r.offsets, int64_t(r.n_out + 1), at::kLong);
-  r.offsets = nullptr;
-  at::Tensor data = own(r.data, int64_t(r.data_len), at::kByte);
-  r.data = nullptr;
-  at::Tensor src = own(r.source_index, int64_t(r.n_out), at::kLong);
-  r.source_index = nullptr;
-  at::Tensor rea = own(r.reasons, int64_t(r.n_in), at::kInt);
-  r.reasons = nullptr;
-  lm_batch_result_init(&r);
-  return py::make_tuple(off, data, src, rea);
-}
-
-lm_exec make_exec(int num_threads) {
-  lm_exec e;
-  e.num_threads = num_threads > 0 ? num_threads : at::get_num_threads();
-  e.min_items_per_thread = 0;
-  return e;
 }
 
 static std::string pname(const char *what, const char *name) { return std::string(what) + ": parameter " + name; }
@@ -307,30 +260,31 @@ class GrowBuf {
     return p_;
   }
   void set_used(size_t n) { used_ = n; }
-  // The bytes as a uint8 tensor of `used_` bytes that owns them (shrunk to size first).
-  at::Tensor take() {
+  // The bytes as a uint8 tensor of `used_` bytes that owns them (shrunk to size first; bind_array.h:
+  // released once, when the tensor dies: a mapping to the cache above, malloc'd memory with free).
+  py::object take() {
     const int64_t n = int64_t(used_);
-    if (!p_) return at::empty({0}, at::TensorOptions().dtype(at::kByte));
+    if (!p_) return own_tensor(nullptr, Dt::u8, 0);
     uint8_t *p = p_;
-    at::Tensor t;
-    if (mapped_) {
-      size_t keep = (used_ + kHuge - 1) / kHuge * kHuge;
-      if (keep == 0) keep = kHuge;
-      if (keep < cap_) {
-        void *q = mremap(p_, cap_, keep, 0);  // shrink in place
-        if (q != MAP_FAILED) cap_ = keep;
-      }
-      const size_t cap = cap_;
-      t = at::from_blob(p, {n}, [cap](void *q) { map_cache_put(q, cap); }, at::TensorOptions().dtype(at::kByte));
-    } else {
-      void *q = used_ ? std::realloc(p_, used_) : nullptr;
-      if (q) p = static_cast<uint8_t *>(q);
-      t = at::from_blob(p, {n}, [](void *q) { std::free(q); }, at::TensorOptions().dtype(at::kByte));
-    }
-    p_ = nullptr;
+    void *q0 = p_;
+    const size_t cap0 = cap_;
+    const bool mapped = mapped_;
+    p_ = nullptr;  // owned by the tensor (or released by own_tensor*) from here on
     cap_ = used_ = 0;
     mapped_ = false;
-    return t;
+    if (mapped) {
+      size_t cap = cap0;
+      size_t keep = (size_t(n) + kHuge - 1) / kHuge * kHuge;
+      if (keep == 0) keep = kHuge;
+      if (keep < cap) {
+        void *q = mremap(q0, cap, keep, 0);  // shrink in place
+        if (q != MAP_FAILED) cap = keep;
+      }
+      return own_tensor_with(p, Dt::u8, n, -1, [](void *q, size_t c) { map_cache_put(q, c); }, cap);
+    }
+    void *q = n ? std::realloc(q0, size_t(n)) : nullptr;
+    if (q) p = static_cast<uint8_t *>(q);
+    return own_tensor(p, Dt::u8, n);
   }
 
  private:
@@ -406,11 +360,12 @@ py::tuple from_list_views(py::handle seq, bool allow_bytes, bool validate) {
   }
   const bool is_list = PyList_Check(obj);
   const Py_ssize_t n = is_list ? PyList_GET_SIZE(obj) : PyTuple_GET_SIZE(obj);
-  at::Tensor off32 = at::empty({n + 1}, at::TensorOptions().dtype(at::kInt)), off64;
-  at::Tensor views = at::empty({n, 16}, at::TensorOptions().dtype(at::kByte));
-  int32_t *o32 = off32.data_ptr<int32_t>();
+  std::optional<ArrayOut> off32, off64;
+  off32.emplace(Dt::i32, n + 1);
+  ArrayOut views(Dt::u8, n, 16);
+  int32_t *o32 = off32->data<int32_t>();
   int64_t *o64 = nullptr;
-  auto *v = reinterpret_cast<lm_string_view *>(views.data_ptr<uint8_t>());
+  auto *v = reinterpret_cast<lm_string_view *>(views.data<uint8_t>());
   GrowBuf buf;
   uint64_t pos = 0;
   // The GIL is held throughout and no Python code runs (PyUnicode_AsUTF8AndSize at
@@ -445,10 +400,10 @@ py::tuple from_list_views(py::handle seq, bool allow_bytes, bool validate) {
         throw py::value_error("strings[" + std::to_string(i) + "] is longer than 2^31-1 bytes");
       const uint64_t end = pos + uint64_t(w);
       if (!o64 && end > uint64_t(INT32_MAX)) {  // past 2 GiB: int64 offsets from here on
-        off64 = at::empty({n + 1}, at::TensorOptions().dtype(at::kLong));
-        o64 = off64.data_ptr<int64_t>();
+        off64.emplace(Dt::i64, n + 1);
+        o64 = off64->data<int64_t>();
         for (Py_ssize_t k = 0; k <= i; k++) o64[k] = k < i ? o32[k] : int64_t(pos);
-        off32 = at::Tensor();
+        off32.reset();
         o32 = nullptr;
       }
       if (o64) o64[i] = int64_t(pos);
@@ -485,10 +440,10 @@ py::tuple from_list_views(py::handle seq, bool allow_bytes, bool validate) {
     }
     const uint64_t end = pos + uint64_t(len);
     if (!o64 && end > uint64_t(INT32_MAX)) {  // past 2 GiB: int64 offsets from here on
-      off64 = at::empty({n + 1}, at::TensorOptions().dtype(at::kLong));
-      o64 = off64.data_ptr<int64_t>();
+      off64.emplace(Dt::i64, n + 1);
+      o64 = off64->data<int64_t>();
       for (Py_ssize_t k = 0; k <= i; k++) o64[k] = k < i ? o32[k] : int64_t(pos);
-      off32 = at::Tensor();
+      off32.reset();
       o32 = nullptr;
     }
     if (o64) o64[i] = int64_t(pos);
@@ -505,8 +460,9 @@ py::tuple from_list_views(py::handle seq, bool allow_bytes, bool validate) {
   }
   if (o64) o64[n] = int64_t(pos);
   else o32[n] = int32_t(pos);
-  at::Tensor data = buf.take();
-  return py::make_tuple(o64 ? off64 : off32, data, views);
+  py::object offsets = o64 ? off64->tensor() : off32->tensor();
+  py::object data = buf.take();
+  return py::make_tuple(offsets, data, views.tensor());
 }
 
 }  // namespace luminamoon

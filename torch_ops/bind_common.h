@@ -1,9 +1,11 @@
 // Shared pieces of the stage bindings (stages.cpp, bind_*.cpp): status ->
-// Python exception, tensors -> lm_docs, lm_batch_result -> tensors (ownership
-// handed over, no copy), parameter dicts -> C structs.
+// Python exception, parameter dicts -> C structs, StringTensor.from_list.  Arrays in
+// and out (DocsArg, result_tensors, exec_for): bind_array.h.  No libtorch.
 #pragma once
 
-#include <torch/extension.h>
+#include <pybind11/pybind11.h>
+
+#include "bind_array.h"
 
 #include <cerrno>
 #include <cstdint>
@@ -32,19 +34,6 @@ void register_errors(py::module_ &m);
 [[noreturn]] void raise_status(lm_status s, const std::string &what, const std::string &path = "", int err = 0,
                                bool state_file = false);
 
-// The input documents of a stage call: offsets (int32/int64, N+1, CPU) and a
-// uint8 payload; int32 offsets are widened once (cheap), the payload is used in place.
-struct DocsIn {
-  at::Tensor off64, data;
-  lm_docs docs;
-  DocsIn(const at::Tensor &offsets, const at::Tensor &data, const char *what);
-};
-
-// Hand the arrays of r over to tensors (freed by the tensors' deleters) and
-// zero r: (offsets int64 [n_out+1], data uint8 [data_len], source_index int64
-// [n_out], reasons int32 [n_in]).
-py::tuple take_result(lm_batch_result &r);
-
 // RAII owner of an lm_batch_result used by one call.
 struct ResultGuard {
   lm_batch_result r;
@@ -59,9 +48,6 @@ struct ResultGuard {
 // per-string side array: the peak is the final size (plus the payload's growth slack,
 // which is address space, not memory, past 8 MB).
 py::tuple from_list_views(py::handle seq, bool allow_bytes, bool validate);
-
-// num_threads <= 0: torch's intra-op thread count.
-lm_exec make_exec(int num_threads);
 
 // Parameter dicts: each reads dict[name] into *out when present and checks its
 // type (TypeError naming `what`.`name`) and range (ValueError).

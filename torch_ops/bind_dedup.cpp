@@ -105,11 +105,12 @@ py::dict wal_info_dict(const lm_dedup_wal_info &i, lm_status s) {
   return d;
 }
 
-at::Tensor hashes_arg(const at::Tensor &h) {
-  if (h.scalar_type() != at::kLong || h.dim() != 2 || h.size(1) != 2)
+// hashes: int64 [N, 2] (lo, hi) on the CPU; a strided one is copied contiguous.
+void hashes_arg(ArrayIn &a, py::handle h) {
+  get_array(a, h, "hashes", kCopyIfStrided);
+  if (a.dt != Dt::i64 || a.ndim != 2 || a.shape[1] != 2)
     throw py::type_error("hashes must be an int64 tensor of shape [N, 2] (lo, hi)");
-  if (!h.is_cpu()) throw py::value_error("hashes must be on the CPU");
-  return h.contiguous();
+  if (!a.cpu) throw py::value_error("hashes must be on the CPU");
 }
 
 }  // namespace
@@ -208,25 +209,7 @@ void bind_dedup(py::module_ &m) {
       py::arg("data"), py::arg("crc") = 0,
       "CRC32C (Castagnoli) of data (bytes-like), continuing the running checksum crc (0 to start).");
 
-  m.def(
-      "hash128",
-      [](const at::Tensor &off, const at::Tensor &data, uint64_t seed) {
-        DocsIn in(off, data, "hash128");
-        auto out = at::empty({int64_t(in.docs.n), 2}, at::TensorOptions().dtype(at::kLong));
-        int64_t *o = out.data_ptr<int64_t>();
-        {
-          py::gil_scoped_release nogil;
-          for (size_t i = 0; i < in.docs.n; i++) {
-            lm_hash128_t h = lm_hash128(in.docs.data + in.docs.offsets[i],
-                                        size_t(in.docs.offsets[i + 1] - in.docs.offsets[i]), seed);
-            o[2 * i] = int64_t(h.lo);
-            o[2 * i + 1] = int64_t(h.hi);
-          }
-        }
-        return out;
-      },
-      py::arg("offsets"), py::arg("data"), py::arg("seed") = 0);
-
+  // (hash128 is module.cpp's: the checks of to_list, one definition.)
   m.attr("DEDUP_WAL_VERSION") = LM_DEDUP_WAL_VERSION;
   m.attr("DEDUP_TAG_SIZE") = LM_DEDUP_TAG_SIZE;
   // Read-only access to a WAL (dedup.h): no lock, no change to the file.  A
@@ -250,13 +233,14 @@ void bind_dedup(py::module_ &m) {
       [](py::handle path_obj, int64_t limit_lsn) {
         std::string path = path_arg(path_obj, "dedup_wal_read_hashes");
         if (limit_lsn < 0) throw py::value_error("dedup_wal_read_hashes: limit_lsn must be >= 0");
-        auto out = at::empty({limit_lsn, 2}, at::TensorOptions().dtype(at::kLong));
+        ArrayOut out(Dt::i64, limit_lsn, 2);
         static_assert(sizeof(lm_hash128_t) == 16, "hash layout");
         uint64_t n = 0;
-        auto *dst = reinterpret_cast<lm_hash128_t *>(out.data_ptr<int64_t>());
+        auto *dst = reinterpret_cast<lm_hash128_t *>(out.data<int64_t>());
         auto [s, err] = without_gil([&] { return lm_dedup_wal_read_hashes(path.c_str(), uint64_t(limit_lsn), dst, &n); });
         if (s == LM_EIO || s == LM_ENOMEM || s == LM_EINVAL) raise_status(s, "dedup_wal_read_hashes", path, err);
-        return py::make_tuple(out.narrow(0, 0, int64_t(n)), lm_status_name(s));
+        out.shrink(int64_t(n));
+        return py::make_tuple(out.tensor(), lm_status_name(s));
       },
       py::arg("path"), py::arg("limit_lsn"));
 
@@ -264,27 +248,28 @@ void bind_dedup(py::module_ &m) {
       .def(py::init<const py::dict &>(), py::arg("params"))
       .def(
           "run",
-          [](Dedup &o, const at::Tensor &off, const at::Tensor &data, int nt) {
-            DocsIn in(off, data, "StreamDeduplicator");
-            lm_exec ex = make_exec(nt);
+          [](Dedup &o, py::handle off, py::handle data, int nt) {
+            DocsArg in(off, data, "StreamDeduplicator");
+            lm_exec ex = exec_for(nt);
             ResultGuard res;
             call(o, "StreamDeduplicator", [&](lm_dedup *d) { return lm_dedup_run(d, &in.docs, &res.r, &ex); });
-            return take_result(res.r);
+            return result_tensors(res.r);
           },
           py::arg("offsets"), py::arg("data"), py::arg("num_threads") = 0)
       .def(
           "check_insert_hashes",
-          [](Dedup &o, const at::Tensor &h) {
-            at::Tensor hh = hashes_arg(h);
-            const int64_t n = hh.size(0);
-            auto is_new = at::empty({n}, at::TensorOptions().dtype(at::kBool));
+          [](Dedup &o, py::handle h) {
+            ArrayIn hh;
+            hashes_arg(hh, h);
+            const int64_t n = hh.shape[0];
+            ArrayOut is_new(Dt::b8, n);
             static_assert(sizeof(lm_hash128_t) == 16, "hash layout");
+            const auto *hp = reinterpret_cast<const lm_hash128_t *>(hh.data<int64_t>());
+            uint8_t *np = is_new.data<uint8_t>();
             call(o, "StreamDeduplicator.check_insert_hashes", [&](lm_dedup *d) {
-              return lm_dedup_check_insert_hashes(d, reinterpret_cast<const lm_hash128_t *>(hh.data_ptr<int64_t>()),
-                                                  size_t(n), reinterpret_cast<uint8_t *>(is_new.data_ptr<bool>()),
-                                                  nullptr);
+              return lm_dedup_check_insert_hashes(d, hp, size_t(n), np, nullptr);
             });
-            return is_new;
+            return is_new.tensor();
           },
           py::arg("hashes"))
       .def("contains",

@@ -1,8 +1,9 @@
 // Binding of the JSON Lines scanner (core jsonl.h):
 // _C.jsonl_scan(buf, key, max_line_bytes) -> (line_ends int64[L], status int8[L],
-//     text_offsets int64[K+1], text_data uint8[...]) as CPU tensors; the GIL is
-// released while scanning.  buf: any C-contiguous bytes-like object (bytes,
+//     text_offsets int64[K+1], text_data uint8[...]) as CPU tensors (bind_array.h: zero
+// copy, freed by the tensors); the GIL is released while scanning.  buf: any C-contiguous bytes-like object (bytes,
 // bytearray, memoryview, numpy uint8); key: str (UTF-8) or bytes.
+#include "bind_array.h"
 #include "bind_common.h"
 
 extern "C" {
@@ -30,24 +31,25 @@ py::tuple jsonl_scan(const py::buffer &buf_o, const py::object &key_o, int64_t m
   const uint8_t *buf = static_cast<const uint8_t *>(info.ptr);
   size_t n_lines = 0;
   if (lm_jsonl_count_lines(buf, len, &n_lines) != LM_OK) throw py::value_error("jsonl_scan: bad buffer");
-  auto i64 = torch::TensorOptions().dtype(torch::kInt64);
-  torch::Tensor ends = torch::empty({static_cast<int64_t>(n_lines)}, i64);
-  torch::Tensor status = torch::empty({static_cast<int64_t>(n_lines)}, torch::TensorOptions().dtype(torch::kInt8));
-  torch::Tensor offs = torch::empty({static_cast<int64_t>(n_lines) + 1}, i64);
-  torch::Tensor data = torch::empty({static_cast<int64_t>(len)}, torch::TensorOptions().dtype(torch::kUInt8));
+  ArrayOut ends(Dt::i64, static_cast<int64_t>(n_lines));
+  ArrayOut status(Dt::i8, static_cast<int64_t>(n_lines));
+  ArrayOut offs(Dt::i64, static_cast<int64_t>(n_lines) + 1);
+  ArrayOut data(Dt::u8, static_cast<int64_t>(len));
+  uint8_t *dp = data.data<uint8_t>();
+  int64_t *op = offs.data<int64_t>(), *ep = ends.data<int64_t>();
+  int8_t *sp = status.data<int8_t>();
   size_t n_ok = 0;
   lm_status st;
   {
     py::gil_scoped_release nogil;
-    st = lm_jsonl_scan(buf, len, reinterpret_cast<const uint8_t *>(key.data()), key.size(), max_line_bytes,
-                       data.data_ptr<uint8_t>(), offs.data_ptr<int64_t>(), ends.data_ptr<int64_t>(),
-                       status.data_ptr<int8_t>(), n_lines, &n_ok);
+    st = lm_jsonl_scan(buf, len, reinterpret_cast<const uint8_t *>(key.data()), key.size(), max_line_bytes, dp, op,
+                       ep, sp, n_lines, &n_ok);
   }
   if (st != LM_OK) throw py::value_error(std::string("jsonl_scan: ") + lm_status_str(st));
-  offs = offs.narrow(0, 0, static_cast<int64_t>(n_ok) + 1);
-  int64_t used = offs[static_cast<int64_t>(n_ok)].item<int64_t>();
-  data = data.narrow(0, 0, used);
-  return py::make_tuple(ends, status, offs, data);
+  const int64_t used = op[n_ok];
+  offs.shrink(static_cast<int64_t>(n_ok) + 1);
+  data.shrink(used);
+  return py::make_tuple(ends.tensor(), status.tensor(), offs.tensor(), data.tensor());
 }
 
 }  // namespace

@@ -1,15 +1,13 @@
 // The pybind11 class _C.MinHash behind luminamoon.MinHash (core/include/luminamoon/minhash.h).
-// Moved here unchanged from minhash.cpp when the operator torch.ops.luminamoon.minhash moved to the
+// Moved here from minhash.cpp when the operator torch.ops.luminamoon.minhash moved to the
 // stable-ABI extension luminamoon._ops (issue 15); part of luminamoon._C.
-#include <ATen/ATen.h>
-
 #include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "bind_array.h"
 #include "bind_common.h"
-#include "common.h"
 
 extern "C" {
 #include "luminamoon/minhash.h"
@@ -35,40 +33,41 @@ struct MinHashObj {
   MinHashObj(const MinHashObj &) = delete;
   MinHashObj &operator=(const MinHashObj &) = delete;
 
-  at::Tensor params_tensor(const uint64_t *v) const {
+  py::object params_tensor(const uint64_t *v) const {
     const int64_t H = static_cast<int64_t>(lm_minhash_num_hashes(m));
-    at::Tensor t = at::empty({H}, at::TensorOptions().dtype(at::kLong));
-    std::memcpy(t.data_ptr<int64_t>(), v, sizeof(uint64_t) * static_cast<size_t>(H));
-    return t;
+    ArrayOut t(Dt::i64, H);
+    std::memcpy(t.data<int64_t>(), v, sizeof(uint64_t) * static_cast<size_t>(H));
+    return t.tensor();
   }
 
   // (signatures int64 [N, H], has_sig bool [N])
-  py::tuple signatures(const at::Tensor &offsets, const at::Tensor &data, int num_threads) const {
-    DocsIn in(offsets, data, "MinHash.signatures");
+  py::tuple signatures(py::handle offsets, py::handle data, int num_threads) const {
+    DocsArg in(offsets, data, "MinHash.signatures");
     const int64_t H = static_cast<int64_t>(lm_minhash_num_hashes(m));
     const int64_t n = static_cast<int64_t>(in.docs.n);
-    at::Tensor out = at::empty({n, H}, at::TensorOptions().dtype(at::kLong));
-    at::Tensor has = at::empty({n}, at::TensorOptions().dtype(at::kBool));
+    ArrayOut out(Dt::i64, n, H);
+    ArrayOut has(Dt::b8, n);
+    uint64_t *op = n ? reinterpret_cast<uint64_t *>(out.data<int64_t>()) : nullptr;
+    uint8_t *hp = n ? has.data<uint8_t>() : nullptr;
+    lm_exec ex = exec_for(num_threads);
     lm_status st;
     {
       py::gil_scoped_release nogil;
-      lm_exec ex = make_exec(num_threads);
-      st = lm_minhash_signatures(m, &in.docs, n ? reinterpret_cast<uint64_t *>(out.data_ptr<int64_t>()) : nullptr,
-                                 n ? reinterpret_cast<uint8_t *>(has.data_ptr<bool>()) : nullptr, &ex);
+      st = lm_minhash_signatures(m, &in.docs, op, hp, &ex);
     }
     if (st != LM_OK) raise_status(st, "MinHash.signatures");
-    return py::make_tuple(out, has);
+    return py::make_tuple(out.tensor(), has.tensor());
   }
 
   // (shingle_hashes int64 [M], doc_offsets int64 [N+1]) — the input of torch.ops.luminamoon.minhash
-  py::tuple shingles(const at::Tensor &offsets, const at::Tensor &data, int num_threads) const {
-    DocsIn in(offsets, data, "MinHash.shingles");
+  py::tuple shingles(py::handle offsets, py::handle data, int num_threads) const {
+    DocsArg in(offsets, data, "MinHash.shingles");
     const size_t n = in.docs.n;
-    at::Tensor doc_off = at::empty({static_cast<int64_t>(n + 1)}, at::TensorOptions().dtype(at::kLong));
-    int64_t *dof = doc_off.data_ptr<int64_t>();
+    ArrayOut doc_off(Dt::i64, static_cast<int64_t>(n + 1));
+    int64_t *dof = doc_off.data<int64_t>();
     lm_status st = lm_docs_validate(&in.docs);
     if (st != LM_OK) raise_status(st, "MinHash.shingles");
-    const int nt = std::max(1, num_threads > 0 ? num_threads : at::get_num_threads());
+    const int nt = std::max(1, exec_for(num_threads).num_threads);
     const size_t chunks = std::min<size_t>(n ? n : 1, static_cast<size_t>(nt) * 4);
     std::vector<std::vector<uint64_t>> parts(chunks);
     std::vector<lm_status> errs(chunks, LM_OK);
@@ -110,8 +109,8 @@ struct MinHashObj {
     if (st != LM_OK) raise_status(st, "MinHash.shingles");
     size_t total = 0;
     for (auto &p : parts) total += p.size();
-    at::Tensor hashes = at::empty({static_cast<int64_t>(total)}, at::TensorOptions().dtype(at::kLong));
-    uint64_t *hp = reinterpret_cast<uint64_t *>(hashes.data_ptr<int64_t>());
+    ArrayOut hashes(Dt::i64, static_cast<int64_t>(total));
+    uint64_t *hp = reinterpret_cast<uint64_t *>(hashes.data<int64_t>());
     size_t pos = 0;
     for (auto &p : parts) {
       if (!p.empty()) std::memcpy(hp + pos, p.data(), p.size() * sizeof(uint64_t));
@@ -119,7 +118,7 @@ struct MinHashObj {
     }
     dof[0] = 0;
     for (size_t i = 0; i < n; i++) dof[i + 1] += dof[i];
-    return py::make_tuple(hashes, doc_off);
+    return py::make_tuple(hashes.tensor(), doc_off.tensor());
   }
 
   std::string simplify(const std::string &text) const {

@@ -40,11 +40,12 @@ void call(NearDedup &o, const char *what, Fn fn) {
   if (s != LM_OK) o.raise(s, what, err);
 }
 
-at::Tensor keys_arg(const at::Tensor &h, const char *what) {
-  if (h.scalar_type() != at::kLong || h.dim() != 2 || h.size(1) != 2)
+// keys: int64 [M, 2] (lo, hi) on the CPU; a strided one is copied contiguous.
+void keys_arg(ArrayIn &a, py::handle h, const char *what) {
+  get_array(a, h, std::string(what) + ": keys", kCopyIfStrided);
+  if (a.dt != Dt::i64 || a.ndim != 2 || a.shape[1] != 2)
     throw py::type_error(std::string(what) + ": keys must be an int64 tensor of shape [M, 2] (lo, hi)");
-  if (!h.is_cpu()) throw py::value_error(std::string(what) + ": keys must be on the CPU");
-  return h.contiguous();
+  if (!a.cpu) throw py::value_error(std::string(what) + ": keys must be on the CPU");
 }
 
 // The setting names of a configuration, for "written with ..." messages.
@@ -186,46 +187,48 @@ void bind_near_dedup(py::module_ &m) {
       .def(py::init<const py::dict &>(), py::arg("params"))
       .def(
           "run",
-          [](NearDedup &o, const at::Tensor &off, const at::Tensor &data, int nt) {
-            DocsIn in(off, data, kWhat);
-            lm_exec ex = make_exec(nt);
+          [](NearDedup &o, py::handle off, py::handle data, int nt) {
+            DocsArg in(off, data, kWhat);
+            lm_exec ex = exec_for(nt);
             ResultGuard res;
             call(o, kWhat, [&](NearDedup &x) { return lm_near_dedup_run(x.obj, &in.docs, &res.r, &ex); });
-            return take_result(res.r);
+            return result_tensors(res.r);
           },
           py::arg("offsets"), py::arg("data"), py::arg("num_threads") = 0)
       .def(
           "keys",
-          [](NearDedup &o, const at::Tensor &off, const at::Tensor &data, int nt) {
+          [](NearDedup &o, py::handle off, py::handle data, int nt) {
             // (keys int64 [N * B, 2], has_keys bool [N]); rows of documents without keys are zero.
-            DocsIn in(off, data, "NearDeduplicator.keys");
-            lm_exec ex = make_exec(nt);
+            DocsArg in(off, data, "NearDeduplicator.keys");
+            lm_exec ex = exec_for(nt);
             const int64_t n = int64_t(in.docs.n), B = int64_t(o.params.num_buckets);
-            auto keys = at::zeros({n * B, 2}, at::TensorOptions().dtype(at::kLong));
-            auto has = at::zeros({n}, at::TensorOptions().dtype(at::kBool));
+            ArrayOut keys(Dt::i64, n * B, 2, /*zero=*/true);
+            ArrayOut has(Dt::b8, n, -1, /*zero=*/true);
+            auto *kp = reinterpret_cast<lm_hash128_t *>(keys.data<int64_t>());
+            uint8_t *hp = has.data<uint8_t>();
             call(o, "NearDeduplicator.keys", [&](NearDedup &x) {
-              return lm_near_dedup_batch_keys(x.obj, &in.docs, reinterpret_cast<lm_hash128_t *>(keys.data_ptr<int64_t>()),
-                                              reinterpret_cast<uint8_t *>(has.data_ptr<bool>()), &ex);
+              return lm_near_dedup_batch_keys(x.obj, &in.docs, kp, hp, &ex);
             });
-            return py::make_tuple(keys, has);
+            return py::make_tuple(keys.tensor(), has.tensor());
           },
           py::arg("offsets"), py::arg("data"), py::arg("num_threads") = 0)
       .def(
           "signature_keys",
-          [](NearDedup &o, const at::Tensor &sig) {
+          [](NearDedup &o, py::handle sig) {
             // signatures int64 [N, H] (MinHash.signatures) -> (keys [N * B, 2], has_keys [N]).
             const int64_t H = int64_t(o.params.num_buckets) * o.params.hashes_per_bucket;
-            if (sig.scalar_type() != at::kLong || sig.dim() != 2 || sig.size(1) != H)
+            ArrayIn sg;
+            get_array(sg, sig, "NearDeduplicator.signature_keys: signatures", kCopyIfStrided);
+            if (sg.dt != Dt::i64 || sg.ndim != 2 || sg.shape[1] != H)
               throw py::type_error("NearDeduplicator.signature_keys: signatures must be int64 [N, " +
                                    std::to_string(H) + "] (num_buckets * hashes_per_bucket)");
-            if (!sig.is_cpu()) throw py::value_error("NearDeduplicator.signature_keys: signatures must be on the CPU");
-            at::Tensor sg = sig.contiguous();
-            const int64_t n = sg.size(0), B = int64_t(o.params.num_buckets);
-            auto keys = at::zeros({n * B, 2}, at::TensorOptions().dtype(at::kLong));
-            auto has = at::zeros({n}, at::TensorOptions().dtype(at::kBool));
-            const uint64_t *sp = reinterpret_cast<const uint64_t *>(sg.data_ptr<int64_t>());
-            lm_hash128_t *kp = reinterpret_cast<lm_hash128_t *>(keys.data_ptr<int64_t>());
-            bool *hp = has.data_ptr<bool>();
+            if (!sg.cpu) throw py::value_error("NearDeduplicator.signature_keys: signatures must be on the CPU");
+            const int64_t n = sg.shape[0], B = int64_t(o.params.num_buckets);
+            ArrayOut keys(Dt::i64, n * B, 2, /*zero=*/true);
+            ArrayOut has(Dt::b8, n, -1, /*zero=*/true);
+            const uint64_t *sp = reinterpret_cast<const uint64_t *>(sg.data<int64_t>());
+            lm_hash128_t *kp = reinterpret_cast<lm_hash128_t *>(keys.data<int64_t>());
+            uint8_t *hp = has.data<uint8_t>();
             call(o, "NearDeduplicator.signature_keys", [&](NearDedup &x) {
               for (int64_t i = 0; i < n; i++) {
                 const uint64_t *row = sp + i * H;
@@ -236,43 +239,47 @@ void bind_near_dedup(py::module_ &m) {
               }
               return LM_OK;
             });
-            return py::make_tuple(keys, has);
+            return py::make_tuple(keys.tensor(), has.tensor());
           },
           py::arg("signatures"))
       .def(
           "check_keys",
-          [](NearDedup &o, const at::Tensor &k, const at::Tensor &has) {
+          [](NearDedup &o, py::handle k, py::handle has) {
             // is_dup bool [N] for the keys of N documents (as keys() returns them), admitted in order.
-            at::Tensor kk = keys_arg(k, "NearDeduplicator.check_keys");
-            if (has.scalar_type() != at::kBool || has.dim() != 1)
+            ArrayIn kk, hh;
+            keys_arg(kk, k, "NearDeduplicator.check_keys");
+            get_array(hh, has, "NearDeduplicator.check_keys: has_keys", kCopyIfStrided);
+            if (hh.dt != Dt::b8 || hh.ndim != 1)
               throw py::type_error("NearDeduplicator.check_keys: has_keys must be a bool tensor [N]");
-            const int64_t n = has.size(0), B = int64_t(o.params.num_buckets);
-            if (kk.size(0) != n * B)
-              throw py::value_error("NearDeduplicator.check_keys: keys has " + std::to_string(kk.size(0)) +
+            if (!hh.cpu) throw py::value_error("NearDeduplicator.check_keys: has_keys must be on the CPU");
+            const int64_t n = hh.shape[0], B = int64_t(o.params.num_buckets);
+            if (kk.shape[0] != n * B)
+              throw py::value_error("NearDeduplicator.check_keys: keys has " + std::to_string(kk.shape[0]) +
                                     " rows, expected N * num_buckets = " + std::to_string(n * B));
-            at::Tensor hh = has.contiguous().cpu();
-            auto dup = at::zeros({n}, at::TensorOptions().dtype(at::kBool));
+            ArrayOut dup(Dt::b8, n, -1, /*zero=*/true);
+            const auto *kp = reinterpret_cast<const lm_hash128_t *>(kk.data<int64_t>());
+            const uint8_t *hp = hh.data<uint8_t>();
+            uint8_t *dp = dup.data<uint8_t>();
             call(o, "NearDeduplicator.check_keys", [&](NearDedup &x) {
-              return lm_near_dedup_check_keys(x.obj, reinterpret_cast<const lm_hash128_t *>(kk.data_ptr<int64_t>()),
-                                              reinterpret_cast<const uint8_t *>(hh.data_ptr<bool>()), size_t(n),
-                                              reinterpret_cast<uint8_t *>(dup.data_ptr<bool>()));
+              return lm_near_dedup_check_keys(x.obj, kp, hp, size_t(n), dp);
             });
-            return dup;
+            return dup.tensor();
           },
           py::arg("keys"), py::arg("has_keys"))
       .def(
           "check_insert_hashes",
-          [](NearDedup &o, const at::Tensor &k) {
+          [](NearDedup &o, py::handle k) {
             // Raw per-key check-and-insert (the owner side of the distributed exchange): is_new bool [M].
-            at::Tensor kk = keys_arg(k, "NearDeduplicator.check_insert_hashes");
-            const int64_t n = kk.size(0);
-            auto is_new = at::empty({n}, at::TensorOptions().dtype(at::kBool));
+            ArrayIn kk;
+            keys_arg(kk, k, "NearDeduplicator.check_insert_hashes");
+            const int64_t n = kk.shape[0];
+            ArrayOut is_new(Dt::b8, n);
+            const auto *kp = reinterpret_cast<const lm_hash128_t *>(kk.data<int64_t>());
+            uint8_t *np = is_new.data<uint8_t>();
             call(o, "NearDeduplicator.check_insert_hashes", [&](NearDedup &x) {
-              return lm_dedup_check_insert_hashes(x.index(), reinterpret_cast<const lm_hash128_t *>(kk.data_ptr<int64_t>()),
-                                                  size_t(n), reinterpret_cast<uint8_t *>(is_new.data_ptr<bool>()),
-                                                  nullptr);
+              return lm_dedup_check_insert_hashes(x.index(), kp, size_t(n), np, nullptr);
             });
-            return is_new;
+            return is_new.tensor();
           },
           py::arg("keys"))
       .def("lsn",

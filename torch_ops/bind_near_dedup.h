@@ -3,6 +3,7 @@
 // here so that the FusedPipeline binding can borrow it.
 #pragma once
 
+#include "bind_array.h"
 #include "bind_common.h"
 
 extern "C" {

@@ -74,9 +74,9 @@ void bind_pipeline(py::module_ &m) {
            py::arg("pii").none(true), py::arg("near_dedup").none(true) = py::none())
       .def(
           "run",
-          [](Fused &f, const at::Tensor &off, const at::Tensor &data, int nt) {
-            DocsIn in(off, data, "FusedPipeline");
-            lm_exec ex = make_exec(nt);
+          [](Fused &f, py::handle off, py::handle data, int nt) {
+            DocsArg in(off, data, "FusedPipeline");
+            lm_exec ex = exec_for(nt);
             ResultGuard res;
             lm_status s = LM_OK;
             int err = 0;
@@ -104,7 +104,7 @@ void bind_pipeline(py::module_ &m) {
             if (s == LM_ETOOBIG && f.dedup) f.dedup->raise_full("FusedPipeline");
             if (s == LM_ESTATE && f.dedup) f.dedup->raise_failed("FusedPipeline");
             if (s != LM_OK) raise_status(s, "FusedPipeline", f.dedup ? f.dedup->path : "", err);
-            return take_result(res.r);
+            return result_tensors(res.r);
           },
           py::arg("offsets"), py::arg("data"), py::arg("num_threads") = 0)
       .def("counters",

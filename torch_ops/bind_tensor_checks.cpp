@@ -1,111 +1,86 @@
-// The at::Tensor argument checks of the pybind11 module luminamoon._C (module.cpp: to_list,
-// views_to_list, validate_utf8, validate_views, hash128), declared in common.h.  Moved here unchanged
-// from ops_cpu.cpp when the operators moved to the stable-ABI extension luminamoon._ops (issue 15:
-// torch_ops/stable/stable_common.h holds the operators' own checks); _C drops these with libtorch.
-#include <ATen/Parallel.h>
-
-#include <algorithm>
+// The argument checks of the pybind11 module luminamoon._C (module.cpp: to_list, views_to_list,
+// validate_utf8, validate_views, hash128), declared in common.h.  libtorch-free (bind_array.h); the
+// operators' own checks are in torch_ops/stable/stable_common.h (luminamoon._ops).
 #include <cstring>
 
 #include "common.h"
 
 namespace luminamoon {
 
-lm_exec cpu_exec() {
-  lm_exec e;
-  e.num_threads = at::get_num_threads();
-  e.min_items_per_thread = 0;
-  return e;
-}
-
-at::Tensor check_strings(const char *op, const at::Tensor &offsets, const at::Tensor &data, const char *on,
-                         const char *dn) {
-  TORCH_CHECK_TYPE(offsets.scalar_type() == at::kInt || offsets.scalar_type() == at::kLong,
-                   "luminamoon.", op, ": ", on, " must be an int32 or int64 tensor, got ", offsets.scalar_type());
-  TORCH_CHECK_TYPE(data.scalar_type() == at::kByte, "luminamoon.", op, ": ", dn,
-                   " must be a uint8 tensor, got ", data.scalar_type());
-  TORCH_CHECK_VALUE(offsets.dim() == 1 && offsets.numel() >= 1, "luminamoon.", op, ": ", on,
-                    " must be 1-D with N+1 >= 1 entries, got shape ", offsets.sizes());
-  TORCH_CHECK_VALUE(data.dim() == 1, "luminamoon.", op, ": ", dn, " must be 1-D, got shape ", data.sizes());
-  TORCH_CHECK_VALUE(offsets.is_contiguous(), "luminamoon.", op, ": ", on, " must be contiguous");
-  TORCH_CHECK_VALUE(data.is_contiguous(), "luminamoon.", op, ": ", dn, " must be contiguous");
-  TORCH_CHECK_VALUE(offsets.device() == data.device(), "luminamoon.", op, ": ", on, " and ", dn,
-                    " must be on the same device, got ", offsets.device(), " and ", data.device());
-  if (!offsets.is_cpu()) return offsets;
-  // One snapshot, checked and then used by the kernel: the caller's tensor may be
-  // written by another thread while the op runs with the GIL released.
-  at::Tensor snap = offsets.clone();
-  const size_t n = size_t(snap.numel() - 1), len = size_t(data.numel());
-  lm_status s = snap.scalar_type() == at::kInt ? lm_offsets32_validate(snap.data_ptr<int32_t>(), n, len)
-                                               : lm_offsets64_validate(snap.data_ptr<int64_t>(), n, len);
-  TORCH_CHECK_VALUE(s != LM_EINVAL, "luminamoon.", op, ": ", on, " must be non-negative and non-decreasing");
-  TORCH_CHECK_VALUE(s != LM_ERANGE, "luminamoon.", op, ": ", on, " point past the end of ", dn, " (",
-                    dn, " has ", len, " bytes)");
-  return snap;
-}
-
-std::vector<size_t> buffer_sizes(const at::TensorList buffers) {
-  std::vector<size_t> s;
-  s.reserve(buffers.size());
-  for (const auto &b : buffers) s.push_back(size_t(b.numel()));
-  return s;
-}
-
-std::vector<const uint8_t *> buffer_ptrs(const at::TensorList buffers) {
-  std::vector<const uint8_t *> p;
-  p.reserve(buffers.size());
-  for (const auto &b : buffers) p.push_back(b.numel() ? b.data_ptr<uint8_t>() : nullptr);
-  return p;
-}
-
-at::Tensor check_views(const char *op, const at::Tensor &views, const at::TensorList buffers, const char *vn) {
-  TORCH_CHECK_TYPE(views.scalar_type() == at::kByte, "luminamoon.", op, ": ", vn, " must be uint8, got ",
-                   views.scalar_type());
-  TORCH_CHECK_VALUE(views.dim() == 2 && views.size(1) == 16, "luminamoon.", op, ": ", vn,
-                    " must have shape [N, 16], got ", views.sizes());
-  TORCH_CHECK_VALUE(views.is_cpu(), "luminamoon.", op, ": ", vn, " must be on the CPU (the views layout is CPU-only)");
-  TORCH_CHECK_VALUE(views.is_contiguous(), "luminamoon.", op, ": ", vn, " must be contiguous");
-  for (size_t i = 0; i < buffers.size(); i++) {
-    const auto &b = buffers[i];
-    TORCH_CHECK_TYPE(b.scalar_type() == at::kByte, "luminamoon.", op, ": buffers[", i, "] must be uint8");
-    TORCH_CHECK_VALUE(b.dim() == 1 && b.is_cpu() && b.is_contiguous(), "luminamoon.", op, ": buffers[", i,
-                      "] must be a contiguous 1-D CPU tensor");
+void check_strings(StringsArg &s, const char *op, py::handle offsets, py::handle data) {
+  const std::string p = std::string("luminamoon.") + op + ": ";
+  get_array(s.off_in, offsets, p + "offsets", kRequireContiguous);
+  get_array(s.data, data, p + "data", kRequireContiguous);
+  if (s.off_in.dt != Dt::i32 && s.off_in.dt != Dt::i64)
+    throw py::type_error(p + "offsets must be an int32 or int64 tensor, got " + s.off_in.dtype_name());
+  if (s.data.dt != Dt::u8) throw py::type_error(p + "data must be a uint8 tensor, got " + s.data.dtype_name());
+  if (s.off_in.ndim != 1 || s.off_in.numel < 1)
+    throw py::value_error(p + "offsets must be 1-D with N+1 >= 1 entries, got shape " + s.off_in.shape_str());
+  if (s.data.ndim != 1) throw py::value_error(p + "data must be 1-D, got shape " + s.data.shape_str());
+  if (!s.off_in.cpu || !s.data.cpu) throw py::value_error(std::string(op) + ": the strings must be on the CPU");
+  // One snapshot, checked and then used: the caller's offsets may be written by another thread
+  // while the call runs with the GIL released.
+  const size_t n1 = size_t(s.off_in.numel), len = size_t(s.data.numel);
+  s.n = n1 - 1;
+  s.off64.reset(new int64_t[n1]);
+  lm_status st;
+  if (s.off_in.dt == Dt::i32) {
+    std::unique_ptr<int32_t[]> o32(new int32_t[n1]);
+    std::memcpy(o32.get(), s.off_in.data<int32_t>(), n1 * sizeof(int32_t));
+    st = lm_offsets32_validate(o32.get(), s.n, len);
+    for (size_t i = 0; i < n1; i++) s.off64[i] = o32[i];
+  } else {
+    std::memcpy(s.off64.get(), s.off_in.data<int64_t>(), n1 * sizeof(int64_t));
+    st = lm_offsets64_validate(s.off64.get(), s.n, len);
   }
-  TORCH_CHECK_VALUE(buffers.size() <= UINT32_MAX, "luminamoon.", op, ": too many buffers");
-  // The equality / hash kernels check the inline padding in their first pass over the
-  // views (LM_ECORRUPT: raise_view_bounds names the view; the prefix match never reads
-  // padding, so its answer cannot depend on it), and read each view they dereference
-  // once and re-check it, so a racing writer cannot make them read out of bounds: no copy
-  // of the whole views tensor is needed.
-  return views;
+  if (st == LM_EINVAL) throw py::value_error(p + "offsets must be non-negative and non-decreasing");
+  if (st == LM_ERANGE)
+    throw py::value_error(p + "offsets point past the end of data (data has " + std::to_string(len) + " bytes)");
+  check(st, op);
 }
 
-[[noreturn]] void raise_padding(const char *op, const char *vn, const at::Tensor &views) {
+namespace {
+[[noreturn]] void raise_padding(const std::string &p, const lm_string_view *v, size_t n) {
   size_t bad = 0;
-  lm_views_check_padding(views_ptr(views), size_t(views.size(0)), &bad);
-  TORCH_CHECK_VALUE(false, "luminamoon.", op, ": ", vn, "[", bad, "] is an inline view (length <= 12) with "
-                    "non-zero padding bytes after the string; Arrow string views must be zero-padded");
+  lm_views_check_padding(v, n, &bad);
+  throw py::value_error(p + "views[" + std::to_string(bad) +
+                        "] is an inline view (length <= 12) with non-zero padding bytes after the string; Arrow "
+                        "string views must be zero-padded");
 }
+}  // namespace
 
-at::Tensor check_views_bounds(const char *op, const at::Tensor &views_in, const at::TensorList buffers,
-                              const char *vn) {
-  check_views(op, views_in, buffers, vn);  // shapes and types
-  // One snapshot, checked and then used by the kernel (see check_strings): these ops read
-  // every payload anyway, so the copy of the views costs little next to them.
-  at::Tensor snap = views_in.clone();
-  if (lm_views_check_padding(views_ptr(snap), size_t(snap.size(0)), nullptr) != LM_OK) raise_padding(op, vn, snap);
-  auto sizes = buffer_sizes(buffers);
-  lm_status s = lm_views_check_bounds(views_ptr(snap), size_t(snap.size(0)), sizes.data(), uint32_t(sizes.size()));
-  TORCH_CHECK_VALUE(s == LM_OK, "luminamoon.", op, ": ", vn, " holds a view outside its payload buffer "
-                    "(bad buffer index, offset or length)");
-  return snap;
-}
-
-void raise_view_bounds(lm_status s, const char *op, const char *vn, const at::Tensor &views) {
-  if (s == LM_ECORRUPT) raise_padding(op, vn, views);
-  TORCH_CHECK_VALUE(s != LM_ERANGE, "luminamoon.", op, ": ", vn, " holds a view outside its payload buffer "
-                    "(bad buffer index, offset or length)");
-  check(s, op);
+void check_views(ViewsArg &a, const char *op, py::handle views, py::handle buffers, bool bounds) {
+  const std::string p = std::string("luminamoon.") + op + ": ";
+  get_array(a.views_in, views, p + "views", kRequireContiguous);
+  if (a.views_in.dt != Dt::u8) throw py::type_error(p + "views must be uint8, got " + a.views_in.dtype_name());
+  if (a.views_in.ndim != 2 || a.views_in.shape[1] != 16)
+    throw py::value_error(p + "views must have shape [N, 16], got " + a.views_in.shape_str());
+  if (!a.views_in.cpu) throw py::value_error(p + "views must be on the CPU (the views layout is CPU-only)");
+  py::sequence seq = py::reinterpret_borrow<py::sequence>(buffers);
+  if (!PySequence_Check(buffers.ptr())) throw py::type_error(p + "buffers must be a list of uint8 tensors");
+  const size_t nb = size_t(py::len(seq));
+  if (nb > UINT32_MAX) throw py::value_error(p + "too many buffers");
+  for (size_t i = 0; i < nb; i++) {
+    a.bufs.emplace_back(new ArrayIn());
+    ArrayIn &b = *a.bufs.back();
+    const std::string bn = p + "buffers[" + std::to_string(i) + "]";
+    get_array(b, seq[i], bn, kRequireContiguous);
+    if (b.dt != Dt::u8) throw py::type_error(bn + " must be uint8");
+    if (b.ndim != 1 || !b.cpu) throw py::value_error(bn + " must be a contiguous 1-D CPU tensor");
+    a.ptrs.push_back(b.numel ? b.data<uint8_t>() : nullptr);
+    a.sizes.push_back(size_t(b.numel));
+  }
+  a.n = size_t(a.views_in.shape[0]);
+  a.v = reinterpret_cast<const lm_string_view *>(a.views_in.data<uint8_t>());
+  if (!bounds) return;
+  // One snapshot, checked and then used (see check_strings): these ops read every payload anyway.
+  a.snap.reset(new lm_string_view[a.n ? a.n : 1]);
+  if (a.n) std::memcpy(a.snap.get(), a.v, a.n * sizeof(lm_string_view));
+  a.v = a.snap.get();
+  if (lm_views_check_padding(a.v, a.n, nullptr) != LM_OK) raise_padding(p, a.v, a.n);
+  lm_status s = lm_views_check_bounds(a.v, a.n, a.sizes.data(), uint32_t(a.sizes.size()));
+  if (s != LM_OK)
+    throw py::value_error(p + "views holds a view outside its payload buffer (bad buffer index, offset or length)");
 }
 
 }  // namespace luminamoon

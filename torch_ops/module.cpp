@@ -1,8 +1,9 @@
 // The pybind11 module luminamoon._C: building StringTensors from Python objects
 // and back, UTF-8 validation, and (in stages.cpp) the stateful core objects.
 // Hot loops run with the GIL released; Python objects are touched only to read
-// or create the strings themselves.
-#include <torch/extension.h>
+// or create the strings themselves.  No libtorch (bind_array.h): one binary for every torch.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include <sys/mman.h>
 
@@ -20,20 +21,24 @@ namespace py = pybind11;
 namespace luminamoon {
 namespace {
 
-// A uint8 CPU tensor of `n` bytes.  Large payloads are mapped directly and
-// advised onto transparent huge pages: a fresh 50 MB buffer then costs ~25 page
-// faults instead of ~12,000, which dominates building a big batch otherwise.
-at::Tensor alloc_payload(int64_t n) {
+// A uint8 buffer of `n` bytes: (pointer, mapped length; 0 = malloc'd).  Large payloads are mapped
+// directly and advised onto transparent huge pages: a fresh 50 MB buffer then costs ~25 page faults
+// instead of ~12,000, which dominates building a big batch otherwise.  own_tensor frees it.
+std::pair<void *, size_t> alloc_payload(int64_t n) {
   constexpr int64_t kHuge = int64_t(2) << 20;
-  if (n < 4 * kHuge) return at::empty({n}, at::TensorOptions().dtype(at::kByte));
-  const size_t len = size_t((n + kHuge - 1) / kHuge * kHuge);
-  void *p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) return at::empty({n}, at::TensorOptions().dtype(at::kByte));
+  if (n >= 4 * kHuge) {
+    const size_t len = size_t((n + kHuge - 1) / kHuge * kHuge);
+    void *p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p != MAP_FAILED) {
 #ifdef MADV_HUGEPAGE
-  madvise(p, len, MADV_HUGEPAGE);
+      madvise(p, len, MADV_HUGEPAGE);
 #endif
-  return at::from_blob(
-      p, {n}, [len](void *q) { munmap(q, len); }, at::TensorOptions().dtype(at::kByte));
+      return {p, len};
+    }
+  }
+  void *p = std::malloc(size_t(n ? n : 1));
+  if (!p) throw std::bad_alloc();
+  return {p, 0};
 }
 
 struct Piece {
@@ -74,16 +79,17 @@ py::tuple from_list(py::handle seq, bool allow_bytes, bool validate) {
     total += uint64_t(pc.n);
   }
   const bool large = total > uint64_t(INT32_MAX);
-  auto offsets = at::empty({n + 1}, at::TensorOptions().dtype(large ? at::kLong : at::kInt));
-  auto data = alloc_payload(int64_t(total));
+  ArrayOut offsets(large ? Dt::i64 : Dt::i32, n + 1);
+  auto payload = alloc_payload(int64_t(total));
+  py::object data = own_tensor(payload.first, Dt::u8, int64_t(total), -1, payload.second);
+  uint8_t *d = static_cast<uint8_t *>(payload.first);
   int64_t bad = -1;
   size_t bad_pos = 0;
   {
     py::gil_scoped_release nogil;
-    uint8_t *d = data.data_ptr<uint8_t>();
     uint64_t pos = 0;
     if (large) {
-      int64_t *o = offsets.data_ptr<int64_t>();
+      int64_t *o = offsets.data<int64_t>();
       for (Py_ssize_t i = 0; i < n; i++) {
         o[i] = int64_t(pos);
         if (pieces[i].n) std::memcpy(d + pos, pieces[i].p, size_t(pieces[i].n));
@@ -91,7 +97,7 @@ py::tuple from_list(py::handle seq, bool allow_bytes, bool validate) {
       }
       o[n] = int64_t(pos);
     } else {
-      int32_t *o = offsets.data_ptr<int32_t>();
+      int32_t *o = offsets.data<int32_t>();
       for (Py_ssize_t i = 0; i < n; i++) {
         o[i] = int32_t(pos);
         if (pieces[i].n) std::memcpy(d + pos, pieces[i].p, size_t(pieces[i].n));
@@ -111,7 +117,7 @@ py::tuple from_list(py::handle seq, bool allow_bytes, bool validate) {
   if (bad >= 0)
     throw py::value_error("strings[" + std::to_string(bad) + "] is not valid UTF-8 (first bad byte at offset " +
                           std::to_string(bad_pos) + "); pass validate=False for bytes semantics");
-  return py::make_tuple(offsets, data);
+  return py::make_tuple(offsets.tensor(), data);
 }
 
 template <typename OffT>
@@ -130,23 +136,20 @@ py::list to_list_impl(const OffT *off, const uint8_t *d, int64_t n, bool as_byte
   return out;
 }
 
-py::list to_list(const at::Tensor &offsets_in, const at::Tensor &data, bool as_bytes) {
-  const at::Tensor offsets = check_strings("to_list", offsets_in, data);
-  TORCH_CHECK_VALUE(offsets.is_cpu(), "to_list: the strings must be on the CPU");
-  const int64_t n = offsets.numel() - 1;
-  const uint8_t *d = data.data_ptr<uint8_t>();
-  if (offsets.scalar_type() == at::kInt) return to_list_impl(offsets.data_ptr<int32_t>(), d, n, as_bytes);
-  return to_list_impl(offsets.data_ptr<int64_t>(), d, n, as_bytes);
+py::list to_list(py::handle offsets, py::handle data, bool as_bytes) {
+  StringsArg s;
+  check_strings(s, "to_list", offsets, data);
+  return to_list_impl(s.offsets(), s.bytes(), int64_t(s.n), as_bytes);
 }
 
-py::list views_to_list(const at::Tensor &views_in, const std::vector<at::Tensor> &buffers, bool as_bytes) {
-  const at::Tensor views = check_views_bounds("views_to_list", views_in, buffers);
-  auto ptrs = buffer_ptrs(buffers);
-  const lm_string_view *v = views_ptr(views);
-  const int64_t n = views.size(0);
+py::list views_to_list(py::handle views, py::handle buffers, bool as_bytes) {
+  ViewsArg a;
+  check_views(a, "views_to_list", views, buffers, /*bounds=*/true);
+  const lm_string_view *v = a.v;
+  const int64_t n = int64_t(a.n);
   py::list out(n);
   for (int64_t i = 0; i < n; i++) {
-    const char *p = reinterpret_cast<const char *>(lm_sv_data(&v[i], ptrs.data()));
+    const char *p = reinterpret_cast<const char *>(lm_sv_data(&v[i], a.ptrs.data()));
     PyObject *s = as_bytes ? PyBytes_FromStringAndSize(p, v[i].len) : PyUnicode_DecodeUTF8(p, v[i].len, "strict");
     if (!s) {
       PyErr_Clear();
@@ -158,25 +161,21 @@ py::list views_to_list(const at::Tensor &views_in, const std::vector<at::Tensor>
 }
 
 // Raise ValueError naming the first string whose bytes are not UTF-8.
-void validate_utf8(const at::Tensor &offsets_in, const at::Tensor &data) {
-  const at::Tensor offsets = check_strings("validate_utf8", offsets_in, data);
-  TORCH_CHECK_VALUE(offsets.is_cpu(), "validate_utf8: the strings must be on the CPU");
-  const int64_t n = offsets.numel() - 1;
-  int64_t start = 0, end = 0;
-  if (n) {
-    start = offsets.scalar_type() == at::kInt ? offsets.data_ptr<int32_t>()[0] : offsets.data_ptr<int64_t>()[0];
-    end = offsets.scalar_type() == at::kInt ? offsets.data_ptr<int32_t>()[n] : offsets.data_ptr<int64_t>()[n];
-  }
+void validate_utf8(py::handle offsets, py::handle data) {
+  StringsArg a;
+  check_strings(a, "validate_utf8", offsets, data);
+  const int64_t n = int64_t(a.n);
+  const int64_t *o = a.offsets();
+  const int64_t start = n ? o[0] : 0, end = n ? o[n] : 0;
+  const uint8_t *d = a.bytes();
   size_t pos = 0;
   lm_status s;
   {
     py::gil_scoped_release nogil;
-    s = lm_utf8_validate(data.data_ptr<uint8_t>() + start, size_t(end - start), &pos);
+    s = lm_utf8_validate(end > start ? d + start : nullptr, size_t(end - start), &pos);
   }
   if (s == LM_OK) return;
   // Find the string holding the bad byte.
-  at::Tensor off64 = offsets.to(at::kLong);
-  const int64_t *o = off64.data_ptr<int64_t>();
   const int64_t at_byte = start + int64_t(pos);
   int64_t lo = 0, hi = n - 1;
   while (lo < hi) {
@@ -189,29 +188,26 @@ void validate_utf8(const at::Tensor &offsets_in, const at::Tensor &data) {
 }
 
 // Views from an Arrow string_view array: full validation (bounds, padding, prefixes).
-void validate_views(const at::Tensor &views_in, const std::vector<at::Tensor> &buffers) {
-  const at::Tensor views = check_views_bounds("validate_views", views_in, buffers);
-  auto ptrs = buffer_ptrs(buffers);
-  std::vector<size_t> sizes;
-  for (const auto &b : buffers) sizes.push_back(size_t(b.numel()));
+void validate_views(py::handle views, py::handle buffers) {
+  ViewsArg a;
+  check_views(a, "validate_views", views, buffers, /*bounds=*/true);
   lm_status s;
   {
     py::gil_scoped_release nogil;
-    s = lm_views_validate(views_ptr(views), size_t(views.size(0)), ptrs.data(), sizes.data(), uint32_t(sizes.size()));
+    s = lm_views_validate(a.v, a.n, a.ptrs.data(), a.sizes.data(), uint32_t(a.sizes.size()));
   }
   if (s != LM_OK) throw py::value_error("views: not a valid string-view array (" + std::string(lm_status_str(s)) + ")");
 }
 
 // XXH3-128 of each string: int64 [N, 2] (low, high words' bits).
-at::Tensor hash128(const at::Tensor &offsets_in, const at::Tensor &data, uint64_t seed) {
-  const at::Tensor offsets = check_strings("hash128", offsets_in, data);
-  TORCH_CHECK_VALUE(offsets.is_cpu(), "hash128: the strings must be on the CPU");
-  const int64_t n = offsets.numel() - 1;
-  auto out = at::empty({n, 2}, at::TensorOptions().dtype(at::kLong));
-  at::Tensor off64 = offsets.to(at::kLong);
-  const int64_t *o = off64.data_ptr<int64_t>();
-  const uint8_t *d = data.data_ptr<uint8_t>();
-  int64_t *h = out.data_ptr<int64_t>();
+py::object hash128(py::handle offsets, py::handle data, uint64_t seed) {
+  StringsArg a;
+  check_strings(a, "hash128", offsets, data);
+  const int64_t n = int64_t(a.n);
+  ArrayOut out(Dt::i64, n, 2);
+  const int64_t *o = a.offsets();
+  const uint8_t *d = a.bytes();
+  int64_t *h = out.data<int64_t>();
   {
     py::gil_scoped_release nogil;
     for (int64_t i = 0; i < n; i++) {
@@ -220,7 +216,7 @@ at::Tensor hash128(const at::Tensor &offsets_in, const at::Tensor &data, uint64_
       h[2 * i + 1] = int64_t(x.hi);
     }
   }
-  return out;
+  return out.tensor();
 }
 
 }  // namespace
@@ -234,7 +230,7 @@ void bind_jsonl(py::module_ &m);  // bind_jsonl.cpp
 
 }  // namespace luminamoon
 
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+PYBIND11_MODULE(_C, m) {
   using namespace luminamoon;
   m.doc() = "luminamoon native core: StringTensor construction/export and the text stages";
   m.def("from_list", &from_list, py::arg("strings"), py::arg("allow_bytes") = false, py::arg("validate") = true);

@@ -13,10 +13,9 @@ namespace luminamoon {
 namespace {
 
 template <typename Obj, typename Fn>
-py::tuple run_stage(Obj &o, const at::Tensor &offsets, const at::Tensor &data, int num_threads, const char *what,
-                    Fn fn) {
-  DocsIn in(offsets, data, what);
-  lm_exec ex = make_exec(num_threads);
+py::tuple run_stage(Obj &o, py::handle offsets, py::handle data, int num_threads, const char *what, Fn fn) {
+  DocsArg in(offsets, data, what);
+  lm_exec ex = exec_for(num_threads);
   ResultGuard res;
   lm_status s;
   {
@@ -25,7 +24,7 @@ py::tuple run_stage(Obj &o, const at::Tensor &offsets, const at::Tensor &data, i
     s = fn(o.obj, &in.docs, &res.r, &ex);
   }
   if (s != LM_OK) raise_status(s, what);
-  return take_result(res.r);
+  return result_tensors(res.r);
 }
 
 py::dict clean_counters(const lm_clean_counters &c) {
@@ -335,7 +334,7 @@ void bind_text_stages(py::module_ &m) {
       .def(py::init<const py::dict &>(), py::arg("params"))
       .def(
           "run",
-          [](Cleaner &o, const at::Tensor &off, const at::Tensor &data, int nt) {
+          [](Cleaner &o, py::handle off, py::handle data, int nt) {
             return run_stage(o, off, data, nt, "TextCleaner", lm_cleaner_run);
           },
           py::arg("offsets"), py::arg("data"), py::arg("num_threads") = 0)
@@ -359,7 +358,7 @@ void bind_text_stages(py::module_ &m) {
       .def(py::init<const py::dict &>(), py::arg("params"))
       .def(
           "run",
-          [](Quality &o, const at::Tensor &off, const at::Tensor &data, int nt) {
+          [](Quality &o, py::handle off, py::handle data, int nt) {
             return run_stage(o, off, data, nt, "QualityFilter", lm_quality_run);
           },
           py::arg("offsets"), py::arg("data"), py::arg("num_threads") = 0)
@@ -383,7 +382,7 @@ void bind_text_stages(py::module_ &m) {
       .def(py::init<const py::dict &>(), py::arg("params"))
       .def(
           "run",
-          [](Pii &o, const at::Tensor &off, const at::Tensor &data, int nt) {
+          [](Pii &o, py::handle off, py::handle data, int nt) {
             return run_stage(o, off, data, nt, "PIIMasker", lm_pii_run);
           },
           py::arg("offsets"), py::arg("data"), py::arg("num_threads") = 0)
