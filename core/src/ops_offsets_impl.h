@@ -211,9 +211,9 @@ static lm_status LM_CAT(SUF, _match)(const OFF_T *offsets, size_t n, const uint8
     pw = lm_off_load64(head) & pm;
   }
   CTX(prefix) c = {offsets, data, prefix, (uint64_t)data_len, (uint64_t)plen, pw, pm, exact, out};
-  /* a second thread costs ~20 us to start (best case, this project's VM) and equality
-   * runs at ~0.3-0.4 ns a string: give each thread at least ~80 us of work */
-  lm_exec e = grain(exec, exact ? 262144 : 65536);
+  /* a second thread is a started pool worker (parallel.c: ~1-3 us to wake, was ~20 us to
+   * start) and equality runs at ~0.3-0.4 ns a string: give each thread ~5 us of work */
+  lm_exec e = grain(exec, exact ? 16384 : 4096);
   return lm_parallel_for(&e, n, RNG(prefix), &c);
 }
 

@@ -23,7 +23,9 @@
 #include "luminamoon/string_tensor.h"
 #include "mask_lut.h"
 
-#define LM_OPS_GRAIN 65536
+/* strings a thread must have before a second one is used: the views passes run at
+ * ~0.3-0.5 ns a string and a second thread is a started pool worker (~1-3 us to wake) */
+#define LM_OPS_GRAIN 16384
 
 /* The length, buffer index and offset of a view, each read once into the
  * caller's locals (the view's memory may be written by another thread). */
