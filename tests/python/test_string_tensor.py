@@ -363,3 +363,38 @@ def test_from_list_reuses_released_payloads_and_cached_utf8_correctly():
         del b
     again = StringTensor.from_list(make(150_000, 3))
     assert torch.equal(keep.data, again.data) and keep.data.data_ptr() != again.data.data_ptr()
+
+
+def test_two_thread_ops_work_in_a_forked_child_after_the_parent_used_the_pool():
+    """The core's worker pool (parallel.c) is started by the parent's 2-thread calls; a child
+    forked afterwards (a DataLoader worker) has no such threads and must start its own, not
+    wait forever on the parent's.  The child's answers are checked against plain Python."""
+    import os
+
+    items = [("w%d" % (i % 977)) * (1 + i % 5) for i in range(200_000)]
+    st = StringTensor.from_list(items)
+    old = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        want = st.starts_with("w1").tolist()
+        assert want == [s.startswith("w1") for s in items]
+        import xxhash
+
+        want_h = [xxhash.xxh3_64_intdigest(s.encode()) for s in items[:1000]]
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child reports through its exit status
+            code = 1
+            try:
+                import signal
+
+                signal.alarm(60)
+                ok = st.starts_with("w1").tolist() == want
+                ok = ok and st.fast_eq(items[7]).tolist() == [s == items[7] for s in items]
+                ok = ok and [h & (2**64 - 1) for h in st.hash64()[:1000].tolist()] == want_h
+                code = 0 if ok else 2
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    finally:
+        torch.set_num_threads(old)
