@@ -3,7 +3,8 @@
                    + ops_cuda.cu, minhash_cuda.cu and csrc/*.cu when CUDA is available), written against
                    the LibTorch stable ABI only (TORCH_TARGET_VERSION 2.10): one binary for every torch
                    >= 2.10; loaded by python/luminamoon/ops.py (torch.ops.load_library)
-  luminamoon._C    the pybind11 module (every other torch_ops/*.cpp)
+  luminamoon._C    the pybind11 module (every other torch_ops/*.cpp), free of libtorch: no torch
+                   header, library or RUNPATH
 
 Install with `pip install --no-build-isolation -e .` after torch is installed
 (an isolated build environment would fetch a multi-gigabyte CUDA torch).
@@ -126,15 +127,24 @@ TORCH_TARGET_VERSION = "0x020A000000000000"  # torch 2.10 ((2 << 56) | (10 << 48
 
 
 def pybind11_include():
-    """pybind11's headers (header-only: pybind11::value_error &c. carry the operators' error types,
-    torch_ops/stable/stable_common.h): the pybind11 package, else the copy every torch wheel ships in its
-    include dir (a GPU machine without network may lack the package)."""
+    """pybind11's headers: the pybind11 package (a build requirement), else the copy every torch wheel
+    ships in its include dir (a GPU machine without network may lack the package), offered through a
+    folder of its own under build/ that holds only a link to it, so that _C still sees no torch header."""
     try:
         import pybind11
         return [pybind11.get_include()]
     except ImportError:
-        return []
-
+        bundled = os.path.join(os.path.dirname(torch.__file__), "include", "pybind11")
+        if not os.path.isdir(bundled):
+            raise SystemExit("luminamoon: pybind11 not found (pip install pybind11)")
+        folder = os.path.join(ROOT, "build", "pybind11-from-torch")
+        os.makedirs(folder, exist_ok=True)
+        link = os.path.join(folder, "pybind11")
+        if os.path.realpath(link) != os.path.realpath(bundled):
+            if os.path.lexists(link):
+                os.remove(link)
+            os.symlink(bundled, link)
+        return [folder]
 
 
 sources = rel("torch_ops/*.cpp")
@@ -149,30 +159,33 @@ if utf8proc_static:
     link_args += ["-Wl,--exclude-libs,libutf8proc.a", utf8proc_static]
 else:
     libraries.append("utf8proc")
-# _C is loaded before torch (luminamoon/__init__.py), so the dynamic linker must find libc10.so &c.
-# through the RUNPATH: this torch's lib folder for a build from source; for a wheel, torch beside the
-# installed package ($ORIGIN/../torch/lib, below).
+# _ops needs libtorch_cpu (the C shim); it is loaded after `import torch`, and its RUNPATH names this
+# torch's lib folder for a build from source; for a wheel, torch beside the installed package
+# ($ORIGIN/../torch/lib, below).
 from torch.utils.cpp_extension import include_paths, library_paths  # noqa: E402
 try:
     torch_lib_dirs = library_paths(device_type="cuda" if use_cuda else "cpu")
 except TypeError:  # torch before 2.6: library_paths(cuda=False)
     torch_lib_dirs = library_paths(cuda=use_cuda)
-runtime_dirs = [] if wheel_build else list(dep_lib) + torch_lib_dirs
 wheel_link = []
 if wheel_build:
     # No debug info in the wheel (the objects carry -g from Python's CFLAGS: 58 MB -> a few MB),
     # and torch's libraries are found beside the installed package, not at this machine's path.
     wheel_link = ["-Wl,--strip-debug", "-Wl,-rpath,$ORIGIN/../torch/lib"]
 
-c_ext = CppExtension(
+# _C: the pybind11 module, a plain CPython extension free of libtorch (no torch header, library or
+# RUNPATH: it exchanges buffers through the buffer protocol / DLPack and imports torch lazily), so it
+# needs nothing from any torch and the one binary serves every torch.
+c_ext = Extension(
     name="luminamoon._C",
     sources=c_sources,
-    include_dirs=[core_include, os.path.join(ROOT, "torch_ops"), os.path.join(ROOT, "csrc")] + dep_inc,
+    include_dirs=[core_include, os.path.join(ROOT, "torch_ops")] + pybind11_include() + dep_inc,
+    language="c++",
     library_dirs=list(dep_lib),
     libraries=libraries,
-    runtime_library_dirs=runtime_dirs,
-    extra_compile_args={"cxx": cxx_flags},
-    extra_link_args=link_args + wheel_link,
+    runtime_library_dirs=[] if wheel_build else list(dep_lib),
+    extra_compile_args={"cxx": cxx_flags + ["-fvisibility=hidden"]},
+    extra_link_args=link_args + (["-Wl,--strip-debug"] if wheel_build else []),
 )
 
 # _ops: a plain Extension (not CppExtension, which would link libtorch/libtorch_python/libc10 and add
