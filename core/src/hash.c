@@ -81,6 +81,36 @@ static inline void lm_hash64_many_impl(const uint8_t *const *ptrs, const size_t 
   }
 }
 
+void lm_hash64_listed(const uint8_t *const *ptrs, const size_t *lens, const uint16_t (*idx)[LM_HASH_LIST_MAX],
+                      const size_t cnt[4], uint64_t seed, uint64_t *out) {
+  static const uint8_t empty = 0;
+  const xxh_u8 *secret = XXH3_kSecret;
+  for (size_t k = 0; k < cnt[0]; k++) {
+    const size_t i = idx[0][k];
+    out[i] = XXH3_len_1to3_64b(ptrs[i], lens[i], secret, seed);
+  }
+  for (size_t k = 0; k < cnt[1]; k++) {
+    const size_t i = idx[1][k];
+    out[i] = XXH3_len_4to8_64b(ptrs[i], lens[i], secret, seed);
+  }
+  for (size_t k = 0; k < cnt[2]; k++) {
+    const size_t i = idx[2][k];
+    out[i] = XXH3_len_9to16_64b(ptrs[i], lens[i], secret, seed);
+  }
+  if (!cnt[3]) return;
+  const int avx2 = lm_hash_uses_avx2();
+  (void)avx2;
+  for (size_t k = 0; k < cnt[3]; k++) {
+    const size_t i = idx[3][k], len = lens[i];
+#if LM_HASH_HAVE_AVX2
+    if (avx2 && len > 240) {
+      out[i] = lm_hash64_avx2(ptrs[i], len, seed);
+      continue;
+    }
+#endif
+    out[i] = (uint64_t)XXH3_64bits_withSeed(len ? ptrs[i] : &empty, len, (XXH64_hash_t)seed);
+  }
+}
 
 void lm_hash64_many_generic(const uint8_t *const *ptrs, const size_t *lens, size_t n, uint64_t seed,
                             uint64_t *out) {

@@ -5,6 +5,7 @@
 
 #include "luminamoon/hash.h"
 #include "luminamoon/string_tensor.h"
+#include "hash_internal.h" /* lm_hash64_listed */
 #include "ops_internal.h" /* the AVX2 first passes */
 
 static lm_exec grain(const lm_exec *exec, size_t items) {

@@ -367,20 +367,36 @@ static lm_status RNG(hash)(void *ctx, size_t begin, size_t end) {
   const UOFF_T lim = c->dlen > (uint64_t)OFF_MAX ? (UOFF_T)OFF_MAX : (UOFF_T)c->dlen;
   static const uint8_t empty = 0;
   const uint8_t *base = c->data ? c->data : &empty;
-  const uint8_t *ptrs[256];
-  size_t lens[256];
-  for (size_t b0 = begin; b0 < end; b0 += 256) {
-    const size_t m = end - b0 < 256 ? end - b0 : 256;
-    UOFF_T bad = 0;
+  const uint8_t *ptrs[LM_HASH_LIST_MAX];
+  size_t lens[LM_HASH_LIST_MAX];
+  uint16_t idx[4][LM_HASH_LIST_MAX];
+  /* XXH3's length class of a length (0: 1-3, 1: 4-8, 2: 9-16, 3: 0 or over 16) times 16:
+   * the shift of its 16-bit counter in `cnt` */
+  static const uint8_t shift_of[18] = {48, 0, 0, 0, 16, 16, 16, 16, 16, 32, 32, 32, 32, 32, 32, 32, 32, 48};
+  for (size_t b0 = begin; b0 < end; b0 += LM_HASH_LIST_MAX) {
+    const size_t m = end - b0 < LM_HASH_LIST_MAX ? end - b0 : LM_HASH_LIST_MAX;
+    /* one pass: every offset of the block read once (a string's end is the next one's
+     * start, the same value), its (pointer, length) kept and its index put in the list of
+     * its length class.  The check: the block's offsets never decrease and its last one
+     * is <= the payload's length (unsigned: a negative offset is huge, so it fails) */
+    UOFF_T down = 0;
+    uint64_t cnt = 0; /* four 16-bit counters, one per class (at most 256 each) */
+    UOFF_T a = (UOFF_T)off[b0];
     for (size_t k = 0; k < m; k++) {
-      const UOFF_T a = (UOFF_T)off[b0 + k], z = (UOFF_T)off[b0 + k + 1];
-      bad |= (UOFF_T)((a <= z) & (z <= lim)) ^ 1u;
-      /* no select on the check (the block is refused whole before any use): vectorises */
+      const UOFF_T z = (UOFF_T)off[b0 + k + 1];
+      down |= (UOFF_T)(z < a);
+      const size_t len = (size_t)(UOFF_T)(z - a);
       ptrs[k] = (const uint8_t *)((uintptr_t)base + (uintptr_t)a);
-      lens[k] = (size_t)(z - a);
+      lens[k] = len;
+      const unsigned sh = shift_of[len < 17 ? len : 17];
+      idx[sh >> 4][(cnt >> sh) & 0xFFFFu] = (uint16_t)k;
+      cnt += (uint64_t)1 << sh;
+      a = z;
     }
-    if (bad) return LM_EINVAL;
-    lm_hash64_many(ptrs, lens, m, c->seed, c->out + b0);
+    if (down | (UOFF_T)(a > lim)) return LM_EINVAL;
+    const size_t cn[4] = {(size_t)(cnt & 0xFFFFu), (size_t)((cnt >> 16) & 0xFFFFu), (size_t)((cnt >> 32) & 0xFFFFu),
+                          (size_t)(cnt >> 48)};
+    lm_hash64_listed(ptrs, lens, (const uint16_t(*)[LM_HASH_LIST_MAX])idx, cn, c->seed, c->out + b0);
   }
   return LM_OK;
 }
