@@ -19,9 +19,13 @@ torch.ops.luminamoon.* on the offsets layout (what a compiled model calls).  The
 building the views from the offsets layout (what a tensor from from_arrow / from_buffers /
 a stage pays on its first method call) is its own row, as is from_list.  A last table times
 starts_with, fast_eq and hash64 on documents with 2 threads against 1 (--threads-only: that
-table alone).  On x86-64 with AVX2 the hash of strings over 240 bytes and the first pass of
-equal_scalar / equal run AVX2 copies chosen at run time; LM_NO_AVX2=1 in the environment
-turns them off (to compare).
+table alone; a second thread is a started worker of the core's pool, ~0.3-2 us to wake: rerun it on an
+idle machine, on a loaded one it measures the other jobs).  The from_list row runs after pyarrow has built
+its array from the same list, so CPython already caches each non-ASCII str's UTF-8 and every library
+copies it (a list nobody encoded before costs us, and Polars' first call, an encoding pass).  A full run
+takes ~70 s (68 s at load average 11 on the 2-core development VM).  On x86-64 with AVX2
+the hash of strings over 240 bytes and the first pass of equal_scalar / equal run AVX2
+copies chosen at run time; LM_NO_AVX2=1 in the environment turns them off (to compare).
 """
 from __future__ import annotations
 
