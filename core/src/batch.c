@@ -98,10 +98,45 @@ void lm_batch_plan_init(lm_batch_plan *p) {
 void lm_batch_plan_free(lm_batch_plan *p) {
   if (!p) return;
   free(p->start);
+  free(p->order);
   memset(p, 0, sizeof *p);
 }
 
 static size_t sat_add(size_t a, size_t b) { return a > SIZE_MAX - b ? SIZE_MAX : a + b; }
+
+typedef struct {
+  size_t w, r;
+} range_weight;
+
+/* heaviest first, then in range order */
+static int by_weight_desc(const void *a, const void *b) {
+  const range_weight *x = (const range_weight *)a, *y = (const range_weight *)b;
+  if (x->w != y->w) return x->w > y->w ? -1 : 1;
+  return x->r < y->r ? -1 : x->r > y->r;
+}
+
+/* p->order = the ranges, heaviest first (weights as in lm_batch_plan_make). */
+static lm_status plan_order(lm_batch_plan *p, const int64_t *prefix) {
+  size_t nr = p->nranges;
+  p->ordered = 0;
+  if (p->nworkers < 2 || nr < 2) return LM_OK;
+  if (nr > SIZE_MAX / (2 * sizeof(size_t))) return LM_EOVERFLOW;
+  lm_status s = lm_grow_array((void **)&p->order, &p->cap_order, 2 * nr, sizeof(size_t), 64);
+  if (s) return s;
+  range_weight *rw = (range_weight *)(void *)p->order; /* 2 entries per range, then compacted */
+  for (size_t r = 0; r < nr; r++) {
+    size_t a = p->start[r], b = p->start[r + 1];
+    size_t bytes = (size_t)(prefix[b] - prefix[a]), items = b - a;
+    size_t w = items > SIZE_MAX / LM_BATCH_ITEM_COST ? SIZE_MAX : items * LM_BATCH_ITEM_COST;
+    rw[r].w = sat_add(bytes, w);
+    rw[r].r = r;
+  }
+  qsort(rw, nr, sizeof *rw, by_weight_desc);
+  for (size_t k = 0; k < nr; k++) p->order[k] = rw[k].r; /* k <= 2k: reads ahead of the writes */
+  p->ordered = 1;
+  return LM_OK;
+}
+
 
 lm_status lm_batch_plan_make(lm_batch_plan *p, const int64_t *prefix, size_t n, const lm_exec *exec,
                              size_t max_items) {
@@ -141,7 +176,7 @@ lm_status lm_batch_plan_make(lm_batch_plan *p, const int64_t *prefix, size_t n, 
   if (n == 0) nr = 0;
   p->nranges = nr;
   p->nworkers = workers < nr ? workers : (nr ? nr : 1);
-  return LM_OK;
+  return plan_order(p, prefix);
 }
 
 static _Atomic(lm_batch_range_hook) g_hook;
@@ -160,8 +195,9 @@ typedef struct {
   void *hook_arg;
 } plan_task_ctx;
 
-static lm_status plan_task(void *vctx, size_t worker, size_t r) {
+static lm_status plan_task(void *vctx, size_t worker, size_t t) {
   plan_task_ctx *x = (plan_task_ctx *)vctx;
+  size_t r = x->p->ordered ? x->p->order[t] : t; /* task t runs range r */
   if (x->hook) x->hook(x->hook_arg, worker, r);
   return x->fn(x->ctx, worker, r, x->p->start[r], x->p->start[r + 1]);
 }

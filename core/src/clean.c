@@ -361,6 +361,21 @@ static size_t fold(const lm_cleaner_params *p, const uint8_t *s, size_t n, uint8
        * (after a printable character nothing collapses or trims it) */
       size_t j = i + 1;
       for (;;) {
+        /* 8 bytes at a time while they are printable ASCII and single spaces
+         * ending on a printable (s[j - 1] is always a printable non-space here,
+         * so each space in the block is between two printables) */
+        while (j + 8 <= n) {
+          uint64_t v;
+          memcpy(&v, s + j, 8);
+          const uint64_t H = 0x8080808080808080ull, L7 = 0x7F7F7F7F7F7F7F7Full;
+          uint64_t t = v ^ L7;
+          uint64_t bad = (v & H) | ((v - 0x2020202020202020ull) & ~v & H) | ((t - 0x0101010101010101ull) & ~t & H);
+          if (bad) break; /* a byte >= 0x80, < 0x20 or 0x7F (exact as a whole once no byte >= 0x80) */
+          uint64_t u = v ^ 0x2020202020202020ull;
+          uint64_t sp = ~(((u & L7) + L7) | u) & H; /* exactly the ' ' bytes */
+          if ((sp & (sp >> 8)) || (sp >> 63)) break; /* two spaces in a row, or a space last */
+          j += 8;
+        }
         while (j < n && s[j] > 0x20 && s[j] < 0x7F) j++;
         if (j + 1 < n && s[j] == ' ' && s[j + 1] > 0x20 && s[j + 1] < 0x7F) {
           j += 2;

@@ -166,6 +166,7 @@ void lm_quality_scratch_destroy(lm_quality_scratch *s) {
   lmq_tokbuf_free(&s->tb);
   free(s->wb);
   free(s->wp);
+  free(s->wx);
   free(s->text);
   free(s->line);
   lmq_set_free(&s->set);
@@ -187,7 +188,7 @@ lm_status lm_quality_words(const lm_quality *q, lm_quality_scratch *s, const uin
 
 size_t lm_quality_scratch_bytes(const lm_quality_scratch *s) {
   if (!s) return 0;
-  return lmq_tokbuf_bytes(&s->tb) + s->cap_wb + s->cap_wp * sizeof(uint32_t) + s->cap_text + s->cap_line +
+  return lmq_tokbuf_bytes(&s->tb) + s->cap_wb + (s->cap_wp + s->cap_wx) * sizeof(uint32_t) + s->cap_text + s->cap_line +
          s->set.cap * sizeof(lmq_slot);
 }
 

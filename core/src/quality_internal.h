@@ -223,9 +223,12 @@ struct lm_quality_scratch {
   lmq_tokbuf tb;          /* tokens of the whole text; after lmq_words only the words */
   size_t nw;              /* words: tb.tok[0..nw) */
   uint8_t *wb;            /* words concatenated (Gopher repetition n-grams) */
-  size_t cap_wb;
+  size_t cap_wb, wb_len;
   uint32_t *wp;           /* wp[k]: the n-gram hash of wb before word k (nw + 1 values) */
   size_t cap_wp;          /* elements */
+  uint32_t *wx;           /* n-gram passes: wo[nw + 1] (offset of word k in wb), a list of the
+                             positions that can repeat (nw + 1), a bitmap over the positions */
+  size_t cap_wx;          /* elements */
   uint8_t *text;          /* C4's rewritten text */
   size_t cap_text;
   uint8_t *line;          /* one C4 line with citations removed */

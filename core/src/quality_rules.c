@@ -274,8 +274,15 @@ static inline uint64_t ngram_key(const lm_quality *q, const uint32_t *wp, size_t
 }
 
 /* Build wb: the words concatenated (word k's bytes follow word k-1's), and
- * wp: the hash of wb's bytes before each word. */
-static int build_word_buffers(lm_quality_scratch *s, const uint8_t *text) {
+ * wp: the hash of wb's bytes before each word.  With `index`, also s->wx:
+ * wo[0..nw] (word k's offset in wb), room for one position list of nw + 1 and
+ * a bitmap over the positions (the n-gram passes then visit only the
+ * positions that can repeat); 8 bytes a word, so only asked for when words
+ * average 4 bytes or more (the scratch stays within its bytes per input byte). */
+#ifndef LMQ_INDEX_WORD_BYTES /* (a test build sets 0: always, or a large value: never) */
+#define LMQ_INDEX_WORD_BYTES 4
+#endif
+static int build_word_buffers(lm_quality_scratch *s, const uint8_t *text, int index) {
   size_t nw = s->nw, bytes = 0;
   const lmq_tok *w = s->tb.tok;
   for (size_t i = 0; i < nw; i++) bytes += w[i].len;
@@ -286,6 +293,14 @@ static int build_word_buffers(lm_quality_scratch *s, const uint8_t *text) {
     s->wp = (uint32_t *)p;
     s->cap_wp = nw + 1;
   }
+  size_t nx = 2 * (nw + 1) + 2 * ((nw + 63) / 64); /* wo, a position list, a bitmap (uint64) */
+  if (index && nx > s->cap_wx) {
+    void *p = realloc(s->wx, nx * sizeof(uint32_t));
+    if (!p) return -1;
+    s->wx = (uint32_t *)p;
+    s->cap_wx = nx;
+  }
+  uint32_t *wo = index ? s->wx : NULL;
   size_t o = 0;
   uint32_t h = 0;
   uint8_t *wb = s->wb;
@@ -294,11 +309,14 @@ static int build_word_buffers(lm_quality_scratch *s, const uint8_t *text) {
     const uint8_t *src = text + w[i].off;
     size_t len = w[i].len;
     wp[i] = h;
+    if (wo) wo[i] = (uint32_t)o;
     memcpy(wb + o, src, len);
     for (size_t k = 0; k < len; k++) h = h * HBASE + src[k] + 1u;
     o += len;
   }
   wp[nw] = h;
+  if (wo) wo[nw] = (uint32_t)o;
+  s->wb_len = o;
   return 0;
 }
 
@@ -315,18 +333,35 @@ static size_t set_free_slot(const lmq_set *st, uint64_t h) {
 
 /* Counter of the " ".join n-grams of words [i, i + ng): elements are (offset
  * in wb, index of the first word), equal when their words are, one by one;
- * the most frequent, ties to the first seen. */
-static __attribute__((noinline)) int top_pass(const lm_quality *q, lmq_set *st, const lmq_tok *w, const uint8_t *wb,
-                                              const uint32_t *wp, size_t nw, size_t ng, uint32_t *best_cnt_out,
-                                              uint32_t *best_first_out, uint32_t *best_word_out) {
+ * the most frequent, ties to the first seen (nw >= ng).
+ * Only the positions cand[0..ncand) (in order; cand NULL: every position) are
+ * counted: an n-gram that occurs twice has its (n-1)-gram prefix occur twice,
+ * so the positions whose (n-1)-gram repeats (the previous pass's *rep_list)
+ * hold every n-gram with a count >= 2, counted exactly and met in the same
+ * order; when none repeats the answer is the first n-gram (count 1), as in
+ * the full count.  rep_list[0..*nrep) receives the positions whose n-gram
+ * repeats, in order (mark: a bitmap over the positions, scratch). */
+static __attribute__((noinline)) int top_pass(const lm_quality *q, lmq_set *st, const lmq_tok *w, const uint32_t *wo,
+                                              const uint8_t *wb, const uint32_t *wp, size_t nw, size_t ng,
+                                              const uint32_t *cand, size_t ncand, uint64_t *mark, uint32_t *rep_list,
+                                              size_t *nrep, uint32_t *best_cnt_out, uint32_t *best_first_out,
+                                              uint32_t *best_word_out) {
   lmq_slot *E = st->e;
   size_t mask = st->mask, count = st->count, limit = (mask + 1) / 2;
   uint32_t gen = st->gen;
   uint32_t best_cnt = 0, best_first = 0, best_word = 0;
+  size_t np = nw - ng + 1, nm = (np + 63) / 64, total = cand ? ncand : np;
+  if (mark) memset(mark, 0, nm * sizeof(uint64_t));
   uint32_t a = 0, e = 0; /* wb span of words [i, i + ng) */
-  for (size_t t2 = 0; t2 < ng; t2++) e += w[t2].len;
-  for (size_t i = 0; i + ng <= nw; i++) {
-    if (i) {
+  if (!wo)
+    for (size_t t2 = 0; t2 < ng; t2++) e += w[t2].len;
+  for (size_t p = 0; p < total; p++) {
+    size_t i = cand ? cand[p] : p;
+    if (i >= np) break;
+    if (wo) {
+      a = wo[i];
+      e = wo[i + ng];
+    } else if (i) {
       a += w[i - 1].len;
       e += w[i + ng - 1].len;
     }
@@ -348,6 +383,10 @@ static __attribute__((noinline)) int top_pass(const lm_quality *q, lmq_set *st, 
     if (sl->gen == gen) {
       c = ++sl->cnt;
       first = sl->a;
+      if (mark) {
+        if (c == 2) mark[sl->b >> 6] |= (uint64_t)1 << (sl->b & 63);
+        mark[i >> 6] |= (uint64_t)1 << (i & 63);
+      }
     } else {
       if (count + 1 > limit) {
         st->count = count;
@@ -371,23 +410,121 @@ static __attribute__((noinline)) int top_pass(const lm_quality *q, lmq_set *st, 
     }
   }
   st->count = count;
+  if (best_cnt < 2) { /* no n-gram repeats: the first one, once */
+    best_cnt = 1;
+    best_first = 0;
+    best_word = 0;
+  }
+  size_t nr = 0;
+  if (mark) /* after the loop: rep_list may be cand */
+    for (size_t m = 0; m < nm; m++)
+      for (uint64_t v = mark[m]; v; v &= v - 1) rep_list[nr++] = (uint32_t)(m * 64 + (size_t)__builtin_ctzll(v));
+  *nrep = nr;
   *best_cnt_out = best_cnt;
   *best_first_out = best_first;
   *best_word_out = best_word;
   return 0;
 }
 
+/* ---- duplicated n-grams: the positions that can repeat ----
+ * Two "".join n-grams (n >= 5) at word positions i != j that are equal have
+ * one length L >= both 5-gram lengths L5_i, L5_j.  If L >= 16, the 16 bytes of
+ * wb at a_i and at a_j are equal (and both lie inside wb); if L < 16, both
+ * L5 < 16.  So an n-gram at i can only equal another one when L5_i < 16, or
+ * the 16 bytes at a_i are not inside wb, or they occur at another position's
+ * start too: the candidates.  Any other n-gram is never found again and never
+ * finds an earlier one, so the greedy passes skip it (it is left out of the
+ * set) with the same result.  The 16-byte keys are compared exactly. */
+static inline int eq16(const void *ctx, uint32_t a0, uint32_t b0, uint32_t a, uint32_t b) {
+  (void)b0;
+  (void)b;
+  const uint8_t *wb = (const uint8_t *)ctx;
+  uint64_t x0, x1, y0, y1;
+  memcpy(&x0, wb + a0, 8);
+  memcpy(&x1, wb + a0 + 8, 8);
+  memcpy(&y0, wb + a, 8);
+  memcpy(&y1, wb + a + 8, 8);
+  return ((x0 ^ y0) | (x1 ^ y1)) == 0;
+}
+
+/* cand[0..*ncand): the candidate positions of [0, nw - 4) in order (nw >= 5). */
+static int dup_candidates(lmq_set *st, const uint8_t *wb, size_t wb_len, const uint32_t *wo, size_t nw,
+                          uint32_t *cand, uint64_t *mark, size_t *ncand) {
+  size_t np = nw - 4, nm = (np + 63) / 64;
+  memset(mark, 0, nm * sizeof(uint64_t));
+  if (set_reset(st, np)) return -1;
+  for (size_t i = 0; i < np; i++) {
+    uint32_t a = wo[i];
+    if (wo[i + 5] - a < 16) mark[i >> 6] |= (uint64_t)1 << (i & 63);
+    if ((size_t)a + 16 > wb_len) {
+      mark[i >> 6] |= (uint64_t)1 << (i & 63);
+      continue;
+    }
+    uint64_t k0, k1;
+    memcpy(&k0, wb + a, 8);
+    memcpy(&k1, wb + a + 8, 8);
+    uint64_t h = (k0 ^ (k1 * 0x9E3779B97F4A7C15ull)) * 0xFF51AFD7ED558CCDull;
+    int seen;
+    size_t sl = set_add_eq(st, h, a, (uint32_t)i, eq16, wb, &seen);
+    if (sl == SIZE_MAX) return -1;
+    if (seen) {
+      uint32_t first = st->e[sl].b;
+      mark[first >> 6] |= (uint64_t)1 << (first & 63);
+      mark[i >> 6] |= (uint64_t)1 << (i & 63);
+    }
+  }
+  size_t nc = 0;
+  for (size_t m = 0; m < nm; m++)
+    for (uint64_t v = mark[m]; v; v &= v - 1) cand[nc++] = (uint32_t)(m * 64 + (size_t)__builtin_ctzll(v));
+  *ncand = nc;
+  return 0;
+}
+
+/* The largest x >= -1 with (double)x / tc > thr false: for integers x >= 0,
+ * x > frac_limit(thr, tc) exactly when the rule's (double)x / tc > thr holds
+ * (tc > 0; the same double division decides, so the rounding is the rule's). */
+static int64_t frac_limit(double thr, double tc) {
+  const int64_t big = (int64_t)1 << 60;
+  if (thr != thr) return big; /* NaN: the comparison is never true */
+  double f = thr * tc;
+  if (f >= 1e18) return big;
+  int64_t x = f < 0 ? -1 : (int64_t)f;
+  while (x + 1 < big && (double)(x + 1) / tc <= thr) x++;
+  while (x >= 0 && (double)x / tc > thr) x--;
+  return x;
+}
+
 /* find_all_duplicate: "".join n-grams of words, greedy left to right; *rep =
- * the code points of the repeated ones.  Elements are wb spans. */
-static __attribute__((noinline)) int dup_pass(const lm_quality *q, lmq_set *st, const lmq_tok *w, const uint8_t *wb,
-                                              const uint32_t *wp, size_t nw, size_t ng, size_t *rep_out) {
+ * the code points of the repeated ones.  Elements are wb spans.
+ * The caller only asks whether rep > lim (lim = frac_limit of the rule), so
+ * the pass stops as soon as the answer is known: rep > lim (rep only grows),
+ * or rep + the bytes of wb not yet passed <= lim (what is still to come adds
+ * the code points of disjoint spans of wb[a..wb_len), at most its bytes).
+ * *rep_out is then a value with the same answer. */
+static __attribute__((noinline)) int dup_pass(const lm_quality *q, lmq_set *st, const lmq_tok *w, const uint32_t *wo,
+                                              const uint8_t *wb, const uint32_t *wp, size_t nw, size_t ng,
+                                              const uint32_t *cand, size_t ncand, size_t wb_len, int64_t lim,
+                                              size_t *rep_out) {
   lmq_slot *E = st->e;
   size_t mask = st->mask, count = st->count, limit = (mask + 1) / 2;
   uint32_t gen = st->gen;
-  size_t rep = 0, i = 0, last = nw - ng + 1; /* nw >= ng */
+  size_t rep = 0, i = 0, last = nw - ng + 1, p = 0; /* nw >= ng */
+  /* stop once rep + (wb_len - a) <= lim, i.e. a >= rep + wb_len - lim */
+  int64_t stop_a = (int64_t)wb_len - lim;
   uint32_t a = 0, e = 0; /* wb span of words [i, i + ng) */
-  for (size_t t2 = 0; t2 < ng; t2++) e += w[t2].len;
-  while (i < last) {
+  if (!cand)
+    for (size_t t2 = 0; t2 < ng; t2++) e += w[t2].len;
+  for (;;) {
+    if (cand) { /* the candidates only (wo: word offsets in wb) */
+      while (p < ncand && cand[p] < i) p++; /* the positions before the next candidate never repeat */
+      if (p == ncand || cand[p] >= last) break;
+      i = cand[p];
+      a = wo[i];
+      e = wo[i + ng];
+    } else if (i >= last) { /* every position, a and e kept up to date below */
+      break;
+    }
+    if ((int64_t)a >= stop_a) break; /* the rest can not push rep past lim */
     uint32_t len = e - a;
     uint64_t h = ngram_key(q, wp, i, ng, len) | 1u;
     size_t k = (size_t)(h ^ (h >> 32)) & mask;
@@ -402,11 +539,16 @@ static __attribute__((noinline)) int dup_pass(const lm_quality *q, lmq_set *st, 
       k = (k + 1) & mask;
     }
     if (seen) {
-      rep += cp_count(wb + a, len);
+      size_t c = cp_count(wb + a, len);
+      rep += c;
+      if ((int64_t)rep > lim) break; /* decided: over the limit */
+      stop_a += (int64_t)c;
       i += ng;
-      a = e;
-      if (i < last)
-        for (size_t t2 = 0; t2 < ng; t2++) e += w[i + t2].len;
+      if (!cand) {
+        a = e;
+        if (i < last)
+          for (size_t t2 = 0; t2 < ng; t2++) e += w[i + t2].len;
+      }
       continue;
     }
     if (count + 1 > limit) {
@@ -421,9 +563,11 @@ static __attribute__((noinline)) int dup_pass(const lm_quality *q, lmq_set *st, 
     }
     E[k] = (lmq_slot){h, a, e, 1, gen};
     count++;
-    a += w[i].len;
+    if (!cand) {
+      a += w[i].len;
+      if (i + 1 < last) e += w[i + ng].len;
+    }
     i++;
-    if (i < last) e += w[i + ng - 1].len;
   }
   st->count = count;
   *rep_out = rep;
@@ -500,19 +644,31 @@ static int gopher_repetition(const lm_quality *q, lm_quality_scratch *s, const u
     if (lmq_words(q, s, t, n)) return -1;
     *words_ok = 1;
   }
-  if (build_word_buffers(s, t)) return -1;
   size_t nw = s->nw;
+  int index = (size_t)LMQ_INDEX_WORD_BYTES * nw <= n; /* see build_word_buffers */
+  if (build_word_buffers(s, t, index)) return -1;
   const lmq_tok *w = s->tb.tok;
+  const uint32_t *wo = index ? s->wx : NULL;
+  size_t wb_len = s->wb_len;
   const uint8_t *wb = s->wb;
   const uint32_t *wp = s->wp;
+  /* without the index: every position, one by one (wo, list, mark NULL) */
+  uint32_t *list = index ? s->wx + (nw + 1) : NULL;
+  /* the bitmap after wo and the list: 2 * (nw + 1) uint32 in, so 8-byte aligned */
+  uint64_t *mark = index ? (uint64_t *)(void *)(s->wx + 2 * (nw + 1)) : NULL;
   /* top n-grams (n = 2..4): the most frequent " ".join of n words; ties go to
    * the first seen (Counter.most_common) */
+  const uint32_t *tcand = NULL; /* the positions whose shorter n-gram repeats (NULL: all) */
+  size_t ntcand = 0;
   for (int k = 0; k < 3; k++) {
     size_t ng = (size_t)k + 2;
     if (!ON(q, LM_Q_GR_TOP_2_GRAM + k) || nw < ng) continue;
     if (set_reset(&s->set, nw)) return -1;
     uint32_t best_cnt = 0, best_first = 0, best_word = 0;
-    if (top_pass(q, &s->set, w, wb, wp, nw, ng, &best_cnt, &best_first, &best_word)) return -1;
+    if (top_pass(q, &s->set, w, wo, wb, wp, nw, ng, tcand, ntcand, mark, list, &ntcand, &best_cnt, &best_first,
+                 &best_word))
+      return -1;
+    tcand = list; /* rewritten after each pass has read it */
     size_t bytes = 0;
     for (size_t t2 = 0; t2 < ng; t2++) bytes += w[best_word + t2].len;
     double best_len = (double)cp_count(wb + best_first, bytes) + (double)(ng - 1);
@@ -522,13 +678,21 @@ static int gopher_repetition(const lm_quality *q, lm_quality_scratch *s, const u
     }
   }
   /* duplicated n-grams (n = 5..10): "".join of n words, greedy left to right */
+  size_t ncand = 0;
+  uint32_t *cand = list;
+  int cand_ok = !index; /* without the index: cand NULL, every position */
   for (int k = 0; k < 6; k++) {
     size_t ng = (size_t)k + 5;
     if (!ON(q, LM_Q_GR_DUP_5_GRAMS + k)) continue;
     size_t rep = 0;
     if (nw >= ng) {
+      if (!cand_ok) {
+        if (dup_candidates(&s->set, wb, wb_len, wo, nw, cand, mark, &ncand)) return -1;
+        cand_ok = 1;
+      }
       if (set_reset(&s->set, nw)) return -1;
-      if (dup_pass(q, &s->set, w, wb, wp, nw, ng, &rep)) return -1;
+      int64_t lim = frac_limit(p->gr_dup_ngram_frac[k], text_cp);
+      if (dup_pass(q, &s->set, w, wo, wb, wp, nw, ng, cand, ncand, wb_len, lim, &rep)) return -1;
     }
     if ((double)rep / text_cp > p->gr_dup_ngram_frac[k]) {
       *reason = LM_Q_GR_DUP_5_GRAMS + k;
@@ -539,7 +703,19 @@ static int gopher_repetition(const lm_quality *q, lm_quality_scratch *s, const u
 }
 
 /* ---- GopherQualityFilter ---- */
-static const char *const k_stop[8] = {"the", "be", "to", "of", "and", "that", "have", "with"};
+/* Gopher's stop words, bit k of `stop`: the, be, to, of, and, that, have, with.
+ * 1 << k when x[0..len) is stop word k (2 <= len <= 4), else 0. */
+static inline unsigned stop_bit(const uint8_t *x, size_t len) {
+  uint32_t v = (uint32_t)x[0] | (uint32_t)x[1] << 8;
+  if (len == 2) return v == ('b' | 'e' << 8) ? 1u << 1 : v == ('t' | 'o' << 8) ? 1u << 2 : v == ('o' | 'f' << 8) ? 1u << 3 : 0;
+  v |= (uint32_t)x[2] << 16;
+  if (len == 3) return v == ('t' | 'h' << 8 | 'e' << 16) ? 1u : v == ('a' | 'n' << 8 | 'd' << 16) ? 1u << 4 : 0;
+  v |= (uint32_t)x[3] << 24;
+  return v == ('t' | 'h' << 8 | 'a' << 16 | (uint32_t)'t' << 24)   ? 1u << 5
+         : v == ('h' | 'a' << 8 | 'v' << 16 | (uint32_t)'e' << 24) ? 1u << 6
+         : v == ('w' | 'i' << 8 | 't' << 16 | (uint32_t)'h' << 24) ? 1u << 7
+                                                                    : 0;
+}
 
 static int gopher_quality(const lm_quality *q, lm_quality_scratch *s, const uint8_t *t, size_t n, int *words_ok,
                           int *reason) {
@@ -550,14 +726,14 @@ static int gopher_quality(const lm_quality *q, lm_quality_scratch *s, const uint
   }
   size_t nw = s->nw, nsym = 0, symlen = 0, nalpha = 0;
   unsigned stop = 0;
+  /* no continuation byte in the text: every word's code points are its bytes */
+  int bytes_are_cps = cp_count(t, n) == n;
   for (size_t i = 0; i < nw; i++) {
     const lmq_tok *w = &s->tb.tok[i];
     uint8_t at = s->tb.attr[i];
-    if (at & LMQ_T_NONSYMBOL) nsym++, symlen += cp_count(t + w->off, w->len);
+    if (at & LMQ_T_NONSYMBOL) nsym++, symlen += bytes_are_cps ? w->len : cp_count(t + w->off, w->len);
     if (at & LMQ_T_ALPHA) nalpha++;
-    if (w->len <= 4)
-      for (int k = 0; k < 8; k++)
-        if (strlen(k_stop[k]) == w->len && memcmp(k_stop[k], t + w->off, w->len) == 0) stop |= 1u << k;
+    if (w->len >= 2 && w->len <= 4) stop |= stop_bit(t + w->off, w->len);
   }
   if (ON(q, LM_Q_GQ_MIN_DOC_WORDS) && p->gq_min_doc_words && nsym < p->gq_min_doc_words) {
     *reason = LM_Q_GQ_MIN_DOC_WORDS;
@@ -581,7 +757,8 @@ static int gopher_quality(const lm_quality *q, lm_quality_scratch *s, const uint
   if (nw && p->gq_max_symbol_word_ratio) {
     if (ON(q, LM_Q_GQ_HASH_RATIO)) {
       size_t h = 0;
-      for (size_t i = 0; i < n; i++) h += t[i] == '#';
+      for (const uint8_t *d = t, *end = t + n; d < end && (d = (const uint8_t *)memchr(d, '#', (size_t)(end - d)));)
+        h++, d++;
       if ((double)h / (double)nw > p->gq_max_symbol_word_ratio) {
         *reason = LM_Q_GQ_HASH_RATIO;
         return 0;

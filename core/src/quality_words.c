@@ -70,10 +70,9 @@ void lmq_special_index_free(lmq_special_index *ix) {
   ix->slot = NULL;
 }
 
-static const lmq_special *special_find(const lmq_special_index *ix, const uint8_t *s, size_t n) {
-  if (n == 0 || n > ix->max_len || !((ix->first[s[0] >> 6] >> (s[0] & 63)) & 1)) return NULL;
-  size_t bl = lmq_special_bloom(s, n);
-  if (!((ix->bloom[bl >> 6] >> (bl & 63)) & 1)) return NULL;
+/* The hash-table probe of special_find (past its filters: rare). */
+static __attribute__((noinline)) const lmq_special *special_probe(const lmq_special_index *ix, const uint8_t *s,
+                                                                  size_t n) {
   size_t h = (size_t)sp_hash(s, n) & ix->mask;
   for (;;) {
     uint32_t v = ix->slot[h];
@@ -82,6 +81,15 @@ static const lmq_special *special_find(const lmq_special_index *ix, const uint8_
     if (sp->len == n && memcmp(sp->key, s, n) == 0) return sp;
     h = (h + 1) & ix->mask;
   }
+}
+
+/* The special case s[0..n) is, or NULL; the filters inline (most candidates
+ * stop at the first byte or the bloom bit). */
+static inline const lmq_special *special_find(const lmq_special_index *ix, const uint8_t *s, size_t n) {
+  if (n == 0 || n > ix->max_len || !((ix->first[s[0] >> 6] >> (s[0] & 63)) & 1)) return NULL;
+  size_t bl = lmq_special_bloom(s, n);
+  if (!((ix->bloom[bl >> 6] >> (bl & 63)) & 1)) return NULL;
+  return special_probe(ix, s, n);
 }
 
 void lmq_tokbuf_free(lmq_tokbuf *b) {
@@ -119,6 +127,10 @@ typedef struct {
    * code points ends at sfx_j with a digit before it */
   size_t sfx_j;
   uint64_t sfx_mask;
+  /* special_cps's last question and answer ([sp_i, sp_j) -> sp_res): the
+   * affix loop asks about the same range up to four times */
+  size_t sp_i, sp_j;
+  const lmq_special *sp_res;
 } span_ctx;
 
 static inline uint32_t CP(const span_ctx *c, size_t k) { return c->ascii ? (uint32_t)c->s[k] : c->cp[k]; }
@@ -171,7 +183,10 @@ static int push_cps(span_ctx *c, size_t i, size_t j) {
 
 static const lmq_special *special_cps(span_ctx *c, size_t i, size_t j) {
   if (j <= i) return NULL;
-  return special_find(c->ix, c->s + BO(c, i), BO(c, j) - BO(c, i));
+  if (i == c->sp_i && j == c->sp_j) return c->sp_res;
+  c->sp_i = i;
+  c->sp_j = j;
+  return c->sp_res = special_find(c->ix, c->s + BO(c, i), BO(c, j) - BO(c, i));
 }
 
 /* The tokens of a special case covering code points [i, j). */
@@ -480,6 +495,7 @@ static int tokenize_span(span_ctx *c, size_t n) {
   }
   memset(b->cut, 0, nwords * sizeof(uint64_t));
   c->sfx_j = (size_t)-1;
+  c->sp_i = c->sp_j = (size_t)-1; /* a new span: forget the last answer */
   size_t last = (size_t)-1;
   while (j > i && j - i != last) {
     if (special_cps(c, i, j)) break;
@@ -523,7 +539,7 @@ int lmq_tokenize(const lmq_special_index *ix, const uint8_t *s, size_t n, uint32
                  lmq_tokbuf *b, int reset) {
   if (reset) b->ntok = 0;
   b->max_tok = b->ntok + n; /* tokens are disjoint non-empty byte ranges */
-  span_ctx c = {ix, s, base, b, NULL, NULL, NULL, 0, (size_t)-1, 0};
+  span_ctx c = {ix, s, base, b, NULL, NULL, NULL, 0, (size_t)-1, 0, (size_t)-1, (size_t)-1, NULL};
   size_t i = 0;
   while (i < n) {
     /* whitespace run */

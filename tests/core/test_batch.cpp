@@ -117,6 +117,40 @@ TEST(BatchPlan, CutsByBytesAndCoversEveryItemOnce) {
   lm_batch_plan_free(&p);
 }
 
+// With more than one worker the ranges are handed out heaviest first (ties in range order): a batch that ends
+// with a few large documents (the shared corpus's four 2 MB ones) starts them first instead of last.
+TEST(BatchPlan, HandsOutHeaviestRangesFirst) {
+  // 600 small documents, then 4 large ones, then 20 small
+  std::vector<int64_t> prefix{0};
+  for (int i = 0; i < 624; i++) prefix.push_back(prefix.back() + (i >= 600 && i < 604 ? 2000000 : 700));
+  lm_batch_plan p;
+  lm_batch_plan_init(&p);
+  lm_exec ex = {2, 0};
+  ASSERT_EQ(lm_batch_plan_make(&p, prefix.data(), 624, &ex, 0), LM_OK);
+  ASSERT_EQ(p.nworkers, 2u);
+  ASSERT_TRUE(p.ordered);
+  auto weight = [&](size_t r) {
+    return static_cast<size_t>(prefix[p.start[r + 1]] - prefix[p.start[r]]) +
+           (p.start[r + 1] - p.start[r]) * LM_BATCH_ITEM_COST;
+  };
+  std::vector<size_t> seen(p.nranges, 0);
+  for (size_t k = 0; k < p.nranges; k++) {
+    ASSERT_LT(p.order[k], p.nranges);
+    seen[p.order[k]]++;
+    if (k) {
+      size_t a = weight(p.order[k - 1]), b = weight(p.order[k]);
+      EXPECT_TRUE(a > b || (a == b && p.order[k - 1] < p.order[k])) << k;
+    }
+  }
+  for (size_t c : seen) EXPECT_EQ(c, 1u);  // a permutation
+  for (size_t k = 0; k < 4; k++) EXPECT_EQ(p.start[p.order[k]], 600 + k);  // the four large documents first
+  // one worker: range order (no permutation kept)
+  lm_exec one = {1, 0};
+  ASSERT_EQ(lm_batch_plan_make(&p, prefix.data(), 624, &one, 0), LM_OK);
+  EXPECT_FALSE(p.ordered);
+  lm_batch_plan_free(&p);
+}
+
 struct TaskLog {
   std::vector<std::atomic<int>> seen;
   std::atomic<int> other_worker{0};

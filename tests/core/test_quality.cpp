@@ -2,6 +2,7 @@
 // outputs of spaCy's tokenizer (the reference), C4's line removal, batch thread invariance.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -583,4 +584,99 @@ TEST(QualityGopherRepetition, DuplicatedNGramsJoinWithoutSpacesMatchesReference)
     }
   }
   EXPECT_GT(drops, 100);  // the documents do repeat
+}
+
+// Issue 14 (this session): the n-gram passes visit only the word positions that can repeat (an n-gram that
+// occurs twice has its (n-1)-gram prefix occur twice; two equal "".join n-grams of n >= 5 share the 16
+// bytes at their starts, or are shorter than 16 bytes), when words average 4 bytes or more, and every
+// position otherwise.  Both paths against plain references, on documents of words of 2..8 letters from a
+// small alphabet (splits like "abcd ab" / "ab cdab" everywhere; 5-grams on both sides of 16 bytes), and of
+// 1..3-letter words (the path over every position): the top n-gram rules (Counter.most_common of
+// " ".join n-grams) and the duplicated n-gram rules drop exactly when value / chars > the limit.
+TEST(QualityGopherRepetition, NGramRulesMatchReferenceOnBothPaths) {
+  const std::vector<std::vector<std::string>> sets = {
+      {"abcd", "bcda", "abcdab", "cdab", "ab", "abcdabcd", "dabc", "abcda", "a", "b", "ba"},  // indexed
+      {"abababab", "ab", "abab", "a", "b", "ba", "bababa"},  // indexed, equal n-grams of unequal 5-grams
+      {},                                                    // random 4..7-letter words: little repeats
+      {"a", "b", "ab", "ba", "aa", "bab"}};                  // short words: every position
+  uint64_t rnd = 987654321;
+  auto next = [&rnd]() { rnd = rnd * 6364136223846793005ull + 1442695040888963407ull; return rnd >> 33; };
+  Q words(-1);
+  int drops[4] = {0, 0, 0, 0};
+  for (size_t set = 0; set < sets.size(); set++) {
+    const auto &pieces = sets[set];
+    for (int doc = 0; doc < 200; doc++) {
+      std::string text;
+      size_t nw = 2 + next() % 90;
+      for (size_t i = 0; i < nw; i++) {
+        // now and then repeat a stretch of the text so far (long repeated n-grams)
+        if (i > 12 && next() % 8 == 0) {
+          size_t from = next() % text.size();
+          while (from > 0 && text[from - 1] != ' ') from--;
+          text += text.substr(from, 4 + next() % 40);
+          if (text.back() != ' ') text += ' ';
+        }
+        if (pieces.empty())
+          for (size_t k = 0, len = 4 + next() % 4; k < len; k++) text += (char)('a' + next() % 26);
+        else
+          text += pieces[next() % pieces.size()];
+        text += " ";
+      }
+      std::vector<size_t> sp(2 * (text.size() + 1));
+      size_t got = 0;
+      ASSERT_EQ(lm_quality_words(words.q, words.s, (const uint8_t *)text.data(), text.size(), sp.data(),
+                                 text.size() + 1, &got), LM_OK);
+      std::vector<std::string> w;
+      for (size_t i = 0; i < got; i++) w.push_back(text.substr(sp[2 * i], sp[2 * i + 1]));
+      for (int n = 2; n <= 10; n++) {
+        size_t value = 0;  // top (2..4): len * count of the most common; dup (5..10): find_all_duplicate
+        if (n <= 4) {
+          std::vector<std::string> order;
+          std::map<std::string, size_t> cnt;
+          for (size_t i = 0; i + n <= w.size(); i++) {
+            std::string g = w[i];
+            for (int k = 1; k < n; k++) g += " " + w[i + k];
+            if (cnt[g]++ == 0) order.push_back(g);
+          }
+          size_t best = 0;
+          for (const auto &g : order)
+            if (cnt[g] > best) best = cnt[g], value = g.size() * cnt[g];
+        } else {
+          std::set<std::string> seen;
+          for (size_t idx = 0; w.size() >= (size_t)n && idx < w.size() - n + 1;) {
+            std::string g;
+            for (int k = 0; k < n; k++) g += w[idx + k];
+            if (seen.count(g)) {
+              value += g.size();
+              idx += n;
+            } else {
+              seen.insert(g);
+              idx++;
+            }
+          }
+        }
+        int rule = n <= 4 ? LM_Q_GR_TOP_2_GRAM + (n - 2) : LM_Q_GR_DUP_5_GRAMS + (n - 5);
+        double ratio = (double)value / (double)text.size();  // ASCII: chars == bytes
+        for (int side = 0; side < 2; side++) {
+          lm_quality_params p;
+          lm_quality_params_default(&p);
+          p.enabled = 0;
+          // the n-gram rules before this one run too (never dropping): a pass reads the positions the
+          // earlier passes found
+          for (int r = LM_Q_GR_TOP_2_GRAM; r <= rule; r++) lm_quality_params_set_rule(&p, r, 1);
+          for (double &f : p.gr_top_ngram_frac) f = 1e9;
+          for (double &f : p.gr_dup_ngram_frac) f = 1e9;
+          // just below the reference ratio: dropped iff value > 0; at it: kept
+          double lim = side == 0 && value > 0 ? ratio * (1 - 1e-9) : ratio;
+          if (n <= 4) p.gr_top_ngram_frac[n - 2] = lim;
+          else p.gr_dup_ngram_frac[n - 5] = lim;
+          Q q(p);
+          int32_t want = side == 0 && value > 0 ? R(rule) : KEPT;
+          EXPECT_EQ(q.reason(text), want) << "set=" << set << " n=" << n << " value=" << value << " text=" << text;
+          drops[set] += want != KEPT;
+        }
+      }
+    }
+  }
+  for (int d : drops) EXPECT_GT(d, 300);  // every set has documents each rule drops
 }

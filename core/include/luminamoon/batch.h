@@ -128,7 +128,9 @@ lm_status lm_batch_run(const lm_batch_stage *vt, void *stage, const lm_docs *doc
  *   workers is then at most the number of ranges.
  * lm_batch_plan_run hands the ranges to the workers with lm_parallel_tasks
  * (one atomic range counter: a worker that finishes early takes the next
- * range).  Which worker runs a range is not deterministic; results written per
+ * range), heaviest range first when there is more than one worker (the
+ * longest tasks start first and the short ones fill in behind them).  Which
+ * worker runs a range is not deterministic; results written per
  * range (or per item) and gathered in range order are.
  *
  * Ownership: the plan owns `start` (grown as needed, reused across plans);
@@ -145,6 +147,13 @@ typedef struct lm_batch_plan {
   size_t *start;   /* nranges + 1 entries: range r is items [start[r], start[r+1]) */
   size_t cap;      /* capacity of start, in entries */
   size_t nworkers; /* 1 .. 256 */
+  /* With more than one worker: the order the ranges are handed out in, heaviest
+   * first (ties in range order), so a batch that ends with a few large documents
+   * does not leave one worker running them alone at the end.  NULL / unused
+   * with one worker (range order). */
+  size_t *order;   /* nranges entries when ordered */
+  size_t cap_order; /* capacity of order, in entries (2 per range: the sort's scratch) */
+  int ordered;      /* order holds the hand-out order */
 } lm_batch_plan;
 
 /* lm_batch_plan_init: an empty plan (no allocation; p non-NULL).  lm_batch_plan_free: frees
