@@ -11,8 +11,9 @@
 # Environment: LM_WHEEL_PATH (use this wheel instead of building one), LM_CHECK_DIR (work folder,
 # default a temporary one, removed at the end unless LM_KEEP=1), PYTHON, MAX_JOBS.
 #
-# Today the extension uses torch's regular C++ ABI: the wheel is only promised for the torch it was
-# built against (docs/stable_abi.md: what one binary for every torch >= 2.10 needs).
+# The operators (luminamoon/_ops*.so) use only the LibTorch stable ABI: printed first, the C++ symbols it
+# needs from torch (none: only the C shim). Example, the three torches of issue 15's proof:
+#   scripts/check_wheel.sh /opt/wheels/torch-2.13.0+cpu-*.whl torch==2.14.1 torch==2.10.0
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -32,10 +33,16 @@ if [ -z "$whl" ]; then
   whl=$(LM_WHEEL_DIR="$work/dist" PYTHON="$PY" scripts/build_wheel.sh) || exit 1
 fi
 echo "wheel: $whl ($(du -h "$whl" | cut -f1))"
+mkdir -p "$work/unpacked" && (cd "$work/unpacked" && "$PY" -m zipfile -e "$whl" .)
+for so in "$work"/unpacked/luminamoon/_ops*.so; do
+  cxx=$(nm -D --undefined-only "$so" | c++filt | grep -v '^ *U aoti\|torch_' | grep -cE 'c10::|at::|torch::' || true)
+  echo "$(basename "$so"): C++ symbols needed from torch: $cxx (the rest: its C shim aoti_torch_*/torch_*)"
+  [ "$cxx" = 0 ] || rc_stable=1
+done
 
 cp -r tests/python "$work/tests"
 summary=()
-rc=0
+rc=${rc_stable:-0}
 i=0
 for t in "$@"; do
   i=$((i + 1))

@@ -1,5 +1,8 @@
 """The self-contained wheel (issue 15): its shared objects need only the C/C++ runtime and torch, and it
-installs and runs every operator in a fresh venv that has only torch.
+installs and runs every operator in a fresh venv that has only torch.  It holds two: luminamoon._C (the
+pybind11 module) and luminamoon._ops (the operators, LibTorch stable ABI only: no C++ symbol from torch,
+only its C shim, so that one binary serves every torch >= 2.10; scripts/check_wheel.sh runs it under
+several).
 
 The wheel is $LM_WHEEL_PATH when set (scripts/check_wheel.sh sets it), else built once here by
 scripts/build_wheel.sh (after an in-place or editable build it only relinks: setup.py shares build/temp.*).
@@ -70,7 +73,48 @@ def test_wheel_holds_the_package_and_the_extension(wheel, unpacked):
     src = sorted(p.relative_to(ROOT / "python").as_posix() for p in (ROOT / "python" / "luminamoon").rglob("*.py"))
     assert set(src) <= set(names), sorted(set(src) - set(names))
     sos = list(unpacked.rglob("*.so"))
-    assert [p.name.split(".")[0] for p in sos] == ["_C"], sos
+    assert sorted(p.name.split(".")[0] for p in sos) == ["_C", "_ops"], sos
+
+
+# What a stable-ABI object may leave undefined: torch's C shim (aoti_torch_*, torch_*), the C/C++ runtime
+# (versioned glibc / libstdc++ / libgcc symbols), CPython's C API (pybind11's typed errors raise through
+# it: torch_ops/stable/stable_common.h) and the CUDA runtime (cuda*, __cuda*) in a CUDA build.
+STABLE_OK = re.compile(r"^(aoti_torch_\w+|torch_\w+|Py\w+|_Py\w+|cuda\w+|__cuda\w+|\S+@(GLIBC|GLIBCXX|CXXABI|GCC)_[\d.]+)$")
+
+
+def non_stable_symbols(so_path):
+    """The undefined dynamic symbols of so_path outside STABLE_OK (weak ones aside), demangled."""
+    out = subprocess.run(["nm", "-D", "--undefined-only", str(so_path)], capture_output=True, text=True,
+                         check=True).stdout
+    bad = [ln.split()[-1] for ln in out.splitlines() if ln.split() and ln.split()[0] == "U"]
+    bad = [s for s in bad if not STABLE_OK.match(s)]
+    if not bad:
+        return []
+    return subprocess.run(["c++filt"], input="\n".join(bad), capture_output=True, text=True,
+                          check=True).stdout.split("\n")
+
+
+def test_ops_library_uses_only_the_stable_c_shim_of_torch(unpacked):
+    """luminamoon._ops needs no C++ symbol from torch (c10::, at::, torch::): only the C shim, so the
+    one binary loads under every torch >= 2.10 (the wheel's copy and this checkout's in-place build)."""
+    import luminamoon.ops
+    for so in [*unpacked.rglob("_ops*.so"), pathlib.Path(luminamoon.ops.OPS_LIBRARY)]:
+        assert non_stable_symbols(so) == [], so
+
+
+def test_stable_symbol_check_catches_a_cpp_symbol(tmp_path):
+    """The check above can fail: an object calling a c10:: function (as the operators did through
+    TORCH_LIBRARY before the port) is reported, while one using only a C shim function and libstdc++ is not."""
+    src = tmp_path / "t.cpp"
+    src.write_text('#include <string>\nnamespace c10 { void warn(const std::string &); }\n'
+                   'extern "C" int aoti_torch_get_num_threads(void);\n'
+                   'int f(const std::string &s) { c10::warn(s); return aoti_torch_get_num_threads(); }\n'
+                   'int g(void) { return aoti_torch_get_num_threads() + int(std::string("x").size()); }\n')
+    bad_so = tmp_path / "bad.so"
+    subprocess.run(["g++", "-shared", "-fPIC", "-o", str(bad_so), str(src)], check=True)
+    bad = non_stable_symbols(bad_so)
+    assert any("c10::warn" in s for s in bad), bad
+    assert not any("aoti_torch" in s for s in bad), bad
 
 
 def test_shared_objects_need_only_the_runtime_and_torch(unpacked):

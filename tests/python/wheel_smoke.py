@@ -69,6 +69,18 @@ def main():
     for name, check in checks.items():
         assert name in registered, f"operator {name} is not registered"
         assert check(), f"operator {name} disagrees with its Python reference"
+    # the operators come from the installed luminamoon/_ops*.so (stable ABI), and bad input raises the
+    # contract's Python types through it (pybind11's typed exceptions: torch_ops/stable/stable_common.h)
+    import os
+    assert os.path.dirname(luminamoon.ops.OPS_LIBRARY) == os.path.dirname(luminamoon.__file__)
+    for exc, call in ((TypeError, lambda: OPS.hash64(off.float(), data, 0)),
+                      (ValueError, lambda: OPS.prefix_match(torch.tensor([0, 9], dtype=torch.int32), data[:3], "a")),
+                      (IndexError, lambda: OPS.gather(off, data, torch.tensor([len(ITEMS)])))):
+        try:
+            call()
+            raise AssertionError(f"{exc.__name__}: no error")
+        except exc as e:
+            assert str(e).startswith("luminamoon."), e
     # one stage end to end, through utf8proc (linked statically into the wheel): NFKC against Python's
     import unicodedata
     text = "\ufb01le \u2460 \u212b"
