@@ -114,16 +114,40 @@ def describe_setting(v: Any) -> Any:
     return {"type": f"{type(v).__module__}.{type(v).__qualname__}"}
 
 
+def _with_defaults(d: Any) -> Any:
+    """A described setting with every stage's unset settings filled in from its class's defaults, so that a
+    record that names a default explicitly (checkpoints written before stages recorded only what differs from
+    the defaults) and one that leaves it out compare equal."""
+    if isinstance(d, list):
+        return [_with_defaults(x) for x in d]
+    if not isinstance(d, dict):
+        return d
+    out = {k: _with_defaults(x) for k, x in d.items()}
+    kind = d.get("type")
+    if isinstance(kind, str) and kind.isidentifier():
+        from .. import stages
+
+        cls = getattr(stages, kind, None)
+        if isinstance(cls, type):
+            import inspect
+
+            for name, p in inspect.signature(cls).parameters.items():
+                if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is not p.empty:
+                    out.setdefault(name, describe_setting(p.default))
+    return out
+
+
 def run_differences(old: Dict[str, Any], new: Dict[str, Any]) -> List[str]:
     """What differs between two run records (settings that shape the output, and the source's
     identity), in words; [] when they agree."""
     out: List[str] = []
     for k in sorted(set(old) | set(new)):
-        a, b = old.get(k), new.get(k)
+        a, b = _with_defaults(old.get(k)), _with_defaults(new.get(k))
         if k == "source":
             out += source_differences(a, b)
         elif a != b:
-            out.append(f"{k}: committed {json.dumps(a, sort_keys=True)}, now {json.dumps(b, sort_keys=True)}")
+            out.append(f"{k}: committed {json.dumps(old.get(k), sort_keys=True)}, "
+                       f"now {json.dumps(new.get(k), sort_keys=True)}")
     return out
 
 

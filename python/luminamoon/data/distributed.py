@@ -91,7 +91,7 @@ from .dist_state import cleanup, restore_dedup
 from .dist_near import NEAR_WAL_NAME_RE, cleanup_near, restore_near_dedup
 from .dist_stream import GlobalStream
 from ._blocks import stream_steps
-from .sources import IterableSource, Source
+from .sources import Source, as_source
 
 __all__ = ["DistributedPipeline", "DistBatch"]
 
@@ -258,11 +258,7 @@ class DistributedPipeline:
             raise TypeError(f"timeout must be a datetime.timedelta or None, got {type(timeout).__name__}")
         if num_threads is not None and (isinstance(num_threads, bool) or not isinstance(num_threads, int)):
             raise TypeError(f"num_threads must be an int or None, got {type(num_threads).__name__}")
-        if not isinstance(source, Source):
-            if isinstance(source, (str, bytes)) or not hasattr(source, "__iter__") and not callable(source):
-                raise TypeError(f"source must be a luminamoon.data source or an iterable of records, "
-                                f"got {type(source).__name__}")
-            source = IterableSource(source, text_key=text_key)
+        source = as_source(source, text_key)
         self.source = source
         self.stream = GlobalStream(source, text_key)
         self._steps = None  # (start, stream_steps iterator): the columnar path, once iteration starts

@@ -50,7 +50,7 @@ from ._prefetch import (DEFAULT_MAX_PREFETCH_BYTES, END, Prefetcher, atomic_writ
 from .checkpoint import (STATE_VERSION as _STATE_VERSION, WAL_HEADER as _WAL_HEADER, describe_setting,  # noqa: F401
                          dump_json, load_json_checked, local_wal_path, run_differences, sidecar_path,
                          source_differences, state_path, wal_bytes)
-from .sources import IterableSource, Source
+from .sources import Source, as_source
 
 __all__ = ["Batch", "ResumablePipeline"]
 
@@ -337,11 +337,7 @@ class ResumablePipeline:
                             f"got {type(near_dedup).__name__}")
         if isinstance(near_dedup, dict) and "wal_path" in near_dedup:
             raise ValueError("near_dedup: wal_path is chosen by the pipeline (state_dir/near_dedup.wal); leave it out")
-        if not isinstance(source, Source):
-            if isinstance(source, (str, bytes)) or not hasattr(source, "__iter__") and not callable(source):
-                raise TypeError(f"source must be a luminamoon.data source or an iterable of records, "
-                                f"got {type(source).__name__}")
-            source = IterableSource(source, text_key=text_key)
+        source = as_source(source, text_key)
         self.source = source
         self.batch_size = batch_size
         self.prefetch_batches = prefetch_batches

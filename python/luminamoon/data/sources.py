@@ -836,6 +836,17 @@ class HFIterableSource(Source):
             yield ex
 
 
+def as_source(source: Any, text_key: str = "text") -> "Source":
+    """``source`` itself when it is a :class:`Source`, else an :class:`IterableSource` over it (a re-iterable
+    of ``str`` / dicts, or a callable returning one); what ResumablePipeline and DistributedPipeline accept."""
+    if isinstance(source, Source):
+        return source
+    if isinstance(source, (str, bytes)) or not hasattr(source, "__iter__") and not callable(source):
+        raise TypeError(f"source must be a luminamoon.data source or an iterable of records, "
+                        f"got {type(source).__name__}")
+    return IterableSource(source, text_key=text_key)
+
+
 def _jsonable(obj: Any) -> Any:
     """A deep copy made of dict/list/str/int/float/bool/None (tuples become lists)."""
     if isinstance(obj, dict):
