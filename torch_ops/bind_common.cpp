@@ -162,7 +162,8 @@ namespace {
 // from_list (at most kCacheSlots of them, kCacheMax bytes in all): writing a fresh
 // mapping page-faults and zero-fills every page (clear_page was 20% of from_list on
 // 47 MB of documents, more than the copy), a reused one is already there, which is
-// what Polars' and pyarrow's allocators get by keeping freed memory.  try_lock only:
+// what Polars' and pyarrow's allocators get by keeping freed memory.  The cached pages are
+// MADV_FREE'd, so they are the kernel's to reclaim when memory runs short.  try_lock only:
 // a deleter that finds the lock busy (or a child forked while it was held) unmaps.
 #include <mutex>
 struct MapCache {
@@ -203,6 +204,12 @@ void map_cache_put(void *q, size_t cap) {
         if (!c.p[i] && slot < 0) slot = i;
       }
       if (slot >= 0 && total <= MapCache::kCacheMax) {
+#ifdef MADV_FREE
+        // Cached, not held: the kernel may take these pages back under memory pressure (they then
+        // read as zeros and fault again when written, which from_list does anyway); until it does,
+        // writing into them costs no fault.
+        madvise(q, cap, MADV_FREE);
+#endif
         c.p[slot] = q;
         c.cap[slot] = cap;
         return;
