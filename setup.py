@@ -206,9 +206,21 @@ if use_cuda:
 ops_inc = [core_include, os.path.join(ROOT, "torch_ops", "stable"), os.path.join(ROOT, "csrc")] + \
     pybind11_include() + [torch_include]
 ops_libdirs = list(torch_lib_dirs)
+
+
+def cuda_root():
+    """The CUDA toolkit folder that holds libcudart: torch's CUDA_HOME is guessed from the nvcc on PATH,
+    which is wrong where that nvcc is a wrapper script (e.g. /usr/local/bin/nvcc -> CUDA_HOME=/usr/local)."""
+    for root in (CUDA_HOME, os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if root and any(glob.glob(os.path.join(root, sub, "libcudart.so*")) for sub in ("lib64", "lib")):
+            return root
+    return CUDA_HOME
+
+
 if use_cuda:
-    ops_inc.append(os.path.join(CUDA_HOME, "include"))
-    ops_libdirs.append(os.path.join(CUDA_HOME, "lib64"))
+    croot = cuda_root()
+    ops_inc.append(os.path.join(croot, "include"))
+    ops_libdirs += [os.path.join(croot, "lib64"), os.path.join(croot, "lib")]
 ops_ext = Extension(
     name="luminamoon._ops",
     sources=ops_sources,
