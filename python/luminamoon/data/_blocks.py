@@ -540,8 +540,6 @@ def jsonl_blocks(src, n: int, fix_text=None, scan=None) -> Iterator[RecordBlock]
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"n must be a positive int, got {n!r}")
     key = src.text_key
-    pend: List[tuple] = []  # (chunk, a, b): records [a, b) of a chunk
-    have = 0
 
     def position(c: _Chunk, i: int) -> Dict[str, Any]:
         p = src._start_pos(c.shard)
@@ -549,14 +547,27 @@ def jsonl_blocks(src, n: int, fix_text=None, scan=None) -> Iterator[RecordBlock]
                  frame=int(c.frames[i]), frame_uoff=int(c.fuoffs[i]))
         return p
 
+    yield from _cut_blocks(src, _chunks(src, fix_text, scan=scan), n, lambda pend: _assemble(key, pend),
+                           position, src._start_pos)
+
+
+def _cut_blocks(src, pieces, n: int, build, position, start) -> Iterator[RecordBlock]:
+    """The records of ``pieces`` (chunks or Parquet pieces: ``len``, ``shard``, ``skipped``, ``error``,
+    ``error_pos``) cut into blocks of ``n``, the last one shorter.  ``build(pend)`` makes (texts, records,
+    shards, lines) of the spans ``pend`` = [(piece, a, b)]; ``position(piece, i)`` is the resume position
+    after record i of a piece; ``start(k)`` the position at the start of file k.  ``src._pos`` follows the
+    blocks handed out, and a piece's error is raised after its good records."""
+    pend: List[tuple] = []  # (piece, a, b): records [a, b) of a piece
+    have = 0
+
     def make(final: Optional[Dict[str, Any]], skipped_final: int) -> RecordBlock:
-        texts, recs, shards, lines = _assemble(key, pend)
+        texts, recs, shards, lines = build(pend)
         c, a, b = pend[-1]
         pos = final if final is not None else position(c, b - 1)
         sk = skipped_final if final is not None else int(c.skipped[b - 1])
         return RecordBlock(texts, recs, shards, lines, pos, sk)
 
-    for c in _chunks(src, fix_text, scan=scan):
+    for c in pieces:
         a = 0
         m = len(c)
         while a < m:
@@ -572,11 +583,10 @@ def jsonl_blocks(src, n: int, fix_text=None, scan=None) -> Iterator[RecordBlock]
         if c.error is not None:
             src._pos = c.error_pos
             raise c.error
-    final = src._start_pos(len(src.paths))
+    final = start(len(src.paths))
     src._pos = final
     if have:
-        blk = make(dict(final), src.skipped)
-        yield blk
+        yield make(dict(final), src.skipped)
 
 
 class StreamStep:
@@ -857,15 +867,13 @@ def parquet_blocks(src, n: int, fix_text=None) -> Iterator[RecordBlock]:
 
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"n must be a positive int, got {n!r}")
-    pend: List[tuple] = []
-    have = 0
 
     def position(c: _PqPiece, i: int) -> Dict[str, Any]:
         p = src._start(c.shard)
         p.update(row_group=int(c.groups[i]), row=int(c.rows[i]), record=int(c.recs[i]))
         return p
 
-    def make(final: Optional[Dict[str, Any]], skipped_final: int) -> RecordBlock:
+    def build(pend: List[tuple]):
         texts = [c.texts[a:b] if (a, b) != (0, len(c)) else c.texts for c, a, b in pend]
         others = [c.others.slice(a, b - a) for c, a, b in pend]
         tables = [pa.Table.from_batches([o]) for o in others]
@@ -874,33 +882,11 @@ def parquet_blocks(src, n: int, fix_text=None) -> Iterator[RecordBlock]:
         except TypeError:  # older pyarrow
             table = pa.concat_tables(tables, promote=True) if len(tables) > 1 else tables[0]
         st = texts[0] if len(texts) == 1 else _cat_tensors(texts)
-        c, a, b = pend[-1]
-        pos = final if final is not None else position(c, b - 1)
-        sk = skipped_final if final is not None else int(c.skipped[b - 1])
         shards = np.concatenate([np.full(b - a, c.shard, dtype=np.int64) for c, a, b in pend])
         lines = np.concatenate([c.lines[a:b] for c, a, b in pend])
-        return RecordBlock(st, ArrowRecords(table, have), shards, lines, pos, sk)
+        return st, ArrowRecords(table, sum(b - a for _, a, b in pend)), shards, lines
 
-    for c in _pq_pieces(src, fix_text):
-        a = 0
-        m = len(c)
-        while a < m:
-            take = min(n - have, m - a)
-            pend.append((c, a, a + take))
-            have += take
-            a += take
-            if have == n:
-                blk = make(None, 0)
-                pend, have = [], 0
-                src._pos = dict(blk.position)
-                yield blk
-        if c.error is not None:
-            src._pos = c.error_pos
-            raise c.error
-    final = src._start(len(src.paths))
-    src._pos = final
-    if have:
-        yield make(dict(final), src.skipped)
+    yield from _cut_blocks(src, _pq_pieces(src, fix_text), n, build, position, src._start)
 
 
 def _cat_tensors(parts):
