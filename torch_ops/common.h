@@ -17,26 +17,24 @@ extern "C" {
 #include "luminamoon/status.h"
 #include "luminamoon/string_tensor.h"
 }
+#include "stable/status_kind.h"
 
 namespace luminamoon {
 
 // Raise the Python exception that fits a core status, naming the operation.
 [[noreturn]] inline void throw_status(lm_status s, const char *what) {
   std::string msg = std::string(what) + ": " + lm_status_str(s);
-  switch (s) {
-    case LM_EINVAL:
-    case LM_EUTF8:
-    case LM_ECORRUPT:
-    case LM_EOVERFLOW:
-    case LM_ETOOBIG:
+  switch (status_kind(s)) {
+    case StatusKind::Value:
       throw py::value_error(msg);
-    case LM_ERANGE:
+    case StatusKind::Index:
       throw py::index_error(msg);
-    case LM_ENOMEM:
+    case StatusKind::Memory:
       throw std::bad_alloc();
-    default:
-      throw std::runtime_error(msg);
+    case StatusKind::Runtime:
+      break;
   }
+  throw std::runtime_error(msg);
 }
 
 inline void check(lm_status s, const char *what) {

@@ -33,6 +33,7 @@ extern "C" {
 #include "luminamoon/status.h"
 #include "luminamoon/string_tensor.h"
 }
+#include "status_kind.h"
 
 namespace luminamoon {
 
@@ -106,18 +107,16 @@ template <class... A> [[noreturn]] void runtime_error(const A &...a) { throw std
 // Raise the Python exception that fits a core status, naming the operation.
 [[noreturn]] inline void throw_status(lm_status s, const char *what) {
   std::string msg = std::string(what) + ": " + lm_status_str(s);
-  switch (s) {
-    case LM_EINVAL:
-    case LM_EUTF8:
-    case LM_ECORRUPT:
-    case LM_EOVERFLOW:
-    case LM_ETOOBIG:
+  switch (status_kind(s)) {
+    case StatusKind::Value:
       value_error(msg);
-    case LM_ERANGE:
+    case StatusKind::Index:
       index_error(msg);
-    default:
-      runtime_error(msg);
+    case StatusKind::Memory:  // RuntimeError here, as before (no MemoryError through the dispatcher)
+    case StatusKind::Runtime:
+      break;
   }
+  runtime_error(msg);
 }
 
 inline void check(lm_status s, const char *what) {
