@@ -217,6 +217,8 @@ typedef struct {
   size_t cap;    /* slots allocated */
   size_t count;  /* occupied slots */
   uint32_t gen;  /* current generation (>= 1) */
+  lmq_slot *tmp; /* set_grow's copy of the slots in use, kept with the set (no fresh pages per growth) */
+  size_t cap_tmp; /* slots */
 } lmq_set;
 
 struct lm_quality_scratch {

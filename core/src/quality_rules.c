@@ -30,15 +30,27 @@ static int reserve(uint8_t **p, size_t *cap, size_t need) {
 
 void lmq_set_free(lmq_set *st) {
   free(st->e);
+  free(st->tmp);
   memset(st, 0, sizeof *st);
 }
 
-static int set_alloc(lmq_set *st, size_t cap) {
-  st->e = (lmq_slot *)calloc(cap, sizeof(lmq_slot)); /* generation 0: every slot empty */
+/* A new slot array, every slot empty (generation 0).  Cleared here rather than
+ * by calloc: calloc leaves fresh pages unwritten, the probes then read them
+ * first (the kernel maps its shared zero page) and the first write to each
+ * page replaces that mapping, which flushes the TLB of every CPU running the
+ * process (an inter-processor interrupt per page with two threads; it was
+ * most of the extra CPU time of FusedPipeline on 2 threads).  Written first,
+ * a page costs one plain fault.  The memset goes through a volatile pointer:
+ * the compiler turns malloc + memset(0) into calloc.  The copy buffer
+ * (set_grow) is kept. */
+static void *(*const volatile set_clear)(void *, int, size_t) = memset; /* not folded into calloc */
+static int set_alloc(lmq_set *st, size_t cap) { /* st->e: none (freed); st->tmp is kept */
+  st->e = cap <= SIZE_MAX / sizeof(lmq_slot) ? (lmq_slot *)malloc(cap * sizeof(lmq_slot)) : NULL;
   if (!st->e) {
     lmq_set_free(st);
     return -1;
   }
+  set_clear(st->e, 0, cap * sizeof(lmq_slot));
   st->cap = cap;
   st->mask = cap - 1;
   st->count = 0;
@@ -65,7 +77,8 @@ static int set_reset(lmq_set *st, size_t hint) {
   while (cap < 2 * hint + 2) cap <<= 1;
   if (st->cap > 64 * SET_MAX_HINT && st->cap > 4 * cap) lmq_set_free(st); /* shrink after a huge document */
   if (cap > st->cap) {
-    lmq_set_free(st);
+    free(st->e);
+    st->e = NULL;
     return set_alloc(st, cap);
   }
   st->mask = cap - 1; /* use the front of a larger allocation */
@@ -79,9 +92,17 @@ static int set_grow(lmq_set *st) {
   size_t used = st->mask + 1, cap = 2 * used;
   uint32_t old_gen = st->gen;
   lmq_slot *old;
+  int keep_old = 0;
   if (cap <= st->cap) { /* the allocation is large enough: rehash through a copy of the used part */
-    old = (lmq_slot *)malloc(used * sizeof(lmq_slot));
-    if (!old) return -1;
+    if (used > st->cap_tmp) { /* the copy buffer, kept with the set (grows to half the allocation at most) */
+      lmq_slot *t = (lmq_slot *)malloc(used * sizeof(lmq_slot));
+      if (!t) return -1;
+      free(st->tmp);
+      st->tmp = t;
+      st->cap_tmp = used;
+    }
+    old = st->tmp;
+    keep_old = 1;
     memcpy(old, st->e, used * sizeof(lmq_slot));
     set_next_gen(st);
     st->mask = cap - 1;
@@ -90,6 +111,8 @@ static int set_grow(lmq_set *st) {
     memset(&big, 0, sizeof big);
     if (set_alloc(&big, cap)) return -1;
     old = st->e;
+    big.tmp = st->tmp;
+    big.cap_tmp = st->cap_tmp;
     *st = big;
   }
   size_t count = 0;
@@ -104,7 +127,7 @@ static int set_grow(lmq_set *st) {
     count++;
   }
   st->count = count;
-  free(old);
+  if (!keep_old) free(old);
   return 0;
 }
 
