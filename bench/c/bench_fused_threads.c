@@ -16,6 +16,8 @@
  * dedicated cores would give (load balance and serial parts; contention from
  * other processes on a shared machine does not enter, memory bandwidth does
  * only as far as it shows in CPU time).
+ * Each run also prints user and sys CPU seconds and minor page faults (getrusage):
+ * the process, the calling thread and the pool's workers (the difference).
  * --heavy-tiny: 512 documents of ~100 KB (corpus text run together) then 512
  * of ~100 B, one batch (issue 21 item 5).
  * --retained: the resident memory (RSS) a FusedPipeline (all stages, 2
@@ -31,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/resource.h>
 #ifdef __GLIBC__
 #include <malloc.h>
 #endif
@@ -77,6 +80,44 @@ static void stats(void *arg, size_t nw, const double *busy) {
 
 static double g_serial, g_imbalance; /* of the last run */
 
+/* user / sys CPU seconds and minor page faults of the last run: the whole process
+ * and the calling thread (RUSAGE_THREAD, Linux); the pool's workers are the difference */
+typedef struct {
+  double user, sys;
+  long minflt;
+} usage;
+static usage g_proc, g_main;
+static void get_usage(int who, usage *u) {
+  struct rusage r;
+  memset(&r, 0, sizeof r);
+  getrusage(who, &r);
+  u->user = (double)r.ru_utime.tv_sec + (double)r.ru_utime.tv_usec * 1e-6;
+  u->sys = (double)r.ru_stime.tv_sec + (double)r.ru_stime.tv_usec * 1e-6;
+  u->minflt = r.ru_minflt;
+}
+static int thread_usage(usage *u) {
+#ifdef RUSAGE_THREAD
+  get_usage(RUSAGE_THREAD, u);
+  return 1;
+#else
+  memset(u, 0, sizeof *u);
+  return 0;
+#endif
+}
+static void usage_sub(usage *a, const usage *b) { /* clamped at 0 (the clocks tick separately) */
+  a->user = a->user > b->user ? a->user - b->user : 0;
+  a->sys = a->sys > b->sys ? a->sys - b->sys : 0;
+  a->minflt = a->minflt > b->minflt ? a->minflt - b->minflt : 0;
+}
+static void print_usage(const char *label) {
+  usage w = g_proc;
+  usage_sub(&w, &g_main);
+  printf("         %s: user/sys cpu s, minor faults: process %.3f/%.3f %ld | calling thread %.3f/%.3f %ld | "
+         "pool workers %.3f/%.3f %ld\n",
+         label, g_proc.user, g_proc.sys, g_proc.minflt, g_main.user, g_main.sys, g_main.minflt, w.user, w.sys,
+         w.minflt);
+}
+
 static double run(const corpus *c, size_t batch, int threads, int dedup, double *cpu, double *crit) {
   lm_cleaner *cl;
   lm_quality *q;
@@ -105,6 +146,9 @@ static double run(const corpus *c, size_t batch, int threads, int dedup, double 
 #ifdef LM_PARALLEL_STATS_HOOK
   lm_parallel_set_stats_hook(stats, NULL);
 #endif
+  usage p0, m0;
+  get_usage(RUSAGE_SELF, &p0);
+  int have_thread = thread_usage(&m0);
   double c0 = now(CLOCK_PROCESS_CPUTIME_ID), t0 = now(CLOCK_MONOTONIC);
   for (size_t b = 0; b < c->n; b += batch) {
     size_t e = b + batch < c->n ? b + batch : c->n;
@@ -117,6 +161,14 @@ static double run(const corpus *c, size_t batch, int threads, int dedup, double 
   }
   double t = now(CLOCK_MONOTONIC) - t0;
   *cpu = now(CLOCK_PROCESS_CPUTIME_ID) - c0;
+  get_usage(RUSAGE_SELF, &g_proc);
+  usage_sub(&g_proc, &p0);
+  if (have_thread) {
+    thread_usage(&g_main);
+    usage_sub(&g_main, &m0);
+  } else {
+    g_main = g_proc; /* no per-thread figures: all counted as the caller's */
+  }
   /* serial CPU (outside parallel calls) + the busiest worker of each call; 0 without the hook */
   *crit = g_busy_max > 0 ? *cpu - g_busy_sum + g_busy_max : 0;
   g_serial = *cpu - g_busy_sum;
@@ -278,11 +330,14 @@ int main(int argc, char **argv) {
       double t = run(&c, batch, only, dedup, &cpu1, &crit1);
       printf("round %d: %d thread(s) %.3f s (%.0f docs/s, %.1f MB/s, cpu %.2f s)\n", r + 1, only, t, c.n / t, mb / t,
              cpu1);
+      print_usage(only == 1 ? "1 thread" : "threads");
       fflush(stdout);
       continue;
     }
     double t1 = run(&c, batch, 1, dedup, &cpu1, &crit1);
+    usage p1 = g_proc, m1 = g_main;
     double t2 = run(&c, batch, 2, dedup, &cpu2, &crit2);
+    usage p2 = g_proc, m2 = g_main;
     printf("round %d: 1 thread %.3f s (%.0f docs/s, %.1f MB/s, cpu %.2f s) | 2 threads %.3f s (%.0f docs/s, "
            "%.1f MB/s, cpu %.2f s, critical path %.2f s) | wall speed-up %.2fx | cpu(1 thread) / critical "
            "path(2) %.2fx\n",
@@ -291,6 +346,12 @@ int main(int argc, char **argv) {
     if (crit2 > 0)
       printf("         2 threads: serial cpu %.3f s, imbalance (busiest worker - mean, summed) %.3f s\n", g_serial,
              g_imbalance);
+    g_proc = p1;
+    g_main = m1;
+    print_usage("1 thread ");
+    g_proc = p2;
+    g_main = m2;
+    print_usage("2 threads");
     fflush(stdout);
   }
   return 0;
