@@ -68,14 +68,13 @@ static void set_next_gen(lmq_set *st) {
 
 /* Empty the set, expecting about `hint` elements (it grows past that as
  * needed: its memory follows the distinct elements, not the text).  Keeps
- * the allocation unless it is far larger than the hint.  No clearing: the
- * set moves to a new generation. */
+ * the allocation (set_doc_start drops a huge one).  No clearing: the set
+ * moves to a new generation. */
 #define SET_MAX_HINT ((size_t)1 << 12)
 static int set_reset(lmq_set *st, size_t hint) {
   if (hint > SET_MAX_HINT) hint = SET_MAX_HINT;
   size_t cap = 16;
   while (cap < 2 * hint + 2) cap <<= 1;
-  if (st->cap > 64 * SET_MAX_HINT && st->cap > 4 * cap) lmq_set_free(st); /* shrink after a huge document */
   if (cap > st->cap) {
     free(st->e);
     st->e = NULL;
@@ -85,6 +84,14 @@ static int set_reset(lmq_set *st, size_t hint) {
   st->count = 0;
   set_next_gen(st);
   return 0;
+}
+
+/* Before a document of n bytes: a set grown huge by an earlier document is
+ * freed unless this one could need a quarter of it (its elements, words or
+ * lines, are at most n + 1).  Per document, not per pass: every pass of one
+ * huge document grew the set from the hint again (each pass freed it). */
+static void set_doc_start(lmq_set *st, size_t n) {
+  if (st->cap > 64 * SET_MAX_HINT && st->cap / 4 > 2 * (n + 1)) lmq_set_free(st);
 }
 
 /* Double the slots in use (load above 1/2). */
@@ -1083,6 +1090,7 @@ lm_status lm_quality_check(const lm_quality *q, lm_quality_scratch *s, const uin
   int reason = -1, words_ok = 0;
   const uint8_t *t = text;
   size_t n = len;
+  set_doc_start(&s->set, n);
   if (SET_ON(q, LM_Q_GR_EMPTY, LM_Q_GR_DUP_10_GRAMS) && gopher_repetition(q, s, t, n, &words_ok, &reason))
     return LM_ENOMEM;
   if (reason < 0 && SET_ON(q, LM_Q_GQ_MIN_DOC_WORDS, LM_Q_GQ_STOP_WORDS) && gopher_quality(q, s, t, n, &words_ok, &reason))
