@@ -223,6 +223,10 @@ py::object hash128(py::handle offsets, py::handle data, uint64_t seed) {
 
 void register_stages(py::module_ &m);  // stages.cpp
 py::tuple from_list_views(py::handle seq, bool allow_bytes, bool validate);  // bind_common.cpp
+
+}  // namespace luminamoon
+extern "C" int lm_hash_uses_avx512(void);  // core/src/hash.c (hash_internal.h)
+namespace luminamoon {
 void bind_minhash(py::module_ &m);  // minhash.cpp
 void bind_near_dedup(py::module_ &m);  // bind_near_dedup.cpp
 void bind_near_cluster(py::module_ &m);  // bind_near_cluster.cpp
@@ -239,6 +243,9 @@ PYBIND11_MODULE(_C, m) {
   m.def("validate_utf8", &validate_utf8, py::arg("offsets"), py::arg("data"));
   m.def("validate_views", &validate_views, py::arg("views"), py::arg("buffers"));
   m.def("cpu_count", &lm_cpu_count);
+  // True when views_hash64 hashes the inline views 8 at a time (AVX-512; StringTensor.hash64 then
+  // prefers the views layout on the CPU)
+  m.def("hash_views_vector", [] { return lm_hash_uses_avx512() != 0; });
   m.def("hash128", &hash128, py::arg("offsets"), py::arg("data"), py::arg("seed") = 0);
   m.def("from_list_views", &from_list_views, py::arg("strings"), py::arg("allow_bytes") = false,
         py::arg("validate") = true);

@@ -135,6 +135,26 @@ int lm_hash_uses_avx2(void) {
 #endif
 }
 
+/* 1 when lm_hash64_views_avx512 may run: the CPU has AVX-512 F/DQ/BW/VL + VBMI2 and
+ * neither LM_NO_AVX512 nor LM_NO_AVX2 is set in the environment; read once. */
+int lm_hash_uses_avx512(void) {
+#if LM_HASH_HAVE_AVX512
+  static int cached = -1; /* a benign race: every thread computes the same value */
+  int c = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+  if (c < 0) {
+    __builtin_cpu_init();
+    const char *off = getenv("LM_NO_AVX512"), *off2 = getenv("LM_NO_AVX2");
+    c = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+        __builtin_cpu_supports("avx512vbmi2") && !(off && *off && *off != '0') && !(off2 && *off2 && *off2 != '0');
+    __atomic_store_n(&cached, c, __ATOMIC_RELAXED);
+  }
+  return c;
+#else
+  return 0;
+#endif
+}
+
 void lm_hash64_many(const uint8_t *const *ptrs, const size_t *lens, size_t n, uint64_t seed, uint64_t *out) {
   lm_hash64_many_impl(ptrs, lens, n, seed, out, lm_hash_uses_avx2());
 }

@@ -34,6 +34,26 @@ void lm_hash64_listed(const uint8_t *const *ptrs, const size_t *lens, const uint
 /* 1 when lm_hash64_many uses the AVX2 copy (the CPU has AVX2 and LM_NO_AVX2 was not set). */
 int lm_hash_uses_avx2(void);
 
+/* hash_avx512.c: XXH3-64 of the inline views (len <= 12, bytes in the view) 8 at a
+ * time.  For the n <= LM_HASH_VIEWS_BLOCK views at `views` (lm_string_view[n], each view's
+ * length read once): out[i] =
+ * XXH3_64bits_withSeed(bytes, len, seed) when views[i].len <= 12; the indices of the
+ * others (len > 12, whose bytes are in a payload) go to rest[] in order (room for n + 8:
+ * it is written 8 entries at a time)
+ * and their out[i] is left to the caller; the return value is their count.  *pad is
+ * made non-zero when an inline view has a non-zero byte at or past its length (the
+ * padding, which must be 0).  Call only when lm_hash_uses_avx512() (the CPU has AVX-512 F/DQ/BW/VL and
+ * VBMI2, and neither LM_NO_AVX512 nor LM_NO_AVX2 was set).  Thread-safe (pure). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define LM_HASH_HAVE_AVX512 1
+#define LM_HASH_VIEWS_BLOCK 256 /* n <= this */
+size_t lm_hash64_views_avx512(const void *views, size_t n, uint64_t seed, uint64_t *out, uint32_t *rest,
+                              uint64_t *pad);
+#else
+#define LM_HASH_HAVE_AVX512 0
+#endif
+int lm_hash_uses_avx512(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -21,6 +21,7 @@
 
 #include "luminamoon/hash.h"
 #include "luminamoon/string_tensor.h"
+#include "hash_internal.h" /* lm_hash64_views_avx512, lm_hash64_many */
 #include "mask_lut.h"
 
 /* strings a thread must have before a second one is used: the views passes run at
@@ -254,6 +255,49 @@ static lm_status hash_range(void *arg, size_t begin, size_t end) {
   uint64_t pad = 0;
   const uint8_t *ptrs[256];
   size_t lens[256];
+#if LM_HASH_HAVE_AVX512
+  /* AVX-512: the inline views (<= 12 bytes) hashed from the views alone, 8 at a time
+   * (hash_avx512.c); the long ones it lists are checked and hashed here */
+  if (lm_hash_uses_avx512()) {
+    /* software-pipelined by one block: the payloads of block j's long views are prefetched
+     * when it is listed and hashed after block j+1's views (their bytes are sparse in the
+     * payload, a cache miss each otherwise) */
+    uint32_t rest[LM_HASH_VIEWS_BLOCK + 8];
+    uint64_t h[LM_HASH_VIEWS_BLOCK];
+    const uint8_t *pp[2][LM_HASH_VIEWS_BLOCK];
+    size_t pl[2][LM_HASH_VIEWS_BLOCK], pi[2][LM_HASH_VIEWS_BLOCK], pn[2] = {0, 0};
+    int cur = 0;
+    for (size_t b0 = begin; b0 < end; b0 += LM_HASH_VIEWS_BLOCK) {
+      const size_t m = end - b0 < LM_HASH_VIEWS_BLOCK ? end - b0 : LM_HASH_VIEWS_BLOCK;
+      const size_t nr = lm_hash64_views_avx512(c->views + b0, m, c->seed, c->out + b0, rest, &pad);
+      for (size_t k = 0; k < nr; k++) {
+        const lm_string_view *v = &c->views[b0 + rest[k]];
+        const view_fields f = fields_of(v);
+        const uint8_t *s = bytes_at(v, f, c->p);
+        if (!s) return LM_ERANGE;
+        pad |= lm_sv_padding_bits(v);
+        __builtin_prefetch(s);
+        if (f.len > 64) __builtin_prefetch(s + 64);
+        pp[cur][k] = s;
+        pl[cur][k] = f.len;
+        pi[cur][k] = b0 + rest[k];
+      }
+      pn[cur] = nr;
+      cur ^= 1;
+      if (pn[cur]) { /* the previous block's long views */
+        lm_hash64_many(pp[cur], pl[cur], pn[cur], c->seed, h);
+        for (size_t k = 0; k < pn[cur]; k++) c->out[pi[cur][k]] = h[k];
+        pn[cur] = 0;
+      }
+    }
+    cur ^= 1;
+    if (pn[cur]) {
+      lm_hash64_many(pp[cur], pl[cur], pn[cur], c->seed, h);
+      for (size_t k = 0; k < pn[cur]; k++) c->out[pi[cur][k]] = h[k];
+    }
+    return pad ? LM_ECORRUPT : LM_OK;
+  }
+#endif
   for (size_t b0 = begin; b0 < end; b0 += 256) {
     const size_t m = end - b0 < 256 ? end - b0 : 256;
     for (size_t k = 0; k < m; k++) {

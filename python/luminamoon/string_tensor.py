@@ -37,6 +37,8 @@ from . import _C
 from . import arrow as _arrow
 from . import ops as _ops  # noqa: F401  (registers the fake kernels)
 
+_VIEWS_HASH_VECTOR = bool(_C.hash_views_vector())
+
 __all__ = ["StringTensor"]
 
 _lib = torch.ops.luminamoon
@@ -510,7 +512,8 @@ class StringTensor:
     #     bytes a string, with no payload access; the views are built on first use and kept
     #     when the tensor has none, e.g. after from_arrow / from_buffers or a stage);
     #   fast_eq / hash64: the offsets layout when present (equality first compares lengths, 4
-    #     bytes a string instead of 16; hashing reads every byte either way), else the views.
+    #     bytes a string instead of 16; hashing reads every byte either way), else the views;
+    #     hash64 takes the views when the CPU hashes inline views 8 at a time (AVX-512).
     def fast_eq(self, other) -> torch.Tensor:
         """bool[N]: element-wise equality with one ``str`` or another StringTensor of the same length."""
         if isinstance(other, str):
@@ -572,7 +575,9 @@ class StringTensor:
         if seed >= 1 << 63:
             seed -= 1 << 64
         od, vb = self._od, self._vb
-        if od is None and self.device.type == "cpu":
+        # the views layout when there is no offsets layout, or when the CPU hashes inline views
+        # 8 at a time (AVX-512: a string of <= 12 bytes is hashed from its view alone)
+        if self.device.type == "cpu" and vb is not None and (od is None or _VIEWS_HASH_VECTOR):
             return _lib.views_hash64(vb[0], list(vb[1]), seed)
         return _lib.hash64(*self._od_pair(), seed)
 
