@@ -13,10 +13,11 @@
  * element's pair (a, b) = (offsets[i], offsets[i + 1]) must satisfy
  * 0 <= a <= b <= data_len, else the op returns LM_EINVAL.  Over all i that is
  * exactly "non-negative, non-decreasing, last <= data_len", so no separate
- * validation pass (or private copy of the offsets) is needed: a pair is read
- * once into locals, checked, and only then used to address the payload, so a
- * thread writing into the offsets while the op runs changes answers, never the
- * bounds of what is read.
+ * validation pass over all the offsets is needed: a pair is read once into
+ * locals (or a block of offsets into a private copy on the stack: equal's short
+ * strings), checked, and only then used to address the payload, so a thread
+ * writing into the offsets while the op runs changes answers, never the bounds
+ * of what is read.
  *
  * Work goes in blocks of LM_OFF_BLOCK elements: pass 1 decides on the lengths
  * and checks the pairs (branch-free, vectorised); pass 2 visits the candidates,
@@ -29,6 +30,9 @@
 #include "mask_lut.h"
 #define LM_OFF_BLOCK 1024
 #define LM_OFF_AHEAD 12
+/* equal: blocks of strings of at most this many bytes on average compare every pair's first 16
+ * bytes without a branch; longer ones read only the pairs of equal length */
+#define LM_OFF_SHORT 24
 static inline uint64_t lm_off_load64(const uint8_t *p) {
   uint64_t w;
   memcpy(&w, p, 8);
@@ -41,16 +45,16 @@ static inline uint64_t lm_off_mask(uint64_t n) { return ~0ull >> (64 - 8 * n); }
 #else
 #define LM_OFF_PREFETCH(p) ((void)0)
 #endif
-/* cand[0..k) = the positions j < n with out[j] != 0, in order (out holds 0/1
- * bytes); returns k.  cand has room for n + 8 entries (rows of 8 are stored
+/* cand[0..k) = the positions j < n with bit sh (0 or 1) of out[j] set, in order;
+ * returns k.  cand has room for n + 8 entries (rows of 8 are stored
  * whole).  Eight bytes at a time and without a branch: their low bits packed into
  * an 8-bit mask by one multiply (little-endian), whose set positions come from a
  * table; a branch on out[j] mispredicts for every candidate on words. */
-static inline size_t lm_off_gather(const uint8_t *restrict out, size_t n, uint16_t *restrict cand) {
+static inline size_t lm_off_gather(const uint8_t *restrict out, size_t n, unsigned sh, uint16_t *restrict cand) {
   size_t nc = 0, j = 0;
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
   for (; j + 8 <= n; j += 8) {
-    const uint64_t w = lm_off_load64(out + j) & 0x0101010101010101ull;
+    const uint64_t w = (lm_off_load64(out + j) >> sh) & 0x0101010101010101ull;
     const unsigned m = (unsigned)((w * 0x0102040810204080ull) >> 56);
     const uint64_t base = (uint64_t)j * 0x0001000100010001ull; /* j in each 16-bit lane */
     uint64_t r0, r1;
@@ -65,7 +69,7 @@ static inline size_t lm_off_gather(const uint8_t *restrict out, size_t n, uint16
 #endif
   for (; j < n; j++) {
     cand[nc] = (uint16_t)j;
-    nc += out[j] != 0;
+    nc += (out[j] >> sh) & 1u;
   }
   return nc;
 }
@@ -172,7 +176,7 @@ static lm_status RNG(prefix)(void *ctx, size_t begin, size_t end) {
        * measured slower for the same reason: its loop exit mispredicts): 8 at a time
        * through a table (lm_off_gather), then compared */
       uint16_t cand[LM_OFF_BLOCK + 8];
-      const size_t nc = lm_off_gather(out + b0, b1 - b0, cand);
+      const size_t nc = lm_off_gather(out + b0, b1 - b0, 0, cand);
       for (size_t k = 0; k < nc; k++) {
         const size_t i = b0 + cand[k];
         const UOFF_T a = (UOFF_T)off[i], z = (UOFF_T)off[i + 1]; /* re-read: checked before use */
@@ -250,83 +254,167 @@ typedef struct {
   uint8_t *out;
 } CTX(eq);
 
-/* Per block: pass 1 checks both pairs and compares the lengths (branch-free,
- * vectorised: 8 bytes of offsets a string); then each equal-length pair (a
- * candidate) re-reads and re-checks its pairs and compares its bytes: up to 16
- * bytes as two overlapping words (the first 8 and the last 8, or one masked word
- * under 8 bytes) when both words lie inside both payloads, else memcmp.  The
- * candidates' indices are gathered first without a branch (a branch per element,
- * or scanning pass 1's bytes 8 at a time, mispredicts on words where about half
- * the pairs are candidates); long strings (over 64 bytes on average in the block)
- * have their payloads prefetched LM_OFF_AHEAD candidates on. */
-static inline uint8_t LM_CAT(SUF, _eq_one)(const OFF_T *restrict oa, const OFF_T *restrict ob, size_t i,
-                                           const uint8_t *da, const uint8_t *db, UOFF_T lima, UOFF_T limb,
-                                           uint64_t wa, uint64_t wb, int *bad) {
-  const UOFF_T a0 = (UOFF_T)oa[i], a1 = (UOFF_T)oa[i + 1], x0 = (UOFF_T)ob[i], x1 = (UOFF_T)ob[i + 1];
-  if (!((a0 <= a1) & (a1 <= lima) & (x0 <= x1) & (x1 <= limb))) { /* re-read: check again */
-    *bad = 1;
-    return 0;
+/* Per block of LM_OFF_BLOCK pairs, one of two modes, chosen by the block's average
+ * length (a guess from its first and last offset, not trusted for anything else):
+ *
+ * Short strings (<= LM_OFF_SHORT bytes on average: words): both sides' offsets of
+ * the block are copied onto the thread's stack and the copies checked in one
+ * vectorised pass (non-decreasing, the last <= the payload's length; the pass also
+ * writes, per pair, which bits of a 16-byte compare decide it: _eq_prep, with AVX2
+ * and AVX-512 copies); every later read of an offset is of the checked copy, so a
+ * thread writing into the caller's offsets while the op runs changes answers, never
+ * the bounds of what is read.  Then every pair's first 16 bytes are compared with
+ * no branch (one SSE2 compare: 8-9 instructions a pair; a branch on the lengths
+ * mispredicts for about every other word, and reading a string whose length differs
+ * costs little when ~10 share a cache line), only for the pairs with 16 bytes
+ * readable from both starts (a prefix of the block, as the starts never decrease;
+ * the last few pairs of a payload take memcmp).  The equal-length pairs over 16
+ * bytes whose first 16 matched (few, flagged) are finished by 16-byte chunks (up
+ * to 64 bytes) or memcmp.
+ *
+ * Longer strings (lines, documents): one pass in order, each offset read once and
+ * each pair checked before its bytes are read, only the pairs of equal length read
+ * (memcmp), as a branch: such strings lie about a cache line or more apart, so
+ * reading the pairs of different lengths would cost more memory traffic than the
+ * mispredicted branch.  Both modes: a pair at the same offset of one payload (a
+ * tensor against itself or a slice of itself) is equal without being read. */
+#ifndef LM_OFF_EQ16
+#define LM_OFF_EQ16
+#if defined(__SSE2__)
+#include <emmintrin.h>
+/* bit j (j < 16) set when p[j] != q[j], bits 16..31 always set (16 bytes readable at each) */
+static inline uint32_t lm_off_ne16(const uint8_t *p, const uint8_t *q) {
+  const __m128i x = _mm_loadu_si128((const __m128i *)(const void *)p);
+  const __m128i y = _mm_loadu_si128((const __m128i *)(const void *)q);
+  return ~(uint32_t)_mm_movemask_epi8(_mm_cmpeq_epi8(x, y));
+}
+#else
+/* the non-zero bytes of a word as the low 8 bits (bit j: byte j, little-endian) */
+static inline uint32_t lm_off_nz8(uint64_t x) {
+  x |= x >> 4;
+  x |= x >> 2;
+  x |= x >> 1;
+  x &= 0x0101010101010101ull;
+  return (uint32_t)((x * 0x0102040810204080ull) >> 56);
+}
+static inline uint32_t lm_off_ne16(const uint8_t *p, const uint8_t *q) {
+  return 0xFFFF0000u | lm_off_nz8(lm_off_load64(p) ^ lm_off_load64(q)) |
+         (lm_off_nz8(lm_off_load64(p + 8) ^ lm_off_load64(q + 8)) << 8);
+}
+#endif
+static inline unsigned lm_off_eq16(const uint8_t *p, const uint8_t *q) {
+  return (lm_off_ne16(p, q) & 0xFFFFu) == 0;
+}
+/* 1 when p[0..l) == q[0..l), l > 16, both readable for l bytes */
+static inline unsigned lm_off_eq_long(const uint8_t *p, const uint8_t *q, uint64_t l) {
+  if (l > 64) return memcmp(p, q, l) == 0;
+  uint64_t j = 16;
+  for (; j + 16 < l; j += 16)
+    if (!lm_off_eq16(p + j, q + j)) return 0;
+  return lm_off_eq16(p + l - 16, q + l - 16);
+}
+#endif
+
+/* The vectorised first pass of a short-strings block (ops_internal.h's LM_EQ_PREP;
+ * the AVX2 and AVX-512 copies are in ops_avx2.c). */
+static LM_EQ_PREP(LM_CAT(SUF, _eq_prep), UOFF_T)
+
+/* Pair k of a block's checked copies, near a payload's end (fewer than 16 bytes after a start). */
+static inline uint8_t LM_CAT(SUF, _eq_tail)(const UOFF_T *ca, const UOFF_T *cb, size_t k, const uint8_t *da,
+                                            const uint8_t *db, int same) {
+  const UOFF_T a0 = ca[k], x0 = cb[k];
+  const uint64_t la = (uint64_t)(UOFF_T)(ca[k + 1] - a0), lb = (uint64_t)(UOFF_T)(cb[k + 1] - x0);
+  return (uint8_t)(la == lb && (la == 0 || (same && a0 == x0) || memcmp(da + a0, db + x0, la) == 0));
+}
+
+/* Longer strings, pairs [b0, b1): one pass in order, each offset read once (a0, x0
+ * carried from the previous pair), the pair checked (a0 <= a1 <= lim) before its bytes
+ * are read, and only the pairs of equal length read (a branch on the lengths: such
+ * strings lie about a cache line or more apart, so it costs less than touching every
+ * string).  Returns non-zero when a pair is invalid. */
+static int LM_CAT(SUF, _eq_stream)(const OFF_T *restrict oa, const OFF_T *restrict ob, const uint8_t *da,
+                                   const uint8_t *db, UOFF_T lima, UOFF_T limb, int same, uint8_t *restrict out,
+                                   size_t b0, size_t b1) {
+  UOFF_T a0 = (UOFF_T)oa[b0], x0 = (UOFF_T)ob[b0];
+  for (size_t i = b0; i < b1; i++) {
+    const UOFF_T a1 = (UOFF_T)oa[i + 1], x1 = (UOFF_T)ob[i + 1];
+    if (!((a0 <= a1) & (a1 <= lima) & (x0 <= x1) & (x1 <= limb))) return 1;
+    const UOFF_T la = a1 - a0;
+    out[i] = (uint8_t)(la == x1 - x0 && (la == 0 || (same && a0 == x0) || memcmp(da + a0, db + x0, la) == 0));
+    a0 = a1;
+    x0 = x1;
   }
-  const uint64_t la = (uint64_t)(a1 - a0), lb = (uint64_t)(x1 - x0);
-  /* la >= 8: the words at 0 and la - 8 lie inside [a0, a1); la < 8: the word at 0 needs
-   * 8 bytes of payload from a0 (wa = data length - 8, or 0 with no room: then memcmp) */
-  /* all-ones when la >= 8; arithmetic, not a branch (the lengths of words vary at random) */
-  const uint64_t big = 0 - (uint64_t)(la >= 8);
-  if ((la <= 16) & ((big != 0) | (((uint64_t)a0 < wa) & ((uint64_t)x0 < wb)))) {
-    const uint64_t t = (la - 8) & big;
-    const uint64_t m = ((1ull << (8 * (la & 7))) - 1) | big;
-    const uint64_t d = ((lm_off_load64(da + a0) ^ lm_off_load64(db + x0)) |
-                        (lm_off_load64(da + a0 + t) ^ lm_off_load64(db + x0 + t))) & m;
-    return (uint8_t)((la == lb) & (d == 0));
-  }
-  return (uint8_t)(la == lb && (la == 0 || memcmp(da + a0, db + x0, la) == 0));
+  return 0;
+}
+
+/* Pair k (equal lengths over 16 bytes, 16 bytes readable at both starts) when its first 16 matched. */
+static inline void LM_CAT(SUF, _eq_rest)(const UOFF_T *ca, const UOFF_T *cb, size_t k, const uint8_t *da,
+                                         const uint8_t *db, int same, uint8_t *o) {
+  if (!o[k]) return;
+  const UOFF_T a0 = ca[k], x0 = cb[k];
+  const uint64_t l = (uint64_t)(UOFF_T)(ca[k + 1] - a0); /* == the other's: flagged so */
+  o[k] = (uint8_t)((same && a0 == x0) || lm_off_eq_long(da + a0, db + x0, l));
 }
 
 static lm_status RNG(eq)(void *ctx, size_t begin, size_t end) {
   const CTX(eq) *c = ctx;
-  const OFF_T *restrict oa = c->oa, *restrict ob = c->ob;
   const uint8_t *da = c->da, *db = c->db;
   uint8_t *restrict out = c->out;
   const uint64_t dla = c->la, dlb = c->lb;
   const UOFF_T lima = dla > (uint64_t)OFF_MAX ? (UOFF_T)OFF_MAX : (UOFF_T)dla;
   const UOFF_T limb = dlb > (uint64_t)OFF_MAX ? (UOFF_T)OFF_MAX : (UOFF_T)dlb;
-  /* a word at offset o < w + 1 lies inside the payload; 0: no room for one (o < 0 never) */
-  const uint64_t wa = dla >= 8 ? dla - 7 : 0, wb = dlb >= 8 ? dlb - 7 : 0;
-  uint16_t cand[LM_OFF_BLOCK + 8];
-  int bad1 = 0;
+  const int same = da == db; /* one payload: a pair at one offset is equal without reading it */
+  UOFF_T ca[LM_OFF_BLOCK + 1], cb[LM_OFF_BLOCK + 1];
+  uint32_t w[LM_OFF_BLOCK];
+  uint8_t lg[LM_OFF_BLOCK];
 #if LM_HASH_HAVE_AVX2
-  const int avx2 = lm_hash_uses_avx2(); /* the first pass on 8 offsets a vector */
+  const int simd = lm_ops_simd_level();
 #endif
   for (size_t b0 = begin; b0 < end; b0 += LM_OFF_BLOCK) {
-    const size_t b1 = end - b0 < LM_OFF_BLOCK ? end : b0 + LM_OFF_BLOCK;
+    const size_t m = end - b0 < LM_OFF_BLOCK ? end - b0 : LM_OFF_BLOCK;
+    /* the mode (only a guess from two offsets, read here and not trusted later) */
+    if ((uint64_t)(UOFF_T)((UOFF_T)c->oa[b0 + m] - (UOFF_T)c->oa[b0]) > LM_OFF_SHORT * (uint64_t)m) {
+      if (LM_CAT(SUF, _eq_stream)(c->oa, c->ob, da, db, lima, limb, same, out, b0, b0 + m)) return LM_EINVAL;
+      continue;
+    }
+    /* short strings: the offsets copied, the copies checked and every pair's first 16 bytes compared */
+    memcpy(ca, c->oa + b0, (m + 1) * sizeof(UOFF_T));
+    memcpy(cb, c->ob + b0, (m + 1) * sizeof(UOFF_T));
 #if LM_HASH_HAVE_AVX2
-    if (avx2) {
-      if (LM_CAT(LM_CAT(lm_, SUF), _pairs_eq_avx2)(oa, ob, out, b0, b1, lima, limb)) return LM_EINVAL;
-    } else
+    const UOFF_T down = simd == 2   ? LM_CAT(LM_CAT(lm_, SUF), _eq_prep_avx512)(ca, cb, m, w, lg)
+                        : simd == 1 ? LM_CAT(LM_CAT(lm_, SUF), _eq_prep_avx2)(ca, cb, m, w, lg)
+                                    : LM_CAT(SUF, _eq_prep)(ca, cb, m, w, lg);
+#else
+    const UOFF_T down = LM_CAT(SUF, _eq_prep)(ca, cb, m, w, lg);
 #endif
-    {
-      UOFF_T bad = 0;
-      for (size_t i = b0; i < b1; i++) {
-        const UOFF_T a0 = (UOFF_T)oa[i], a1 = (UOFF_T)oa[i + 1], x0 = (UOFF_T)ob[i], x1 = (UOFF_T)ob[i + 1];
-        const UOFF_T ok = (UOFF_T)(a0 <= a1) & (UOFF_T)(a1 <= lima) & (UOFF_T)(x0 <= x1) & (UOFF_T)(x1 <= limb);
-        bad |= ok ^ 1u;
-        out[i] = (uint8_t)(ok & (UOFF_T)(a1 - a0 == x1 - x0));
+    if (down | (UOFF_T)(ca[m] > lima) | (UOFF_T)(cb[m] > limb)) return LM_EINVAL;
+    /* the pairs [0, ks) have 16 bytes from their start inside both payloads */
+    size_t ks = m;
+    while (ks && ((uint64_t)ca[ks - 1] + 16 > dla || (uint64_t)cb[ks - 1] + 16 > dlb)) ks--;
+    uint8_t *restrict o = out + b0;
+    /* no branch: for strings many to a cache line, reading every pair costs less than a
+     * mispredicted branch on their lengths */
+#if defined(__GNUC__)
+#pragma GCC unroll 4
+#endif
+    for (size_t k = 0; k < ks; k++) o[k] = (uint8_t)((lm_off_ne16(da + ca[k], db + cb[k]) & w[k]) == 0);
+    for (size_t k = ks; k < m; k++) o[k] = LM_CAT(SUF, _eq_tail)(ca, cb, k, da, db, same);
+    /* the equal-length pairs over 16 bytes whose first 16 matched (lg bit 1; few among short
+     * strings: 8 flags a word): the rest of their bytes */
+#if defined(__GNUC__) && defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    for (size_t j = 0; j < ks; j += 8) {
+      uint64_t f = 0;
+      if (j + 8 <= ks) {
+        f = lm_off_load64(lg + j) & 0x0202020202020202ull;
+      } else {
+        for (size_t t = j; t < ks; t++) f |= (uint64_t)(lg[t] & 2u) << (8 * (t - j));
       }
-      if (bad) return LM_EINVAL;
+      for (; f; f &= f - 1) LM_CAT(SUF, _eq_rest)(ca, cb, j + (size_t)(__builtin_ctzll(f) >> 3), da, db, same, o);
     }
-    /* prefetching pays only when strings lie cache lines apart */
-    const int far = (uint64_t)((UOFF_T)oa[b1] - (UOFF_T)oa[b0]) > 64 * (uint64_t)(b1 - b0);
-    const size_t nc = lm_off_gather(out + b0, b1 - b0, cand);
-    for (size_t k = 0; k < nc; k++) {
-      const size_t i = b0 + cand[k];
-      if (far && k + LM_OFF_AHEAD < nc) {
-        const size_t j = b0 + cand[k + LM_OFF_AHEAD];
-        LM_OFF_PREFETCH((uintptr_t)da + (uint64_t)(UOFF_T)oa[j]);
-        LM_OFF_PREFETCH((uintptr_t)db + (uint64_t)(UOFF_T)ob[j]);
-      }
-      out[i] = LM_CAT(SUF, _eq_one)(oa, ob, i, da, db, lima, limb, wa, wb, &bad1);
-    }
-    if (bad1) return LM_EINVAL;
+#else
+    for (size_t k = 0; k < ks; k++)
+      if (lg[k] & 2u) LM_CAT(SUF, _eq_rest)(ca, cb, k, da, db, same, o);
+#endif
   }
   return LM_OK;
 }

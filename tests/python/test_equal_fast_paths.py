@@ -1,0 +1,118 @@
+"""Element-wise equality of two StringTensors (and torch.ops.luminamoon.equal) against
+pyarrow.compute.equal on random and adversarial data: both modes of the offsets kernel
+(short strings: every pair's first 16 bytes compared without a branch; longer strings: only
+pairs of equal length read), lengths 0..300, pairs differing in one byte anywhere (often the
+last, or past byte 16), the same tensor (one payload), int64 offsets, and every layout mix."""
+import random
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+import torch
+
+from luminamoon import StringTensor
+
+OPS = torch.ops.luminamoon
+
+
+def _pairs(rng: random.Random, n: int, max_len: int, short_share: float):
+    a, b = [], []
+    for _ in range(n):
+        if rng.random() < short_share:
+            k = rng.randrange(0, 13)
+        else:
+            k = rng.randrange(0, max_len + 1)
+        x = "".join(rng.choice("ab") for _ in range(k))
+        r = rng.randrange(5)
+        if r <= 1:
+            y = x
+        elif r == 2 and x:
+            at = len(x) - 1 if rng.random() < 0.4 else rng.randrange(len(x))
+            y = x[:at] + ("c" if x[at] != "c" else "d") + x[at + 1:]
+        elif r == 3:
+            y = "".join(rng.choice("ab") for _ in range(len(x)))
+        else:
+            y = "".join(rng.choice("ab") for _ in range(rng.randrange(0, max_len + 1)))
+        # some multi-byte text: lengths in bytes differ from lengths in characters
+        if rng.random() < 0.05:
+            x, y = x + "é", y + "é"
+        a.append(x)
+        b.append(y)
+    return a, b
+
+
+def _want(a, b):
+    return pc.equal(pa.array(a, pa.string()), pa.array(b, pa.string())).to_numpy(zero_copy_only=False)
+
+
+@pytest.mark.parametrize("n", [1, 7, 1023, 1025, 5000])
+@pytest.mark.parametrize("max_len,short_share", [(12, 1.0), (20, 0.5), (300, 0.9), (300, 0.0), (80, 0.0)])
+def test_equal_matches_pyarrow(n, max_len, short_share):
+    rng = random.Random(n * 1000 + max_len + int(short_share * 10))
+    a, b = _pairs(rng, n, max_len, short_share)
+    want = _want(a, b)
+    sa, sb = StringTensor.from_list(a), StringTensor.from_list(b)
+    assert np.array_equal(sa.fast_eq(sb).numpy(), want)
+    assert np.array_equal((sa == sb).numpy(), want)
+    assert np.array_equal(OPS.equal(sa.offsets, sa.data, sb.offsets, sb.data).numpy(), want)
+    # int64 offsets
+    assert np.array_equal(OPS.equal(sa.offsets.long(), sa.data, sb.offsets.long(), sb.data).numpy(), want)
+    # layout mixes: views only on one or both sides, offsets only on one side
+    va = StringTensor(views=sa.views, buffers=sa.buffers)
+    vb = StringTensor(views=sb.views, buffers=sb.buffers)
+    ob = StringTensor(sb.offsets, sb.data)
+    for x, y in ((va, vb), (va, sb), (sa, ob), (va, ob)):
+        assert np.array_equal(x.fast_eq(y).numpy(), want)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_equal_every_length_near_misses(threads):
+    """Every length 0..300, the partner equal, differing in its last byte or its first,
+    with short and long neighbours; the last string ends the payload."""
+    a, b = [], []
+    for n in range(301):
+        base = "".join(chr(97 + (i * 7 + n) % 26) for i in range(n))
+        for kind in range(3):
+            y = base
+            if n and kind == 1:
+                y = base[:-1] + ("z" if base[-1] != "z" else "y")
+            if n and kind == 2:
+                y = ("z" if base[0] != "z" else "y") + base[1:]
+            a += ["p" * (n % 5), base]
+            b += ["p" * (n % 5), y]
+    want = _want(a, b)
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        sa, sb = StringTensor.from_list(a), StringTensor.from_list(b)
+        assert np.array_equal(OPS.equal(sa.offsets, sa.data, sb.offsets, sb.data).numpy(), want)
+        assert np.array_equal(sa.fast_eq(sb).numpy(), want)
+    finally:
+        torch.set_num_threads(old)
+
+
+def test_equal_one_payload_both_sides():
+    """Both sides over one payload: the same offsets (equal without reading) and shifted ones."""
+    rng = random.Random(3)
+    words = ["".join(rng.choice("ab") for _ in range(rng.randrange(0, 40))) for _ in range(3000)]
+    st = StringTensor.from_list(words)
+    off, data = st.offsets, st.data
+    assert bool(OPS.equal(off, data, off, data).all())
+    assert bool((st == st).all())
+    # string i against string i + 1 of the same payload
+    want = _want(words[:-1], words[1:])
+    got = OPS.equal(off[:-1], data, off[1:], data).numpy()
+    assert np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("where", [0, 1, 1023, 1024, 1500, 2999, 3000])
+def test_equal_rejects_bad_offsets(where):
+    words = ["x" * (i % 50) for i in range(3000)]
+    st = StringTensor.from_list(words)
+    bad = st.offsets.clone()
+    bad[where] = -1 if where % 2 else int(st.data.numel()) + 1
+    with pytest.raises(ValueError):
+        OPS.equal(bad, st.data, st.offsets, st.data)
+    with pytest.raises(ValueError):
+        OPS.equal(st.offsets, st.data, bad, st.data)
