@@ -106,21 +106,12 @@ static inline __m512i hash_0to8(__m512i len, __m512i w, __mmask8 k13, const shor
   return h;
 }
 
-/* The listed view mid[done] (when done < nm; no branch): 9..12 bytes are hashed from the
- * view's inline bytes (one 64x64->128 multiply) with the length read by the vector pass
- * (at most 12 bytes are read: inside the 16-byte view); a longer view goes to rest[]. */
-static inline size_t mid_step(const uint64_t *mid, size_t nm, size_t done, const uint8_t *base, uint64_t *out,
-                              uint32_t *rest, size_t *nr, uint64_t seed, uint64_t *sink) {
-  const int ok = done < nm;
-  const uint64_t e = ok ? mid[done] : ((uint64_t)9 << 32); /* else view 0 as if 9 bytes, result dropped */
+/* The listed view mid[done] of 9..12 bytes, hashed from the view's inline bytes (one
+ * 64x64->128 multiply) with the length read by the vector pass (<= 12: the read stays
+ * inside the 16-byte view). */
+static inline void mid_step(uint64_t e, const uint8_t *base, uint64_t *out, uint64_t seed) {
   const uint32_t i = (uint32_t)e, len = (uint32_t)(e >> 32);
-  const int inl = len <= 12;
-  const uint64_t hv = XXH3_len_9to16_64b(base + 16 * (size_t)i + 4, inl ? len : 12, XXH3_kSecret, seed);
-  uint64_t *dst = ok & inl ? out + i : sink;
-  *dst = hv;
-  rest[*nr] = i;
-  *nr += (size_t)(ok & !inl);
-  return done + (size_t)ok;
+  out[i] = XXH3_len_9to16_64b(base + 16 * (size_t)i + 4, len, XXH3_kSecret, seed);
 }
 
 size_t lm_hash64_views_avx512(const void *views, size_t n, uint64_t seed, uint64_t *out, uint32_t *rest,
@@ -145,10 +136,9 @@ size_t lm_hash64_views_avx512(const void *views, size_t n, uint64_t seed, uint64
   const uint64_t *q = (const uint64_t *)views;
   __m512i idx = _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0);
   unsigned padk = 0;
-  /* 0..8 bytes hashed 8 at a time; longer ones listed (index | len << 32) for mid_step */
+  /* 0..8 bytes hashed 8 at a time; 9..12 listed (index | len << 32) for mid_step, longer to rest */
   uint64_t mid[LM_HASH_VIEWS_BLOCK + 8];
-  size_t nm = 0, done = 0, nr = 0;
-  uint64_t sink;
+  size_t nm = 0, nr = 0;
   for (size_t i = 0; i < n; i += 8) {
     const size_t m = n - i < 8 ? n - i : 8;
     const __mmask8 live = (__mmask8)((1u << m) - 1);
@@ -171,18 +161,20 @@ size_t lm_hash64_views_avx512(const void *views, size_t n, uint64_t seed, uint64
     padk |= kp & kin;
     const __mmask8 k13 = _mm512_cmple_epu64_mask(_mm512_sub_epi64(len, one), two);
     const __mmask8 k0 = _mm512_cmpeq_epi64_mask(len, _mm512_setzero_si512());
-    const __mmask8 k9 = _mm512_mask_cmpgt_epu64_mask(live, len, eight);
+    const __mmask8 k9 = _mm512_mask_cmpgt_epu64_mask(kin, len, eight), kl = live & (__mmask8)~kin;
     const __m512i h = _mm512_mask_mov_epi64(hash_0to8(len, w, k13, &t, odd), k0, t.h0);
     if (m == 8) _mm512_storeu_si512(out + i, h);
     else _mm512_mask_storeu_epi64(out + i, live, h);
     _mm512_storeu_si512(mid + nm, _mm512_maskz_compress_epi64(k9, _mm512_or_si512(idx, _mm512_slli_epi64(q0, 32))));
     nm += (size_t)__builtin_popcount(k9);
+    _mm256_storeu_si256((__m256i *)(rest + nr), _mm256_maskz_compress_epi32(kl, _mm512_cvtepi64_epi32(idx)));
+    nr += (size_t)__builtin_popcount(kl);
     idx = _mm512_add_epi64(idx, step);
   }
   *pad |= padk;
-  /* then the listed views of more than 8 bytes (interleaving them with the vector loop
+  /* then the listed views of 9..12 bytes (interleaving them with the vector loop
    * measured slower: their list entries are read right after the vector stores) */
-  while (done < nm) done = mid_step(mid, nm, done, base, out, rest, &nr, seed, &sink);
+  for (size_t k = 0; k < nm; k++) mid_step(mid[k], base, out, seed);
   return nr;
 }
 #else

@@ -259,41 +259,44 @@ static lm_status hash_range(void *arg, size_t begin, size_t end) {
   /* AVX-512: the inline views (<= 12 bytes) hashed from the views alone, 8 at a time
    * (hash_avx512.c); the long ones it lists are checked and hashed here */
   if (lm_hash_uses_avx512()) {
-    /* software-pipelined by one block: the payloads of block j's long views are prefetched
-     * when it is listed and hashed after block j+1's views (their bytes are sparse in the
-     * payload, a cache miss each otherwise) */
+    /* where long views are few (words), software-pipelined by one block: the payloads of
+     * block j's long views are prefetched when it is listed and hashed after block j+1's
+     * views (their bytes are sparse in the payload, a cache miss each otherwise) */
     uint32_t rest[LM_HASH_VIEWS_BLOCK + 8];
     uint64_t h[LM_HASH_VIEWS_BLOCK];
     const uint8_t *pp[2][LM_HASH_VIEWS_BLOCK];
     size_t pl[2][LM_HASH_VIEWS_BLOCK], pi[2][LM_HASH_VIEWS_BLOCK], pn[2] = {0, 0};
-    int cur = 0;
+    int pend = -1; /* the list slot waiting to be hashed, if any */
     for (size_t b0 = begin; b0 < end; b0 += LM_HASH_VIEWS_BLOCK) {
       const size_t m = end - b0 < LM_HASH_VIEWS_BLOCK ? end - b0 : LM_HASH_VIEWS_BLOCK;
       const size_t nr = lm_hash64_views_avx512(c->views + b0, m, c->seed, c->out + b0, rest, &pad);
+      const int f = pend == 0 ? 1 : 0;
       for (size_t k = 0; k < nr; k++) {
         const lm_string_view *v = &c->views[b0 + rest[k]];
-        const view_fields f = fields_of(v);
-        const uint8_t *s = bytes_at(v, f, c->p);
+        const view_fields fl = fields_of(v);
+        const uint8_t *s = bytes_at(v, fl, c->p);
         if (!s) return LM_ERANGE;
         pad |= lm_sv_padding_bits(v);
         __builtin_prefetch(s);
-        if (f.len > 64) __builtin_prefetch(s + 64);
-        pp[cur][k] = s;
-        pl[cur][k] = f.len;
-        pi[cur][k] = b0 + rest[k];
+        pp[f][k] = s;
+        pl[f][k] = fl.len;
+        pi[f][k] = b0 + rest[k];
       }
-      pn[cur] = nr;
-      cur ^= 1;
-      if (pn[cur]) { /* the previous block's long views */
-        lm_hash64_many(pp[cur], pl[cur], pn[cur], c->seed, h);
-        for (size_t k = 0; k < pn[cur]; k++) c->out[pi[cur][k]] = h[k];
-        pn[cur] = 0;
+      pn[f] = nr;
+      int now = f; /* dense (documents): their payload is a stream, hashed now */
+      if (2 * nr < m) { /* sparse (words): this list waits one block, the previous one goes */
+        now = pend;
+        pend = f;
+      }
+      if (now >= 0 && pn[now]) {
+        lm_hash64_many(pp[now], pl[now], pn[now], c->seed, h);
+        for (size_t k = 0; k < pn[now]; k++) c->out[pi[now][k]] = h[k];
+        pn[now] = 0;
       }
     }
-    cur ^= 1;
-    if (pn[cur]) {
-      lm_hash64_many(pp[cur], pl[cur], pn[cur], c->seed, h);
-      for (size_t k = 0; k < pn[cur]; k++) c->out[pi[cur][k]] = h[k];
+    if (pend >= 0 && pn[pend]) {
+      lm_hash64_many(pp[pend], pl[pend], pn[pend], c->seed, h);
+      for (size_t k = 0; k < pn[pend]; k++) c->out[pi[pend][k]] = h[k];
     }
     return pad ? LM_ECORRUPT : LM_OK;
   }

@@ -513,7 +513,8 @@ class StringTensor:
     #     when the tensor has none, e.g. after from_arrow / from_buffers or a stage);
     #   fast_eq / hash64: the offsets layout when present (equality first compares lengths, 4
     #     bytes a string instead of 16; hashing reads every byte either way), else the views;
-    #     hash64 takes the views when the CPU hashes inline views 8 at a time (AVX-512).
+    #     hash64 takes the views for short strings when the CPU hashes inline views 8 at a
+    #     time (AVX-512).
     def fast_eq(self, other) -> torch.Tensor:
         """bool[N]: element-wise equality with one ``str`` or another StringTensor of the same length."""
         if isinstance(other, str):
@@ -576,8 +577,10 @@ class StringTensor:
             seed -= 1 << 64
         od, vb = self._od, self._vb
         # the views layout when there is no offsets layout, or when the CPU hashes inline views
-        # 8 at a time (AVX-512: a string of <= 12 bytes is hashed from its view alone)
-        if self.device.type == "cpu" and vb is not None and (od is None or _VIEWS_HASH_VECTOR):
+        # 8 at a time (AVX-512: a string of <= 12 bytes is hashed from its view alone) and the
+        # strings are short (<= 16 bytes on average: words; longer ones hash faster from offsets)
+        if self.device.type == "cpu" and vb is not None and (
+                od is None or (_VIEWS_HASH_VECTOR and od[1].numel() <= 16 * len(self))):
             return _lib.views_hash64(vb[0], list(vb[1]), seed)
         return _lib.hash64(*self._od_pair(), seed)
 
