@@ -186,6 +186,49 @@ static inline size_t lmq_cp_count(const uint8_t *s, size_t n) {
   return n - cont;
 }
 
+/* Byte runs, 8 bytes at a time (SWAR, little-endian loads; byte by byte
+ * elsewhere and for the last < 8 bytes: nothing is read at or past n).
+ * lmq_letters_end: the first i' >= i where s[i'] is not an ASCII letter
+ * ((s[i'] | 32) - 'a' >= 26 as a byte) or n.
+ * lmq_graphic_end: the first i' >= i where s[i'] is not in 0x21..0x7F, or n. */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define LMQ_SWAR_LE 1
+#else
+#define LMQ_SWAR_LE 0
+#endif
+#define LMQ_B7 0x8080808080808080ull
+#define LMQ_ONES 0x0101010101010101ull
+static inline size_t lmq_letters_end(const uint8_t *s, size_t i, size_t n) {
+#if LMQ_SWAR_LE
+  while (i + 8 <= n) {
+    uint64_t v;
+    memcpy(&v, s + i, 8);
+    uint64_t x = (v | 0x20 * LMQ_ONES) & 0x7F * LMQ_ONES; /* lower-cased low 7 bits: no carry below */
+    uint64_t ge_a = x + 0x1F * LMQ_ONES;                  /* bit 7: x >= 'a' */
+    uint64_t gt_z = x + 0x05 * LMQ_ONES;                  /* bit 7: x > 'z' */
+    uint64_t bad = (~ge_a | gt_z | v) & LMQ_B7;           /* not a letter (or not ASCII) */
+    if (bad) return i + ((size_t)__builtin_ctzll(bad) >> 3);
+    i += 8;
+  }
+#endif
+  while (i < n && (uint8_t)((s[i] | 32) - 'a') < 26) i++;
+  return i;
+}
+static inline size_t lmq_graphic_end(const uint8_t *s, size_t i, size_t n) {
+#if LMQ_SWAR_LE
+  while (i + 8 <= n) {
+    uint64_t v;
+    memcpy(&v, s + i, 8);
+    uint64_t gt20 = (v & 0x7F * LMQ_ONES) + 0x5F * LMQ_ONES; /* bit 7: low 7 bits >= 0x21 */
+    uint64_t bad = (~gt20 | v) & LMQ_B7;                       /* <= 0x20 or >= 0x80 */
+    if (bad) return i + ((size_t)__builtin_ctzll(bad) >> 3);
+    i += 8;
+  }
+#endif
+  while (i < n && s[i] > 0x20 && s[i] < 0x80) i++;
+  return i;
+}
+
 /* ---- the filter object and its scratch (quality.c, quality_rules.c) ---- */
 #include "luminamoon/quality.h"
 

@@ -957,7 +957,11 @@ static int c4(const lm_quality *q, lm_quality_scratch *s, const uint8_t *t, size
       if (i >= b) break;
       size_t wcp = 0;
       for (;;) {
-        while (i < b && t[i] > 0x20 && t[i] < 0x80) i++, wcp++; /* ASCII, not whitespace */
+        {
+          size_t e = lmq_graphic_end(t, i, b); /* ASCII, not whitespace */
+          wcp += e - i;
+          i = e;
+        }
         if (i < b && !(flags_at(t, b, i, &l) & LMQ_F_SPACE)) i += l, wcp++;
         else break;
       }

@@ -567,7 +567,7 @@ int lmq_tokenize(const lmq_special_index *ix, const uint8_t *s, size_t n, uint32
     /* non-whitespace span: ASCII-letters fast path */
     size_t st = i;
     int letters = 1, ascii = 1;
-    while (i < n && (uint8_t)((s[i] | 32) - 'a') < 26) i++; /* ASCII letters */
+    i = lmq_letters_end(s, i, n); /* ASCII letters */
     size_t ncps = i - st;
     if (i < n && !(s[i] < 0x80 && (lmq_ascii_flags[s[i]] & LMQ_F_SPACE))) {
       size_t letters_end = i;

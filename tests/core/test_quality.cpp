@@ -680,3 +680,56 @@ TEST(QualityGopherRepetition, NGramRulesMatchReferenceOnBothPaths) {
   }
   for (int d : drops) EXPECT_GT(d, 300);  // every set has documents each rule drops
 }
+
+// The tokenizer's and C4's byte runs 8 bytes at a time (lmq_letters_end, lmq_graphic_end) against
+// the plain byte loops: every start and length 0..300 over random bytes biased to letters, other
+// ASCII and UTF-8 lead/continuation bytes, the text ending right before a PROT_NONE page (a read
+// at or past the end faults; ASan sees the same through the mapping).
+#include <sys/mman.h>
+#include <unistd.h>
+#include <random>
+TEST(QualitySwarRuns, EqualByteLoopsAtEveryStartLengthAndPageEnd) {
+  const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  uint8_t *m = static_cast<uint8_t *>(mmap(nullptr, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(m, MAP_FAILED);
+  ASSERT_EQ(mprotect(m + page, page, PROT_NONE), 0);
+  std::mt19937 rng(1234);
+  const uint8_t pick[] = {'a', 'z', 'A', 'Z', 'm', 'Q', '@', '[', '`', '{', ' ', '!', '~', 0x7F, 0x20, 0x21,
+                          0x00, 0x09, 0x0A, 0x80, 0xBF, 0xC3, 0xE2, 0xFF, 0xC1, 0xDA, 0xE0, 0xFA, 0xFB, 0x5A};
+  size_t checked = 0;
+  for (int rep = 0; rep < 16; rep++) {
+    for (size_t n = 0; n <= 300; n++) {
+      uint8_t *s = m + page - n; /* s[n - 1] is the last readable byte */
+      int mode = rep % 4;         /* long letter runs, long graphic runs, mixed, any byte */
+      for (size_t k = 0; k < n; k++) {
+        uint32_t r = rng();
+        if (mode == 0) s[k] = (r % 29) ? (uint8_t)('a' + (r >> 8) % 26 - ((r >> 16) & 1) * 32) : pick[(r >> 8) % sizeof pick];
+        else if (mode == 1) s[k] = (r % 31) ? (uint8_t)(0x21 + (r >> 8) % 95) : pick[(r >> 8) % sizeof pick];
+        else if (mode == 2) s[k] = pick[r % sizeof pick];
+        else s[k] = (uint8_t)(r >> 8);
+      }
+      for (size_t i = 0; i <= n; i++) {
+        size_t a = i, b = i;
+        while (a < n && (uint8_t)((s[a] | 32) - 'a') < 26) a++;
+        while (b < n && s[b] > 0x20 && s[b] < 0x80) b++;
+        ASSERT_EQ(lmq_letters_end(s, i, n), a) << "n=" << n << " i=" << i << " mode=" << mode;
+        ASSERT_EQ(lmq_graphic_end(s, i, n), b) << "n=" << n << " i=" << i << " mode=" << mode;
+        checked++;
+      }
+    }
+  }
+  /* every byte value alone, then followed by a full 8-byte run of letters / graphic bytes */
+  for (int v = 0; v < 256; v++) {
+    for (size_t pos = 0; pos < 16; pos++) {
+      uint8_t *s = m + page - 16;
+      for (size_t k = 0; k < 16; k++) s[k] = k < pos ? 'k' : (uint8_t)v;
+      size_t a = 0, b = 0;
+      while (a < 16 && (uint8_t)((s[a] | 32) - 'a') < 26) a++;
+      while (b < 16 && s[b] > 0x20 && s[b] < 0x80) b++;
+      ASSERT_EQ(lmq_letters_end(s, 0, 16), a) << v;
+      ASSERT_EQ(lmq_graphic_end(s, 0, 16), b) << v;
+    }
+  }
+  EXPECT_GT(checked, 700000u);
+  munmap(m, 2 * page);
+}
