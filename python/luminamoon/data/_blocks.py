@@ -253,7 +253,10 @@ def _scan_text(src, path: str, shard: int, buf: Any, cut: int, base: int, line0:
     stop[cr] -= 1
     rec_idx = rec0 + np.arange(nlines, dtype=np.int64)
     ws = src.world_size
-    if ws > 1 and not src._file_split:
+    if own is not None:  # every line is a stream item
+        gall = own[2] + np.arange(nlines, dtype=np.int64)
+        mine = gall % own[0] == own[1]
+    elif ws > 1 and not src._file_split:
         mine = rec_idx % ws == src.rank
     else:
         mine = np.ones(nlines, dtype=bool)
@@ -288,6 +291,8 @@ def _scan_text(src, path: str, shard: int, buf: Any, cut: int, base: int, line0:
                 c.error = e
                 c.error_pos = dict(src._start_pos(shard), offset=base + int(ends[i]), line=lineno,
                                    record=int(rec_idx[i]) + 1)
+                if own is not None:
+                    c.error_g = int(gall[i])
                 break
             keep_l.append(i)
             sk.append(src.skipped)
@@ -310,6 +315,10 @@ def _scan_text(src, path: str, shard: int, buf: Any, cut: int, base: int, line0:
     c.skipped = skipped
     bounds = getattr(reader, "_bounds", None) or []
     c.frames, c.fuoffs = _frames(bounds, c.offs)
+    if own is not None:
+        c.gord = gall[keep]
+        ioffs = base + ends
+        c.items = (gall, ioffs, line0 + np.arange(nlines, dtype=np.int64) + 1, rec_idx + 1) + _frames(bounds, ioffs)
     if nlines and hasattr(reader, "prune_bounds"):
         reader.prune_bounds(int(base + ends[-1]))
     return c, line0 + nlines, rec0 + nlines
@@ -408,7 +417,7 @@ def _chunks(src, fix_text=None, own=None, scan=None) -> Iterator[_Chunk]:
             base, line0, rec0 = pos["offset"], pos["line"], pos["record"]
             carry = b""
             while True:
-                data = reader.read(_READ)
+                data = reader.read(_READ, carry)  # the partial line, then the next bytes
                 if not data:
                     if carry:
                         r0 = rec0
@@ -417,7 +426,7 @@ def _chunks(src, fix_text=None, own=None, scan=None) -> Iterator[_Chunk]:
                         g += rec0 - r0
                         yield c
                     break
-                buf = carry + data if carry else data
+                buf = data
                 cut = buf.rfind(b"\n") + 1
                 if cut == 0:
                     carry = buf
@@ -601,20 +610,28 @@ class StreamStep:
         self.texts, self.records, self.gidx, self.n_items, self.position = texts, records, gidx, n_items, position
 
 
-def stream_steps(src, G: int, W: int, r: int) -> Iterator[StreamStep]:
+def stream_steps(src, G: int, W: int, r: int, text: bool = False) -> Iterator[StreamStep]:
     """The global stream of an unsharded ``JsonlSource`` from its current position, ``G`` items
     (non-blank lines) a step; rank ``r`` of ``W`` owns the items whose ordinal is ``r`` mod ``W``
     (``G`` is a multiple of ``W``) and judges only those: its records, errors (file:line) and
     skips are those ``GlobalStream`` (``take`` + ``parse``) gives, the other ranks' lines are
     scanned, never parsed.  A bad record of this rank raises when its step is reached (the
-    steps before it are yielded)."""
+    steps before it are yielded).  ``text=True``: an unsharded ``TextSource(per="line")``, every
+    line an item (``_scan_text``; the records are empty dicts, :class:`TextRecords`)."""
     if G < 1 or W < 1 or G % W or not 0 <= r < W:
         raise ValueError(f"need G a positive multiple of W and 0 <= r < W, got G={G}, W={W}, r={r}")
     key = src.text_key
     pend: List[tuple] = []
     lo = 0      # ordinal of the current step's first item
     total = 0   # items seen
-    for c in _chunks(src, None, (W, r)):
+
+    def assemble(pend):
+        texts, recs, _, _ = _assemble(key, pend)
+        if text:
+            recs = TextRecords(len(texts))
+        return texts, recs
+
+    for c in _chunks(src, None, (W, r), scan=_scan_text if text else None):
         ig = c.items[0]
         if len(ig):
             total = int(ig[-1]) + 1
@@ -632,7 +649,7 @@ def stream_steps(src, G: int, W: int, r: int) -> Iterator[StreamStep]:
                 pos = src._start_pos(c.shard)
                 pos.update(offset=int(c.items[1][k]), line=int(c.items[2][k]), record=int(c.items[3][k]),
                            frame=int(c.items[4][k]), frame_uoff=int(c.items[5][k]))
-                texts, recs, _, _ = _assemble(key, pend)
+                texts, recs = assemble(pend)
                 gidx = np.concatenate([c2.gord[a2:b2] for c2, a2, b2 in pend]) if pend else np.zeros(0, np.int64)
                 pend = []
                 lo = end
@@ -646,7 +663,7 @@ def stream_steps(src, G: int, W: int, r: int) -> Iterator[StreamStep]:
     final = src._start_pos(len(src.paths))
     src._pos = final
     if total > lo:
-        texts, recs, _, _ = _assemble(key, pend)
+        texts, recs = assemble(pend)
         gidx = np.concatenate([c2.gord[a2:b2] for c2, a2, b2 in pend]) if pend else np.zeros(0, np.int64)
         yield StreamStep(texts, recs, gidx, total - lo, dict(final))
 

@@ -566,9 +566,11 @@ class DistributedPipeline:
         from ..string_tensor import StringTensor
 
         W, r = self.world_size, self.rank
-        if self._steps is None and self.stream.mode == "jsonl" and getattr(self.source, "_columnar", False):
-            # the columnar reading path: every line scanned in C, only this rank's parsed
-            self._steps = (start, stream_steps(self.source, W * self.batch_size, W, r))
+        if self._steps is None and self.stream.mode in ("jsonl", "text") and getattr(self.source, "_columnar", False):
+            # the columnar reading path: every line scanned in C (JSONL) or split with numpy
+            # (text lines), only this rank's parsed
+            self._steps = (start, stream_steps(self.source, W * self.batch_size, W, r,
+                                               text=self.stream.mode == "text"))
         if self._steps is not None:
             base, steps = self._steps
             step_ = next(steps, None)

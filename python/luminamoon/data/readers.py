@@ -137,11 +137,14 @@ class _PlainReader:
         end = 2 if line.endswith(b"\r\n") else 1 if line.endswith(b"\n") else 0
         return TooLong(total - end)  # the line without its ending
 
-    def read(self, n: int) -> bytes:
-        """Up to ``n`` bytes (b"" at EOF), lines not split apart by anything but ``n``."""
+    def read(self, n: int, head: bytes = b"") -> bytes:
+        """``head`` followed by up to ``n`` more bytes of the file (b"" at EOF: no byte left);
+        lines not split apart by anything but ``n``.  ``.offset`` counts the new bytes only."""
         data = self._f.read(n)
         self.offset += len(data)
-        return data
+        if not data:
+            return b""
+        return head + data if head else data
 
     def close(self) -> None:
         self._f.close()
@@ -255,6 +258,7 @@ class _FramedReader:
         self._eof = False
         self._buf = bytearray()     # decompressed, not yet returned
         self._buf_uoff = frame_uoff  # uncompressed offset of self._buf[0]
+        self._produced = frame_uoff  # uncompressed offset of the end of what was decompressed
         self._bounds = [(frame_uoff, frame)]  # (uoff, coff) of member starts not yet passed
         self._failed: Optional[BaseException] = None  # see read()
         self.offset = frame_uoff
@@ -290,6 +294,14 @@ class _FramedReader:
 
     def _fill(self) -> bool:
         """Decompresses more bytes into self._buf; False at end of file."""
+        out = self._more()
+        if out is None:
+            return False
+        self._buf += out
+        return True
+
+    def _more(self) -> Optional[bytes]:
+        """The next decompressed bytes (never empty); None at end of file."""
         while not self._eof:
             if not self._in:
                 self._in = self._f.read(_CHUNK)
@@ -297,7 +309,7 @@ class _FramedReader:
                     if self._dec is not None:
                         raise ValueError(f"{self._path}: truncated {self._comp} stream")
                     self._eof = True
-                    return False
+                    return None
             if self._dec is None:
                 if self._comp == "zstd" and len(self._in) >= 4:
                     magic = int.from_bytes(self._in[:4], "little")
@@ -323,7 +335,7 @@ class _FramedReader:
                     continue
                 self._dec, first = self._new_decoder()
                 self._piece = max(self._piece, first)
-                self._bounds.append((self._buf_uoff + len(self._buf), self._cpos))
+                self._bounds.append((self._produced, self._cpos))
             # Feed a piece at a time, so one call's output stays bounded even where the
             # data expands a lot (long runs; a zstd block can hold 128 KiB in 4 bytes):
             # the piece doubles up to _CHUNK while the output stays under 64x the input
@@ -345,9 +357,9 @@ class _FramedReader:
                 self._in = self._in[fed:]
             self._piece = min(2 * step, _CHUNK) if len(out) <= 64 * fed else _MIN_PIECE
             if out:
-                self._buf += out
-                return True
-        return False
+                self._produced += len(out)
+                return out
+        return None
 
     def _update_frame(self) -> None:
         b = self._bounds
@@ -393,25 +405,37 @@ class _FramedReader:
         self._update_frame()
         return line
 
-    def read(self, n: int) -> bytes:
-        """Up to ``n`` decompressed bytes (b"" at EOF).  Member starts stay in ``_bounds``
+    def read(self, n: int, head: bytes = b"") -> bytes:
+        """``head`` followed by at least ``n`` more decompressed bytes, fewer only at the end
+        of the file, more by at most the rest of one decompression call's output (b"" at EOF:
+        no byte left); joined once, so a caller's partial line costs no second copy of the
+        block.  ``.offset`` counts the new bytes only.  Member starts stay in ``_bounds``
         until ``prune_bounds`` (the caller maps offsets inside what it read to members).
         A decompression error after some bytes were read is raised by the next call."""
         if self._failed is not None:
             e, self._failed = self._failed, None
             raise e
+        parts = [head] if head else []
+        got = len(self._buf)
+        if got:
+            parts.append(self._buf)
+            self._buf = bytearray()
         try:
-            while len(self._buf) < n and self._fill():
-                pass
+            while got < n:
+                out = self._more()
+                if out is None:
+                    break
+                parts.append(out)
+                got += len(out)
         except ValueError as e:
-            if not self._buf:
+            if not got:
                 raise
             self._failed = e
-        out = bytes(self._buf[:n])
-        del self._buf[:len(out)]
-        self._buf_uoff += len(out)
-        self.offset += len(out)
-        return out
+        self.offset += got
+        self._buf_uoff = self.offset
+        if not got:
+            return b""
+        return b"".join(parts) if len(parts) > 1 else bytes(parts[0])
 
     def prune_bounds(self, offset: int) -> None:
         """Forgets the member starts before the one holding ``offset``."""
