@@ -278,6 +278,9 @@ int lmq_words(const lm_quality *q, lm_quality_scratch *s, const uint8_t *text, s
  * odd base); that costs probes, at most 2^n per n-gram shape, never a
  * different decision. */
 #define HBASE 0x5BD1E995u /* odd */
+#define HB2 ((uint32_t)(HBASE * HBASE)) /* powers mod 2^32 (unsigned: wraps) */
+#define HB3 ((uint32_t)(HB2 * HBASE))
+#define HB4 ((uint32_t)(HB3 * HBASE))
 
 void lmq_pow_init(lm_quality *q) {
   uint32_t v = 1;
@@ -340,8 +343,23 @@ static int build_word_buffers(lm_quality_scratch *s, const uint8_t *text, int in
     size_t len = w[i].len;
     wp[i] = h;
     if (wo) wo[i] = (uint32_t)o;
-    memcpy(wb + o, src, len);
-    for (size_t k = 0; k < len; k++) h = h * HBASE + src[k] + 1u;
+    /* copy and hash in one pass, 4 bytes a step (the same value mod 2^32 as
+     * h = h * HBASE + src[k] + 1 byte by byte; a shorter dependency chain and no
+     * memcpy call for the short words) */
+    uint8_t *dst = wb + o;
+    size_t k = 0;
+    for (; k + 4 <= len; k += 4) {
+      uint32_t b0 = src[k], b1 = src[k + 1], b2 = src[k + 2], b3 = src[k + 3];
+      dst[k] = (uint8_t)b0;
+      dst[k + 1] = (uint8_t)b1;
+      dst[k + 2] = (uint8_t)b2;
+      dst[k + 3] = (uint8_t)b3;
+      h = h * HB4 + (b0 + 1u) * HB3 + (b1 + 1u) * HB2 + (b2 + 1u) * HBASE + b3 + 1u;
+    }
+    for (; k < len; k++) {
+      dst[k] = src[k];
+      h = h * HBASE + src[k] + 1u;
+    }
     o += len;
   }
   wp[nw] = h;
