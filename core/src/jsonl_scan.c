@@ -61,6 +61,16 @@ static size_t jl_utf8_len(const uint8_t *p, const uint8_t *end) {
   return 0;
 }
 
+/* The high bit of each byte of x that is < 0x20, >= 0x80, '"' or '\\' (the bytes that end
+ * jl_string's plain ASCII run).  A borrow can flag a byte above (more significant than) a
+ * true one but never hides one and never reaches below the least significant one, so 0 is
+ * exact (the run goes on through all 8 bytes) and the lowest flag marks a true byte. */
+static uint64_t jl_special8(uint64_t x) {
+  const uint64_t ones = 0x0101010101010101ULL, high = 0x8080808080808080ULL;
+  uint64_t q = x ^ (ones * '"'), b = x ^ (ones * '\\');
+  return (((x - ones * 0x20) & ~x) | ((q - ones) & ~q) | ((b - ones) & ~b) | x) & high;
+}
+
 static uint8_t *jl_put_utf8(uint8_t *o, unsigned long cp) {
   if (cp < 0x80) {
     *o++ = (uint8_t)cp;
@@ -90,6 +100,15 @@ static int jl_string(jl_cur *c, uint8_t *out, uint8_t **out_end, int *escaped) {
   for (;;) {
     /* the common run of plain ASCII */
     const uint8_t *s = p;
+    for (uint64_t x, m; end - p >= 8; p += 8) { /* 8 bytes at a time while none ends the run */
+      memcpy(&x, p, 8);
+      if ((m = jl_special8(x)) != 0) {
+#if defined(__GNUC__) && defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+        p += (unsigned)__builtin_ctzll(m) >> 3; /* the lowest flag is exact: the first byte ending the run */
+#endif
+        break;
+      }
+    }
     while (p < end && *p >= 0x20 && *p < 0x80 && *p != '"' && *p != '\\') p++;
     if (o != NULL && p > s) {
       memcpy(o, s, (size_t)(p - s));
