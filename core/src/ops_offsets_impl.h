@@ -419,6 +419,37 @@ static lm_status RNG(eq)(void *ctx, size_t begin, size_t end) {
   return LM_OK;
 }
 
+/* Run fn over [0, n) split by weight: item i weighs (its bytes by offsets, read here
+ * only to cut: a bad or racing value gives a worse cut, never a wrong read) plus
+ * LM_CUT_ITEM_BYTES; documents vary from ~100 B to ~100 KB, so equal counts can
+ * hold very unequal bytes (the corpus' first half of documents: 29% of them). */
+#ifndef LM_CUT_ITEM_BYTES
+#define LM_CUT_ITEM_BYTES 16
+#endif
+static lm_status LM_CAT(SUF, _by_bytes)(const lm_exec *e, const OFF_T *off, size_t n, lm_range_fn fn, void *ctx) {
+  const size_t parts = lm_cut_threads(e, n);
+  if (parts <= 1) return fn(ctx, 0, n);
+  size_t cut[LM_CUT_MAX + 1];
+  const UOFF_T o0 = (UOFF_T)off[0];
+  /* weight before item i: (off[i] - off[0]) + i * LM_CUT_ITEM_BYTES, non-decreasing for valid offsets */
+#define LM_W(i) ((uint64_t)(UOFF_T)((UOFF_T)off[i] - o0) + (uint64_t)(i) * LM_CUT_ITEM_BYTES)
+  const uint64_t total = LM_W(n);
+  cut[0] = 0;
+  cut[parts] = n;
+  for (size_t p = 1; p < parts; p++) {
+    const uint64_t want = total / parts * p;
+    size_t lo = cut[p - 1], hi = n; /* the first i in [lo, n] with W(i) >= want */
+    while (lo < hi) {
+      const size_t mid = lo + (hi - lo) / 2;
+      if (LM_W(mid) < want) lo = mid + 1;
+      else hi = mid;
+    }
+    cut[p] = lo;
+  }
+#undef LM_W
+  return lm_cut_run(parts, cut, fn, ctx);
+}
+
 lm_status FN(equal_checked)(const OFF_T *offsets_a, const uint8_t *data_a, size_t len_a, const OFF_T *offsets_b,
                             const uint8_t *data_b, size_t len_b, size_t n, uint8_t *out, const lm_exec *exec) {
   if (!offsets_a || !offsets_b || (n && !out) || (len_a && !data_a) || (len_b && !data_b)) return LM_EINVAL;
@@ -429,7 +460,7 @@ lm_status FN(equal_checked)(const OFF_T *offsets_a, const uint8_t *data_a, size_
                : LM_EINVAL;
   CTX(eq) c = {offsets_a, offsets_b, data_a, data_b, (uint64_t)len_a, (uint64_t)len_b, out};
   lm_exec e = grain(exec, 32768);
-  return lm_parallel_for(&e, n, RNG(eq), &c);
+  return LM_CAT(SUF, _by_bytes)(&e, offsets_a, n, RNG(eq), &c);
 }
 
 lm_status FN(equal)(const OFF_T *offsets_a, const uint8_t *data_a, const OFF_T *offsets_b, const uint8_t *data_b,
@@ -458,6 +489,25 @@ static lm_status RNG(hash)(void *ctx, size_t begin, size_t end) {
   const uint8_t *ptrs[LM_HASH_LIST_MAX];
   size_t lens[LM_HASH_LIST_MAX];
   uint16_t idx[4][LM_HASH_LIST_MAX];
+#if LM_HASH_HAVE_AVX512
+  if (lm_hash_uses_avx512()) { /* the same check, then 8 strings a step (hash_avx512.c) */
+    for (size_t b0 = begin; b0 < end; b0 += LM_HASH_VIEWS_BLOCK) {
+      const size_t m = end - b0 < LM_HASH_VIEWS_BLOCK ? end - b0 : LM_HASH_VIEWS_BLOCK;
+      UOFF_T down = 0;
+      UOFF_T a = (UOFF_T)off[b0];
+      for (size_t k = 0; k < m; k++) {
+        const UOFF_T z = (UOFF_T)off[b0 + k + 1];
+        down |= (UOFF_T)(z < a);
+        ptrs[k] = (const uint8_t *)((uintptr_t)base + (uintptr_t)a);
+        lens[k] = (size_t)(UOFF_T)(z - a);
+        a = z;
+      }
+      if (down | (UOFF_T)(a > lim)) return LM_EINVAL;
+      lm_hash64_ptrs_avx512(ptrs, lens, m, base + lim, c->seed, c->out + b0);
+    }
+    return LM_OK;
+  }
+#endif
   /* XXH3's length class of a length (0: 1-3, 1: 4-8, 2: 9-16, 3: 0 or over 16) times 16:
    * the shift of its 16-bit counter in `cnt` */
   static const uint8_t shift_of[18] = {48, 0, 0, 0, 16, 16, 16, 16, 16, 32, 32, 32, 32, 32, 32, 32, 32, 48};
@@ -495,7 +545,7 @@ lm_status FN(hash64_checked)(const OFF_T *offsets, size_t n, const uint8_t *data
   if (n == 0) return offsets[0] >= 0 && (uint64_t)offsets[0] <= (uint64_t)data_len ? LM_OK : LM_EINVAL;
   CTX(hash) c = {offsets, data, (uint64_t)data_len, seed, out};
   lm_exec e = grain(exec, 4096);
-  return lm_parallel_for(&e, n, RNG(hash), &c);
+  return LM_CAT(SUF, _by_bytes)(&e, offsets, n, RNG(hash), &c);
 }
 
 lm_status FN(hash64)(const OFF_T *offsets, size_t n, const uint8_t *data, uint64_t seed, uint64_t *out,

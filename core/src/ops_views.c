@@ -22,6 +22,7 @@
 #include "luminamoon/hash.h"
 #include "luminamoon/string_tensor.h"
 #include "hash_internal.h" /* lm_hash64_views_avx512, lm_hash64_many */
+#include "ops_internal.h"   /* lm_cut_*: work split by bytes */
 #include "mask_lut.h"
 
 /* strings a thread must have before a second one is used: the views passes run at
@@ -322,7 +323,24 @@ lm_status lm_views_hash64(const lm_string_view *views, size_t n, const lm_payloa
   if (n && (!views || !out)) return LM_EINVAL;
   hash_ctx c = {views, p, seed, out};
   lm_exec e = grain_exec(exec, 4096);
-  return lm_parallel_for(&e, n, hash_range, &c);
+  /* with threads: ranges of about equal bytes (16 + the length of each string; the
+   * lengths read here only to cut, ops_internal.h): equal counts of documents can hold
+   * very unequal bytes */
+  const size_t parts = lm_cut_threads(&e, n);
+  if (parts <= 1) return lm_parallel_for(&e, n, hash_range, &c);
+  uint64_t total = 0;
+  for (size_t i = 0; i < n; i++) total += (uint64_t)views[i].len + 16;
+  size_t cut[LM_CUT_MAX + 1];
+  cut[0] = 0;
+  cut[parts] = n;
+  uint64_t acc = 0;
+  size_t i = 0;
+  for (size_t q = 1; q < parts; q++) {
+    const uint64_t want = total / parts * q;
+    while (i < n && acc < want) acc += (uint64_t)views[i++].len + 16;
+    cut[q] = i;
+  }
+  return lm_cut_run(parts, cut, hash_range, &c);
 }
 
 /* ------------------------------------------------------------ compaction */

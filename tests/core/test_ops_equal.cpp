@@ -17,6 +17,7 @@
 
 #define restrict __restrict__ /* ops_internal.h is C */
 extern "C" {
+#include "luminamoon/hash.h"
 #include "luminamoon/string_tensor.h"
 #include "../../core/src/ops_internal.h"
 }
@@ -269,3 +270,42 @@ TEST(OpsEqual, FirstPassSimdCopiesMatchTheContract) {
   }
 }
 #endif
+
+// Threads get ranges of about equal bytes (ops_internal.h lm_cut_*): equal and hash64
+// (offsets and views) on skewed lengths (many tiny strings, then a few huge ones) give
+// the one-thread answers with 2, 3 and 7 threads and small grains.
+TEST(OpsEqual, ByteWeightedSplitsGiveTheOneThreadAnswers) {
+  std::mt19937_64 rng(21);
+  const size_t n = 5000;
+  std::vector<std::string> a(n), b(n);
+  for (size_t i = 0; i < n; i++) {
+    const size_t len = i < n - 40 ? rng() % 6 : 2000 + rng() % 20000;
+    a[i] = random_bytes(rng, len, 3);
+    b[i] = rng() % 2 ? a[i] : partner(rng, a[i], 30);
+  }
+  std::vector<int32_t> oa, ob;
+  GuardedPayload ga(pack(a, oa)), gb(pack(b, ob));
+  std::vector<lm_string_view> views(n);
+  ASSERT_EQ(lm_views_from_offsets32(oa.data(), n, ga.data, ga.len, 0, views.data(), nullptr), LM_OK);
+  const uint8_t *bufs[1] = {ga.data};
+  const size_t sizes[1] = {ga.len};
+  const lm_payloads pl = {bufs, sizes, 1};
+  std::vector<uint64_t> h1(n), hv1(n);
+  lm_exec one{1, 0};
+  ASSERT_EQ(lm_o32_hash64(oa.data(), n, ga.data, 7, h1.data(), &one), LM_OK);
+  ASSERT_EQ(lm_views_hash64(views.data(), n, &pl, 7, hv1.data(), &one), LM_OK);
+  for (size_t i = 0; i < n; i++) ASSERT_EQ(h1[i], hv1[i]) << i;
+  for (int threads : {2, 3, 7}) {
+    for (size_t grain : {size_t(1), size_t(100)}) {
+      lm_exec e{threads, grain};
+      std::vector<uint8_t> out(n, 7);
+      ASSERT_EQ(lm_o32_equal_checked(oa.data(), ga.data, ga.len, ob.data(), gb.data, gb.len, n, out.data(), &e), LM_OK);
+      for (size_t i = 0; i < n; i++) ASSERT_EQ(out[i], a[i] == b[i] ? 1 : 0) << threads << " " << i;
+      std::vector<uint64_t> h(n, 0), hv(n, 0);
+      ASSERT_EQ(lm_o32_hash64(oa.data(), n, ga.data, 7, h.data(), &e), LM_OK);
+      ASSERT_EQ(lm_views_hash64(views.data(), n, &pl, 7, hv.data(), &e), LM_OK);
+      for (size_t i = 0; i < n; i++) ASSERT_EQ(h[i], h1[i]) << threads << " " << i;
+      for (size_t i = 0; i < n; i++) ASSERT_EQ(hv[i], h1[i]) << threads << " " << i;
+    }
+  }
+}
