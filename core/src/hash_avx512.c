@@ -83,6 +83,19 @@ static void make_tables(uint64_t seed, short_tables *t) {
   t->h0 = _mm512_set1_epi64((long long)XXH3_len_0to16_64b(&empty, 0, s, seed));
 }
 
+/* the tables of the last seed this thread used (every block of a call has the same seed) */
+static const short_tables *tables_for(uint64_t seed) {
+  static __thread short_tables t;
+  static __thread uint64_t t_seed;
+  static __thread int t_ok;
+  if (!t_ok || t_seed != seed) {
+    make_tables(seed, &t);
+    t_seed = seed;
+    t_ok = 1;
+  }
+  return &t;
+}
+
 /* XXH3 of the lanes whose length is in 0..8, from len and the string's bytes 0..7 (w),
  * zero-padded; k13 = the lanes of 1..3 bytes.  1..3 bytes finish with XXH64_avalanche,
  * 4..8 with rrmxmx: both are xorshift, multiply, xorshift, multiply, xorshift, so one
@@ -116,8 +129,7 @@ static inline void mid_step(uint64_t e, const uint8_t *base, uint64_t *out, uint
 
 size_t lm_hash64_views_avx512(const void *views, size_t n, uint64_t seed, uint64_t *out, uint32_t *rest,
                               uint64_t *pad) {
-  short_tables t;
-  make_tables(seed, &t);
+  const short_tables *tp = tables_for(seed), t = *tp;
   if (n > LM_HASH_VIEWS_BLOCK) return 0; /* (callers pass blocks) */
   const __m512i odd = _mm512_set_epi64(0x0808080808080808ll, 0, 0x0808080808080808ll, 0, 0x0808080808080808ll, 0,
                                        0x0808080808080808ll, 0);
@@ -176,6 +188,57 @@ size_t lm_hash64_views_avx512(const void *views, size_t n, uint64_t seed, uint64
    * measured slower: their list entries are read right after the vector stores) */
   for (size_t k = 0; k < nm; k++) mid_step(mid[k], base, out, seed);
   return nr;
+}
+void lm_hash64_ptrs_avx512(const uint8_t *const *ptrs, const size_t *lens, const uint64_t *heads, size_t n,
+                           const uint8_t *end, uint64_t seed, uint64_t *out) {
+  const short_tables *tp = tables_for(seed), t = *tp;
+  if (n > LM_HASH_VIEWS_BLOCK) return; /* (callers pass blocks) */
+  const __m512i odd = _mm512_set_epi64(0x0808080808080808ll, 0, 0x0808080808080808ll, 0, 0x0808080808080808ll, 0,
+                                       0x0808080808080808ll, 0);
+  /* the bytes of a string of len 0..8 within the 8 read at its start */
+  uint64_t km[16];
+  for (unsigned len = 0; len < 16; len++) km[len] = len >= 8 ? ~0ull : (1ull << (8 * len)) - 1;
+  const __m512i km0 = _mm512_loadu_si512(km), km1 = _mm512_loadu_si512(km + 8);
+  const __m512i one = _mm512_set1_epi64(1), two = _mm512_set1_epi64(2), seven = _mm512_set1_epi64(7);
+  const __m512i nine = _mm512_set1_epi64(9), step = _mm512_set1_epi64(8);
+  /* a string is read 8 bytes at a time only when those 8 bytes end at or before `end` */
+  const uintptr_t e = (uintptr_t)end;
+  const __m512i last8 = _mm512_set1_epi64((long long)(e >= 8 ? e - 8 : 0));
+  __m512i idx = _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0);
+  uint32_t mid[LM_HASH_VIEWS_BLOCK + 8], oth[LM_HASH_VIEWS_BLOCK + 8];
+  size_t nm = 0, no = 0;
+  for (size_t i = 0; i < n; i += 8) {
+    const size_t m = n - i < 8 ? n - i : 8;
+    const __mmask8 live = (__mmask8)((1u << m) - 1);
+    const __m512i p = _mm512_maskz_loadu_epi64(live, ptrs + i), len = _mm512_maskz_loadu_epi64(live, lens + i);
+    const __mmask8 k18 = _mm512_mask_cmple_epu64_mask(live, _mm512_sub_epi64(len, one), seven);
+    const __mmask8 kv = _mm512_mask_cmple_epu64_mask(k18, p, last8) & (e >= 8 ? 0xFF : 0);
+    const __mmask8 k0 = _mm512_mask_cmpeq_epi64_mask(live, len, _mm512_setzero_si512());
+    const __mmask8 k9 = _mm512_mask_cmple_epu64_mask(live, _mm512_sub_epi64(len, nine), seven);
+    const __mmask8 ko = live & (__mmask8) ~(kv | k0 | k9);
+    /* the caller loaded each string's first 8 bytes where they end at or before `end` */
+    const __m512i w = _mm512_maskz_and_epi64(kv, _mm512_maskz_loadu_epi64(live, heads + i),
+                                             _mm512_permutex2var_epi64(km0, len, km1));
+    const __mmask8 k13 = _mm512_cmple_epu64_mask(_mm512_sub_epi64(len, one), two);
+    const __m512i h = _mm512_mask_mov_epi64(hash_0to8(len, w, k13, &t, odd), k0, t.h0);
+    _mm512_mask_storeu_epi64(out + i, live, h);
+    const __m256i i32 = _mm512_cvtepi64_epi32(idx);
+    _mm256_storeu_si256((__m256i *)(mid + nm), _mm256_maskz_compress_epi32(k9, i32));
+    nm += (size_t)__builtin_popcount(k9);
+    _mm256_storeu_si256((__m256i *)(oth + no), _mm256_maskz_compress_epi32(ko, i32));
+    no += (size_t)__builtin_popcount(ko);
+    idx = _mm512_add_epi64(idx, step);
+  }
+  /* 9..16 bytes (one 64x64->128 multiply), read within the string */
+  for (size_t k = 0; k < nm; k++) {
+    const uint32_t i = mid[k];
+    out[i] = XXH3_len_9to16_64b(ptrs[i], lens[i], XXH3_kSecret, seed);
+  }
+  /* longer, or 1..8 bytes within 8 bytes of the end */
+  for (size_t k = 0; k < no; k++) {
+    const uint32_t i = oth[k];
+    out[i] = (uint64_t)XXH3_64bits_withSeed(ptrs[i], lens[i], (XXH64_hash_t)seed);
+  }
 }
 #else
 typedef int lm_hash_avx512_unused; /* ISO C forbids an empty translation unit */

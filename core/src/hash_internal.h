@@ -49,6 +49,13 @@ int lm_hash_uses_avx2(void);
 #define LM_HASH_VIEWS_BLOCK 256 /* n <= this */
 size_t lm_hash64_views_avx512(const void *views, size_t n, uint64_t seed, uint64_t *out, uint32_t *rest,
                               uint64_t *pad);
+/* The same kernel on (pointer, length) pairs (the offsets layout): out[i] = XXH3-64 of
+ * ptrs[i][0..lens[i]) for i < n <= LM_HASH_VIEWS_BLOCK.  heads[i] must hold the 8 bytes at
+ * ptrs[i] (little-endian load) wherever ptrs[i] + 8 <= end (the payload's end; elsewhere
+ * anything): a string of 1..8 bytes there is hashed from it in vector lanes; every other
+ * string is read only within its bytes.  Same conditions as lm_hash64_views_avx512. */
+void lm_hash64_ptrs_avx512(const uint8_t *const *ptrs, const size_t *lens, const uint64_t *heads, size_t n,
+                           const uint8_t *end, uint64_t seed, uint64_t *out);
 #else
 #define LM_HASH_HAVE_AVX512 0
 #endif

@@ -427,8 +427,9 @@ static lm_status RNG(eq)(void *ctx, size_t begin, size_t end) {
 #define LM_CUT_ITEM_BYTES 16
 #endif
 static lm_status LM_CAT(SUF, _by_bytes)(const lm_exec *e, const OFF_T *off, size_t n, lm_range_fn fn, void *ctx) {
-  const size_t parts = lm_cut_threads(e, n);
-  if (parts <= 1) return fn(ctx, 0, n);
+  const size_t threads = lm_cut_threads(e, n);
+  if (threads <= 1) return fn(ctx, 0, n);
+  const size_t parts = lm_cut_parts(threads);
   size_t cut[LM_CUT_MAX + 1];
   const UOFF_T o0 = (UOFF_T)off[0];
   /* weight before item i: (off[i] - off[0]) + i * LM_CUT_ITEM_BYTES, non-decreasing for valid offsets */
@@ -447,7 +448,7 @@ static lm_status LM_CAT(SUF, _by_bytes)(const lm_exec *e, const OFF_T *off, size
     cut[p] = lo;
   }
 #undef LM_W
-  return lm_cut_run(parts, cut, fn, ctx);
+  return lm_cut_run(threads, parts, cut, fn, ctx);
 }
 
 lm_status FN(equal_checked)(const OFF_T *offsets_a, const uint8_t *data_a, size_t len_a, const OFF_T *offsets_b,
@@ -493,6 +494,7 @@ static lm_status RNG(hash)(void *ctx, size_t begin, size_t end) {
   if (lm_hash_uses_avx512()) { /* the same check, then 8 strings a step (hash_avx512.c) */
     for (size_t b0 = begin; b0 < end; b0 += LM_HASH_VIEWS_BLOCK) {
       const size_t m = end - b0 < LM_HASH_VIEWS_BLOCK ? end - b0 : LM_HASH_VIEWS_BLOCK;
+      uint64_t heads[LM_HASH_VIEWS_BLOCK]; /* each string's first 8 bytes where inside the payload */
       UOFF_T down = 0;
       UOFF_T a = (UOFF_T)off[b0];
       for (size_t k = 0; k < m; k++) {
@@ -500,10 +502,12 @@ static lm_status RNG(hash)(void *ctx, size_t begin, size_t end) {
         down |= (UOFF_T)(z < a);
         ptrs[k] = (const uint8_t *)((uintptr_t)base + (uintptr_t)a);
         lens[k] = (size_t)(UOFF_T)(z - a);
+        heads[k] = 0;
+        if (lim >= 8 && a <= lim - 8) memcpy(&heads[k], ptrs[k], 8);
         a = z;
       }
       if (down | (UOFF_T)(a > lim)) return LM_EINVAL;
-      lm_hash64_ptrs_avx512(ptrs, lens, m, base + lim, c->seed, c->out + b0);
+      lm_hash64_ptrs_avx512(ptrs, lens, heads, m, base + lim, c->seed, c->out + b0);
     }
     return LM_OK;
   }

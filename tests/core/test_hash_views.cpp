@@ -4,7 +4,8 @@
 // class, inline and payload views), random seeds (incl. 0 and 2^64-1), every count
 // 1..40 (the tail of a group of 8), views that end right before an unmapped page
 // (masked loads must not read past view n-1), padding bytes of inline views at every
-// position (LM_ECORRUPT), and block edges with 1 and 2 threads.
+// position (LM_ECORRUPT), and block edges with 1 and 2 threads; and hash64 on the offsets
+// layout (which uses the same kernel) on payloads ending at an unmapped page.
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -148,6 +149,44 @@ TEST(HashViews, NonZeroPaddingAtEveryPositionIsRefused) {
       }
     }
   }
+}
+
+// The offsets layout (hash64 on int32 / int64 offsets, which reads each short string's
+// first 8 bytes in one load where they lie inside the payload): payloads of short strings
+// that end right before an unmapped page, every count 1..40, every length 0..17.
+TEST(HashViews, OffsetsPayloadEndingAtAnUnmappedPage) {
+  const size_t page = size_t(sysconf(_SC_PAGESIZE));
+  uint8_t *m = static_cast<uint8_t *>(mmap(nullptr, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  ASSERT_NE(m, MAP_FAILED);
+  ASSERT_EQ(mprotect(m + page, page, PROT_NONE), 0);
+  std::mt19937_64 rng(9);
+  for (size_t n = 1; n <= 40; n++) {
+    for (int rep = 0; rep < 18; rep++) {
+      std::vector<std::string> items(n);
+      size_t total = 0;
+      for (size_t i = 0; i < n; i++) {
+        items[i] = random_string(rng, (i + size_t(rep)) % 18);
+        total += items[i].size();
+      }
+      uint8_t *data = m + page - total;
+      std::vector<int32_t> o32(n + 1, 0);
+      std::vector<int64_t> o64(n + 1, 0);
+      for (size_t i = 0; i < n; i++) {
+        std::memcpy(data + o32[i], items[i].data(), items[i].size());
+        o32[i + 1] = o32[i] + int32_t(items[i].size());
+        o64[i + 1] = o32[i + 1];
+      }
+      const uint64_t seed = rep == 0 ? 0 : rng();
+      std::vector<uint64_t> h(n, 0), g(n, 0);
+      ASSERT_EQ(lm_o32_hash64_checked(o32.data(), n, data, total, seed, h.data(), nullptr), LM_OK);
+      ASSERT_EQ(lm_o64_hash64_checked(o64.data(), n, data, total, seed, g.data(), nullptr), LM_OK);
+      for (size_t i = 0; i < n; i++) {
+        ASSERT_EQ(h[i], want(items[i], seed)) << "n " << n << " i " << i << " len " << items[i].size();
+        ASSERT_EQ(g[i], h[i]);
+      }
+    }
+  }
+  munmap(m, 2 * page);
 }
 
 }  // namespace
