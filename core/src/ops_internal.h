@@ -54,37 +54,57 @@ int lm_ops_simd_level(void);
     return down != 0;                                                                                             \
   }
 
-/* Work split by weight (ops whose cost grows with the bytes: equal, hash64): the
- * caller asks lm_cut_threads how many parts lm_parallel_for would use for n items
- * at its grain, fills cut[0..parts] (cut[0] = 0, cut[parts] = n, non-decreasing) so
- * each range holds about the same weight, and lm_cut_run runs fn on ranges of
- * parts [b, e) = items [cut[b], cut[e]) (one part a thread).  Documents vary from
- * ~100 B to ~100 KB, so equal counts can hold very unequal bytes (the shared
- * corpus' first half of documents holds 29% of its bytes).  Thread-safe. */
-#define LM_CUT_MAX 64
+/* Work split for the element-wise ops (ops_offsets_impl.h, ops_views.c): the threads
+ * lm_parallel_for would use for n items at the exec's grain (lm_cut_threads), and
+ * LM_CUT_TASKS tasks a thread handed out dynamically (lm_parallel_tasks: the calling
+ * thread and the pool's workers take the next task from one atomic counter, so a
+ * worker that wakes late, or runs slower on this VM's shared memory, takes fewer;
+ * a call of 20-40 us loses ~half the wake-up instead of all of it).  The caller
+ * fills cut[0..parts] (cut[0] = 0, cut[parts] = n, non-decreasing): by count for
+ * ops whose cost is per string (lm_cut_even), by weight for ops whose cost grows
+ * with the bytes (equal, hash64: documents vary from ~100 B to ~100 KB, and the
+ * shared corpus' first half of documents holds 29% of its bytes); task t is the
+ * items [cut[t], cut[t + 1]).  Thread-safe. */
+#define LM_CUT_THREADS_MAX 64
+#define LM_CUT_TASKS 4
+#define LM_CUT_MAX (LM_CUT_THREADS_MAX * LM_CUT_TASKS)
 typedef struct {
   lm_range_fn fn;
   void *ctx;
   const size_t *cut;
 } lm_cut_ctx;
 
-static inline lm_status lm_cut_range(void *arg, size_t b, size_t e) {
+static inline lm_status lm_cut_task(void *arg, size_t worker, size_t t) {
   const lm_cut_ctx *c = (const lm_cut_ctx *)arg;
-  return c->cut[e] > c->cut[b] ? c->fn(c->ctx, c->cut[b], c->cut[e]) : LM_OK;
+  (void)worker;
+  return c->cut[t + 1] > c->cut[t] ? c->fn(c->ctx, c->cut[t], c->cut[t + 1]) : LM_OK;
 }
 
 static inline size_t lm_cut_threads(const lm_exec *e, size_t n) {
   if (e->num_threads <= 1) return 1;
-  size_t t = (size_t)e->num_threads < LM_CUT_MAX ? (size_t)e->num_threads : LM_CUT_MAX;
+  size_t t = (size_t)e->num_threads < LM_CUT_THREADS_MAX ? (size_t)e->num_threads : LM_CUT_THREADS_MAX;
   const size_t by_grain = n / (e->min_items_per_thread ? e->min_items_per_thread : 16384);
   if (by_grain < t) t = by_grain ? by_grain : 1;
   return t;
 }
 
-static inline lm_status lm_cut_run(size_t parts, const size_t *cut, lm_range_fn fn, void *ctx) {
+/* the tasks for `threads` threads (<= LM_CUT_MAX) */
+static inline size_t lm_cut_parts(size_t threads) { return threads * LM_CUT_TASKS; }
+
+static inline lm_status lm_cut_run(size_t threads, size_t parts, const size_t *cut, lm_range_fn fn, void *ctx) {
   lm_cut_ctx c = {fn, ctx, cut};
-  lm_exec pe = {(int)parts, 1}; /* one part a thread */
-  return lm_parallel_for(&pe, parts, lm_cut_range, &c);
+  return lm_parallel_tasks(threads, parts, lm_cut_task, &c);
+}
+
+/* fn over [0, n) in tasks of equal counts (one call in the calling thread with one thread) */
+static inline lm_status lm_cut_even(const lm_exec *e, size_t n, lm_range_fn fn, void *ctx) {
+  const size_t threads = lm_cut_threads(e, n);
+  if (threads <= 1) return fn(ctx, 0, n);
+  const size_t parts = lm_cut_parts(threads);
+  size_t cut[LM_CUT_MAX + 1];
+  const size_t q = n / parts, r = n % parts; /* n * p / parts without overflow */
+  for (size_t p = 0; p <= parts; p++) cut[p] = q * p + r * p / parts;
+  return lm_cut_run(threads, parts, cut, fn, ctx);
 }
 
 #endif

@@ -218,7 +218,7 @@ static lm_status LM_CAT(SUF, _match)(const OFF_T *offsets, size_t n, const uint8
   /* a second thread is a started pool worker (parallel.c: ~1-3 us to wake, was ~20 us to
    * start) and equality runs at ~0.3-0.4 ns a string: give each thread ~5 us of work */
   lm_exec e = grain(exec, exact ? 16384 : 4096);
-  return lm_parallel_for(&e, n, RNG(prefix), &c);
+  return lm_cut_even(&e, n, RNG(prefix), &c);
 }
 
 lm_status FN(prefix_match_checked)(const OFF_T *offsets, size_t n, const uint8_t *data, size_t data_len,

@@ -119,7 +119,7 @@ lm_status lm_views_prefix_match(const lm_string_view *views, size_t n, const lm_
   memset(mask, 0xFF, k);
   prefix_ctx c = {views, p, prefix, plen, load_u32(head), load_u32(mask), out};
   lm_exec e = grain_exec(exec, LM_OPS_GRAIN);
-  return lm_parallel_for(&e, n, prefix_range, &c);
+  return lm_cut_even(&e, n, prefix_range, &c);
 }
 
 /* ---------------------------------------------------------- equal scalar */
@@ -187,7 +187,7 @@ lm_status lm_views_equal_scalar(const lm_string_view *views, size_t n, const lm_
   eqs_ctx c = {views, p, {0, {0}, {0}}, s, out};
   lm_sv_make(&c.sv, s, (uint32_t)slen, 0, 0);
   lm_exec e = grain_exec(exec, LM_OPS_GRAIN);
-  return lm_parallel_for(&e, n, eqs_range, &c);
+  return lm_cut_even(&e, n, eqs_range, &c);
 }
 
 /* ----------------------------------------------------------------- equal */
@@ -236,7 +236,7 @@ lm_status lm_views_equal(const lm_string_view *a, const lm_payloads *pa, const l
   if (n && (!a || !b || !out)) return LM_EINVAL;
   eq_ctx c = {a, b, pa, pb, out};
   lm_exec e = grain_exec(exec, LM_OPS_GRAIN);
-  return lm_parallel_for(&e, n, eq_range, &c);
+  return lm_cut_even(&e, n, eq_range, &c);
 }
 
 /* ---------------------------------------------------------------- hash64 */
@@ -326,8 +326,9 @@ lm_status lm_views_hash64(const lm_string_view *views, size_t n, const lm_payloa
   /* with threads: ranges of about equal bytes (16 + the length of each string; the
    * lengths read here only to cut, ops_internal.h): equal counts of documents can hold
    * very unequal bytes */
-  const size_t parts = lm_cut_threads(&e, n);
-  if (parts <= 1) return lm_parallel_for(&e, n, hash_range, &c);
+  const size_t threads = lm_cut_threads(&e, n);
+  if (threads <= 1) return hash_range(&c, 0, n);
+  const size_t parts = lm_cut_parts(threads);
   uint64_t total = 0;
   for (size_t i = 0; i < n; i++) total += (uint64_t)views[i].len + 16;
   size_t cut[LM_CUT_MAX + 1];
@@ -340,7 +341,7 @@ lm_status lm_views_hash64(const lm_string_view *views, size_t n, const lm_payloa
     while (i < n && acc < want) acc += (uint64_t)views[i++].len + 16;
     cut[q] = i;
   }
-  return lm_cut_run(parts, cut, hash_range, &c);
+  return lm_cut_run(threads, parts, cut, hash_range, &c);
 }
 
 /* ------------------------------------------------------------ compaction */

@@ -309,3 +309,47 @@ TEST(OpsEqual, ByteWeightedSplitsGiveTheOneThreadAnswers) {
     }
   }
 }
+
+// The per-string ops split by count into tasks taken dynamically: prefix_match and
+// equal_scalar (offsets and views), equal (views) with 2, 3 and 7 threads and small
+// grains give the one-thread answers.
+TEST(OpsEqual, TaskSplitsOfPerStringOpsGiveTheOneThreadAnswers) {
+  std::mt19937_64 rng(22);
+  for (size_t n : {size_t(1), size_t(5), size_t(999), size_t(4097)}) {
+    std::vector<std::string> a(n), b(n);
+    for (size_t i = 0; i < n; i++) {
+      a[i] = random_bytes(rng, rng() % 30, 2);
+      b[i] = partner(rng, a[i], 30);
+    }
+    std::vector<int32_t> oa, ob;
+    GuardedPayload ga(pack(a, oa)), gb(pack(b, ob));
+    std::vector<lm_string_view> va(n), vb(n);
+    ASSERT_EQ(lm_views_from_offsets32(oa.data(), n, ga.data, ga.len, 0, va.data(), nullptr), LM_OK);
+    ASSERT_EQ(lm_views_from_offsets32(ob.data(), n, gb.data, gb.len, 0, vb.data(), nullptr), LM_OK);
+    const uint8_t *ba[1] = {ga.data}, *bb[1] = {gb.data};
+    const size_t sa[1] = {ga.len}, sb[1] = {gb.len};
+    const lm_payloads pa = {ba, sa, 1}, pb = {bb, sb, 1};
+    const std::string probe = a[n / 2], prefix = a[n / 2].substr(0, 2);
+    for (int threads : {1, 2, 3, 7}) {
+      for (size_t grain : {size_t(1), size_t(100)}) {
+        lm_exec e{threads, grain};
+        std::vector<uint8_t> o1(n, 7), o2(n, 7), o3(n, 7), o4(n, 7), o5(n, 7);
+        const uint8_t *pp = reinterpret_cast<const uint8_t *>(prefix.data());
+        const uint8_t *sp = reinterpret_cast<const uint8_t *>(probe.data());
+        ASSERT_EQ(lm_o32_prefix_match_checked(oa.data(), n, ga.data, ga.len, pp, prefix.size(), o1.data(), &e), LM_OK);
+        ASSERT_EQ(lm_views_prefix_match(va.data(), n, &pa, pp, prefix.size(), o2.data(), &e), LM_OK);
+        ASSERT_EQ(lm_o32_equal_scalar_checked(oa.data(), n, ga.data, ga.len, sp, probe.size(), o3.data(), &e), LM_OK);
+        ASSERT_EQ(lm_views_equal_scalar(va.data(), n, &pa, sp, probe.size(), o4.data(), &e), LM_OK);
+        ASSERT_EQ(lm_views_equal(va.data(), &pa, vb.data(), &pb, n, o5.data(), &e), LM_OK);
+        for (size_t i = 0; i < n; i++) {
+          const bool pre = a[i].compare(0, prefix.size(), prefix) == 0 && a[i].size() >= prefix.size();
+          ASSERT_EQ(o1[i], pre ? 1 : 0) << threads << " " << i;
+          ASSERT_EQ(o2[i], pre ? 1 : 0) << threads << " " << i;
+          ASSERT_EQ(o3[i], a[i] == probe ? 1 : 0) << threads << " " << i;
+          ASSERT_EQ(o4[i], a[i] == probe ? 1 : 0) << threads << " " << i;
+          ASSERT_EQ(o5[i], a[i] == b[i] ? 1 : 0) << threads << " " << i;
+        }
+      }
+    }
+  }
+}
