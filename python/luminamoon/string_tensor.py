@@ -516,7 +516,27 @@ class StringTensor:
     #     hash64 takes the views for short strings when the CPU hashes inline views 8 at a
     #     time (AVX-512).
     def fast_eq(self, other) -> torch.Tensor:
-        """bool[N]: element-wise equality with one ``str`` or another StringTensor of the same length."""
+        """bool[N]: element-wise equality with one ``str`` or another StringTensor of the same length.
+
+        On the CPU each call takes the layout that reads fewer bytes, with no layout built
+        for it when the tensors already hold one both can use:
+
+        * against a ``str``: the offsets layout when present (4 bytes a string decide
+          almost every string by its length; only strings of the same length are read),
+          else the views (16 bytes a string).
+        * against a StringTensor: the offsets layouts when both have them: 8 bytes a pair
+          of offsets plus the bytes of the pairs whose lengths are equal, against 32 bytes a
+          pair of views (and the payload of long pairs whose first 4 bytes agree), which is
+          more for strings under ~12 bytes (words: ~19 bytes a pair against 32) and about the
+          same for long ones, where both read the equal pairs' bytes.  Short strings are
+          compared 16 bytes a pair without a branch, long ones only when their lengths agree
+          (see core/src/ops_offsets_impl.h).  When either side lacks the offsets layout and
+          both have views, the views (building offsets would cost a pass over the payload).
+          A tensor compared with itself (one payload, one offset) is not read.
+
+        With ``torch.set_num_threads(k)`` the work is cut into tasks of about equal bytes
+        that k threads take as they finish.
+        """
         if isinstance(other, str):
             _ops._str_arg("fast_eq", "other", other)
             od, vb = self._od, self._vb
