@@ -112,6 +112,27 @@ void lm_hash64_listed(const uint8_t *const *ptrs, const size_t *lens, const uint
   }
 }
 
+void lm_hash64_over12(const uint8_t *const *ptrs, const size_t *lens, size_t n, uint64_t seed, uint64_t *out) {
+  const xxh_u8 *secret = XXH3_kSecret;
+  static const uint8_t empty = 0;
+  const int avx2 = n ? lm_hash_uses_avx2() : 0;
+  (void)avx2;
+  for (size_t i = 0; i < n; i++) {
+    const size_t len = lens[i];
+    if (len - 9 < 8) { /* 9..16 (most of the long words) */
+      out[i] = XXH3_len_9to16_64b(ptrs[i], len, secret, seed);
+      continue;
+    }
+#if LM_HASH_HAVE_AVX2
+    if (avx2 && len > 240) {
+      out[i] = lm_hash64_avx2(ptrs[i], len, seed);
+      continue;
+    }
+#endif
+    out[i] = (uint64_t)XXH3_64bits_withSeed(len ? ptrs[i] : &empty, len, (XXH64_hash_t)seed);
+  }
+}
+
 void lm_hash64_many_generic(const uint8_t *const *ptrs, const size_t *lens, size_t n, uint64_t seed,
                             uint64_t *out) {
   lm_hash64_many_impl(ptrs, lens, n, seed, out, 0);

@@ -31,6 +31,9 @@ void lm_hash64_many_generic(const uint8_t *const *ptrs, const size_t *lens, size
 #define LM_HASH_LIST_MAX 256
 void lm_hash64_listed(const uint8_t *const *ptrs, const size_t *lens, const uint16_t (*idx)[LM_HASH_LIST_MAX],
                       const size_t cnt[4], uint64_t seed, uint64_t *out);
+/* lm_hash64_many for a list of mostly 9..16-byte strings (the long views of words): one
+ * loop, no class lists (any length is right, the others just take a branch). */
+void lm_hash64_over12(const uint8_t *const *ptrs, const size_t *lens, size_t n, uint64_t seed, uint64_t *out);
 /* 1 when lm_hash64_many uses the AVX2 copy (the CPU has AVX2 and LM_NO_AVX2 was not set). */
 int lm_hash_uses_avx2(void);
 

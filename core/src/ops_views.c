@@ -276,8 +276,7 @@ static lm_status hash_range(void *arg, size_t begin, size_t end) {
         const lm_string_view *v = &c->views[b0 + rest[k]];
         const view_fields fl = fields_of(v);
         const uint8_t *s = bytes_at(v, fl, c->p);
-        if (!s) return LM_ERANGE;
-        pad |= lm_sv_padding_bits(v);
+        if (!s) return LM_ERANGE; /* (no padding: the kernel read it as a long view) */
         __builtin_prefetch(s);
         pp[f][k] = s;
         pl[f][k] = fl.len;
@@ -290,13 +289,15 @@ static lm_status hash_range(void *arg, size_t begin, size_t end) {
         pend = f;
       }
       if (now >= 0 && pn[now]) {
-        lm_hash64_many(pp[now], pl[now], pn[now], c->seed, h);
+        /* a sparse list is mostly 13..16 bytes: one loop; a dense one by length class */
+        if (now == f) lm_hash64_many(pp[now], pl[now], pn[now], c->seed, h);
+        else lm_hash64_over12(pp[now], pl[now], pn[now], c->seed, h);
         for (size_t k = 0; k < pn[now]; k++) c->out[pi[now][k]] = h[k];
         pn[now] = 0;
       }
     }
     if (pend >= 0 && pn[pend]) {
-      lm_hash64_many(pp[pend], pl[pend], pn[pend], c->seed, h);
+      lm_hash64_over12(pp[pend], pl[pend], pn[pend], c->seed, h);
       for (size_t k = 0; k < pn[pend]; k++) c->out[pi[pend][k]] = h[k];
     }
     return pad ? LM_ECORRUPT : LM_OK;
