@@ -336,11 +336,16 @@ static int LM_CAT(SUF, _eq_stream)(const OFF_T *restrict oa, const OFF_T *restri
                                    const uint8_t *db, UOFF_T lima, UOFF_T limb, int same, uint8_t *restrict out,
                                    size_t b0, size_t b1) {
   UOFF_T a0 = (UOFF_T)oa[b0], x0 = (UOFF_T)ob[b0];
+  if ((a0 > lima) | (x0 > limb)) return 1;
+  /* room left after a0 / x0: a0 <= a1 <= lim  <=>  a1 - a0 (unsigned) <= lim - a0 */
+  UOFF_T ra = lima - a0, rb = limb - x0;
   for (size_t i = b0; i < b1; i++) {
     const UOFF_T a1 = (UOFF_T)oa[i + 1], x1 = (UOFF_T)ob[i + 1];
-    if (!((a0 <= a1) & (a1 <= lima) & (x0 <= x1) & (x1 <= limb))) return 1;
-    const UOFF_T la = a1 - a0;
-    out[i] = (uint8_t)(la == x1 - x0 && (la == 0 || (same && a0 == x0) || memcmp(da + a0, db + x0, la) == 0));
+    const UOFF_T la = a1 - a0, lb = x1 - x0;
+    if ((la > ra) | (lb > rb)) return 1;
+    ra -= la;
+    rb -= lb;
+    out[i] = (uint8_t)(la == lb && (la == 0 || (same && a0 == x0) || memcmp(da + a0, db + x0, la) == 0));
     a0 = a1;
     x0 = x1;
   }
