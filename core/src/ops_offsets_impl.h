@@ -496,10 +496,20 @@ static lm_status RNG(hash)(void *ctx, size_t begin, size_t end) {
   size_t lens[LM_HASH_LIST_MAX];
   uint16_t idx[4][LM_HASH_LIST_MAX];
 #if LM_HASH_HAVE_AVX512
-  if (lm_hash_uses_avx512()) { /* the same check, then 8 strings a step (hash_avx512.c) */
-    for (size_t b0 = begin; b0 < end; b0 += LM_HASH_VIEWS_BLOCK) {
-      const size_t m = end - b0 < LM_HASH_VIEWS_BLOCK ? end - b0 : LM_HASH_VIEWS_BLOCK;
-      uint64_t heads[LM_HASH_VIEWS_BLOCK]; /* each string's first 8 bytes where inside the payload */
+  const int v512 = lm_hash_uses_avx512();
+  _Static_assert(LM_HASH_LIST_MAX <= LM_HASH_VIEWS_BLOCK, "a block fits lm_hash64_ptrs_avx512");
+#endif
+  /* XXH3's length class of a length (0: 1-3, 1: 4-8, 2: 9-16, 3: 0 or over 16) times 16:
+   * the shift of its 16-bit counter in `cnt` */
+  static const uint8_t shift_of[18] = {48, 0, 0, 0, 16, 16, 16, 16, 16, 32, 32, 32, 32, 32, 32, 32, 32, 48};
+  for (size_t b0 = begin; b0 < end; b0 += LM_HASH_LIST_MAX) {
+    const size_t m = end - b0 < LM_HASH_LIST_MAX ? end - b0 : LM_HASH_LIST_MAX;
+#if LM_HASH_HAVE_AVX512
+    /* AVX-512 and short strings (<= 16 bytes a string on average in this block, a guess
+     * from its first and last offsets: words): the same check, then 8 strings a step
+     * (hash_avx512.c); long strings (documents) take the class lists below */
+    if (v512 && (UOFF_T)off[b0 + m] - (UOFF_T)off[b0] <= (UOFF_T)(16 * m)) {
+      uint64_t heads[LM_HASH_LIST_MAX]; /* each string's first 8 bytes where inside the payload */
       UOFF_T down = 0;
       UOFF_T a = (UOFF_T)off[b0];
       for (size_t k = 0; k < m; k++) {
@@ -513,15 +523,9 @@ static lm_status RNG(hash)(void *ctx, size_t begin, size_t end) {
       }
       if (down | (UOFF_T)(a > lim)) return LM_EINVAL;
       lm_hash64_ptrs_avx512(ptrs, lens, heads, m, base + lim, c->seed, c->out + b0);
+      continue;
     }
-    return LM_OK;
-  }
 #endif
-  /* XXH3's length class of a length (0: 1-3, 1: 4-8, 2: 9-16, 3: 0 or over 16) times 16:
-   * the shift of its 16-bit counter in `cnt` */
-  static const uint8_t shift_of[18] = {48, 0, 0, 0, 16, 16, 16, 16, 16, 32, 32, 32, 32, 32, 32, 32, 32, 48};
-  for (size_t b0 = begin; b0 < end; b0 += LM_HASH_LIST_MAX) {
-    const size_t m = end - b0 < LM_HASH_LIST_MAX ? end - b0 : LM_HASH_LIST_MAX;
     /* one pass: every offset of the block read once (a string's end is the next one's
      * start, the same value), its (pointer, length) kept and its index put in the list of
      * its length class.  The check: the block's offsets never decrease and its last one

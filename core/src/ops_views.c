@@ -277,7 +277,7 @@ static lm_status hash_range(void *arg, size_t begin, size_t end) {
         const view_fields fl = fields_of(v);
         const uint8_t *s = bytes_at(v, fl, c->p);
         if (!s) return LM_ERANGE; /* (no padding: the kernel read it as a long view) */
-        __builtin_prefetch(s);
+        if (2 * nr < m) __builtin_prefetch(s); /* sparse: hashed one block later */
         pp[f][k] = s;
         pl[f][k] = fl.len;
         pi[f][k] = b0 + rest[k];
