@@ -61,3 +61,29 @@ def test_hash64_on_slices_every_start():
         for n in range(0, 41, 3):
             part = st[a:a + n]
             _check(part.hash64(7), strings[a:a + n], 7)
+
+
+def test_hash64_portable_path_when_vector_code_is_off():
+    # LM_NO_AVX512=1 (read once per process) turns the AVX-512 kernels off: a child process
+    # must report them off and give the same libxxhash values on every path
+    import os
+    import subprocess
+    import sys
+
+    code = r"""
+import random, torch, xxhash
+import luminamoon
+from luminamoon import StringTensor
+assert not luminamoon._C.hash_views_vector()
+rng = random.Random(15)
+strings = ["".join(rng.choice("ab\u00e9\u4e2d") for _ in range(rng.randrange(0, 30))) for _ in range(3000)]
+st = StringTensor.from_list(strings)
+want = [xxhash.xxh3_64_intdigest(s.encode(), seed=9) for s in strings]
+for got in (st.hash64(9), torch.ops.luminamoon.hash64(st.offsets, st.data, 9),
+            torch.ops.luminamoon.views_hash64(st.views, list(st.buffers), 9)):
+    assert [h & ((1 << 64) - 1) for h in got.tolist()] == want
+print("ok")
+"""
+    env = dict(os.environ, LM_NO_AVX512="1")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stdout + r.stderr
