@@ -1,0 +1,92 @@
+/* How fast one core can hash documents with XXH3-64, against how fast it can read the
+ * same bytes: the bound on hash64 over documents (issue 13).  A payload of N MB (default
+ * 47, the shared corpus' size: more than this VM's 32 MB L3) of random bytes is cut into
+ * strings of about 690 bytes (uniform 200..1180); one thread, CPU time, best of R rounds
+ * (default 15), interleaved:
+ *   read     a sum of every 8-byte word of the payload in vector registers, 4 independent sums
+ *            (the loads only: what one core reads from memory)
+ *   hash64   lm_o64_hash64 on the offsets (the op StringTensor.hash64 runs on documents)
+ * prints GB/s and ns a string for each.
+ *
+ *   build-cmake/bench_hash_bound [N_MB] [R]
+ */
+#define _GNU_SOURCE
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "luminamoon/string_tensor.h"
+
+typedef uint64_t v4 __attribute__((vector_size(32))); /* GCC/Clang vectors: 2 SSE2 or 1 AVX2 register */
+
+static double cpu_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
+}
+
+int main(int argc, char **argv) {
+  const size_t mb = argc > 1 ? (size_t)atol(argv[1]) : 47;
+  const int rounds = argc > 2 ? atoi(argv[2]) : 15;
+  const size_t bytes = mb << 20;
+  uint8_t *data = malloc(bytes + 8);
+  if (!data) return 1;
+  uint64_t x = 88172645463325252ull;
+  for (size_t i = 0; i < bytes; i++) { /* xorshift bytes */
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    data[i] = (uint8_t)x;
+  }
+  size_t n = 0, cap = bytes / 200 + 2;
+  int64_t *off = malloc(sizeof(int64_t) * (cap + 1));
+  uint64_t *out = malloc(sizeof(uint64_t) * cap);
+  if (!off || !out) return 1;
+  off[0] = 0;
+  while ((size_t)off[n] < bytes && n < cap) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    size_t len = 200 + (size_t)(x % 981);
+    if ((size_t)off[n] + len > bytes) len = bytes - (size_t)off[n];
+    off[n + 1] = off[n] + (int64_t)len;
+    n++;
+  }
+  const lm_exec one = {1, 0};
+  double best_read = 1e30, best_hash = 1e30;
+  uint64_t sink = 0;
+  for (int r = 0; r < rounds; r++) {
+    double t0 = cpu_ns();
+    v4 s0 = {0, 0, 0, 0}, s1 = s0, s2 = s0, s3 = s0;
+    for (size_t i = 0; i + 128 <= bytes; i += 128) {
+      v4 a, b, c, d;
+      memcpy(&a, data + i, 32);
+      memcpy(&b, data + i + 32, 32);
+      memcpy(&c, data + i + 64, 32);
+      memcpy(&d, data + i + 96, 32);
+      s0 += a;
+      s1 += b;
+      s2 += c;
+      s3 += d;
+    }
+    s0 += s1 + s2 + s3;
+    sink += s0[0] + s0[1] + s0[2] + s0[3];
+    double t1 = cpu_ns();
+    if (lm_o64_hash64(off, n, data, 0, out, &one) != LM_OK) return 1;
+    double t2 = cpu_ns();
+    sink += out[n / 2];
+    if (t1 - t0 < best_read) best_read = t1 - t0;
+    if (t2 - t1 < best_hash) best_hash = t2 - t1;
+  }
+  printf("payload %zu MB, %zu strings (%.0f B each), best of %d rounds, one thread (CPU time):\n", mb, n,
+         (double)bytes / (double)n, rounds);
+  printf("  read   %6.1f GB/s  %6.1f ns a string\n", (double)bytes / best_read, best_read / (double)n);
+  printf("  hash64 %6.1f GB/s  %6.1f ns a string\n", (double)bytes / best_hash, best_hash / (double)n);
+  printf("(%llx)\n", (unsigned long long)sink);
+  free(data);
+  free(off);
+  free(out);
+  return 0;
+}
