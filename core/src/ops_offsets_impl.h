@@ -33,6 +33,10 @@
 /* equal: blocks of strings of at most this many bytes on average compare every pair's first 16
  * bytes without a branch; longer ones read only the pairs of equal length */
 #define LM_OFF_SHORT 24
+#ifndef LM_EQ_BLOCK
+#define LM_EQ_BLOCK 256 /* equal's block: its copies, w and lg (3.3 KB with int32 offsets); 256 measured
+                          * 1.19-1.24 ns a word, 512: 1.26-1.30, 1024: 1.33-1.39, 2048: 1.46-1.59 (interleaved) */
+#endif
 static inline uint64_t lm_off_load64(const uint8_t *p) {
   uint64_t w;
   memcpy(&w, p, 8);
@@ -254,7 +258,7 @@ typedef struct {
   uint8_t *out;
 } CTX(eq);
 
-/* Per block of LM_OFF_BLOCK pairs, one of two modes, chosen by the block's average
+/* Per block of LM_EQ_BLOCK pairs, one of two modes, chosen by the block's average
  * length (a guess from its first and last offset, not trusted for anything else):
  *
  * Short strings (<= LM_OFF_SHORT bytes on average: words): both sides' offsets of
@@ -369,14 +373,14 @@ static lm_status RNG(eq)(void *ctx, size_t begin, size_t end) {
   const UOFF_T lima = dla > (uint64_t)OFF_MAX ? (UOFF_T)OFF_MAX : (UOFF_T)dla;
   const UOFF_T limb = dlb > (uint64_t)OFF_MAX ? (UOFF_T)OFF_MAX : (UOFF_T)dlb;
   const int same = da == db; /* one payload: a pair at one offset is equal without reading it */
-  UOFF_T ca[LM_OFF_BLOCK + 1], cb[LM_OFF_BLOCK + 1];
-  uint32_t w[LM_OFF_BLOCK];
-  uint8_t lg[LM_OFF_BLOCK];
+  UOFF_T ca[LM_EQ_BLOCK + 1], cb[LM_EQ_BLOCK + 1];
+  uint32_t w[LM_EQ_BLOCK];
+  uint8_t lg[LM_EQ_BLOCK];
 #if LM_HASH_HAVE_AVX2
   const int simd = lm_ops_simd_level();
 #endif
-  for (size_t b0 = begin; b0 < end; b0 += LM_OFF_BLOCK) {
-    const size_t m = end - b0 < LM_OFF_BLOCK ? end - b0 : LM_OFF_BLOCK;
+  for (size_t b0 = begin; b0 < end; b0 += LM_EQ_BLOCK) {
+    const size_t m = end - b0 < LM_EQ_BLOCK ? end - b0 : LM_EQ_BLOCK;
     /* the mode (only a guess from two offsets, read here and not trusted later) */
     if ((uint64_t)(UOFF_T)((UOFF_T)c->oa[b0 + m] - (UOFF_T)c->oa[b0]) > LM_OFF_SHORT * (uint64_t)m) {
       if (LM_CAT(SUF, _eq_stream)(c->oa, c->ob, da, db, lima, limb, same, out, b0, b0 + m)) return LM_EINVAL;
