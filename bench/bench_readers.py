@@ -9,7 +9,9 @@ configuration with exact dedup, the same thread count and batch size):
 * ResumablePipeline over the gzip JSONL corpus, and over a Parquet copy of it
   (snappy, 8,192-row groups), columnar and record by record;
 * DistributedPipeline, one rank, over the JSONL corpus: columnar (``stream_steps``) and
-  line by line (GlobalStream take + parse, the path before);
+  line by line (GlobalStream take + parse, the path before); and over a plain text copy
+  (``TextSource(per="line")``, one document a line, its newlines made spaces), columnar
+  (``stream_steps(text=True)``) and line by line;
 * the collate (``create_resumable_collate(max_length=512)``, byte tokens) under a
   DataLoader: fed blocks (``collate.blocks(JsonlSource(...), B)``, ``batch_size=None``) and
   fed the records as dicts read by iterating the source (``batch_size=B``).
@@ -53,14 +55,14 @@ class RecordByRecordParquet(S.ParquetSource):
 
 
 @contextmanager
-def line_by_line():
+def line_by_line(cls=S.JsonlSource):
     """DistributedPipeline's path before the blocks: GlobalStream take + parse."""
-    old = S.JsonlSource._columnar
-    S.JsonlSource._columnar = property(lambda self: False)
+    old = cls._columnar
+    cls._columnar = property(lambda self: False)
     try:
         yield
     finally:
-        S.JsonlSource._columnar = old
+        cls._columnar = old
 
 
 def main() -> None:
@@ -85,6 +87,10 @@ def main() -> None:
     recs = list(S.JsonlSource(str(CORPUS)))
     pq.write_table(pa.Table.from_pylist(recs), pq_path, row_group_size=8192)
     del recs
+    txt_path = os.path.join(tmp, "corpus.txt")
+    with open(txt_path, "w", encoding="utf-8") as f:
+        for t in texts:
+            f.write(" ".join(t.splitlines()).replace("\x85", " ") + "\n")
 
     def fused():
         pipe = stages.FusedPipeline(dedup=True, num_threads=T, **kw)
@@ -100,12 +106,13 @@ def main() -> None:
             assert got == n, got
         return go
 
-    def distributed(columnar):
+    def distributed(columnar, text=False):
         def go():
             state = os.path.join(tmp, "dstate")
             shutil.rmtree(state, ignore_errors=True)
-            with (nullcontext() if columnar else line_by_line()):
-                with DistributedPipeline(S.JsonlSource(str(CORPUS)), batch_size=B, state_dir=state,
+            src = (lambda: S.TextSource(txt_path)) if text else (lambda: S.JsonlSource(str(CORPUS)))
+            with (nullcontext() if columnar else line_by_line(S.TextSource if text else S.JsonlSource)):
+                with DistributedPipeline(src(), batch_size=B, state_dir=state,
                                          num_threads=T, stages=kw) as pipe:
                     got = sum(b.n_in for b in pipe)
                     assert (pipe._steps is not None) == columnar
@@ -133,6 +140,8 @@ def main() -> None:
         "ResumablePipeline, Parquet, record by record": resumable(lambda: RecordByRecordParquet(pq_path)),
         "DistributedPipeline (1 rank), JSONL.gz, columnar": distributed(True),
         "DistributedPipeline (1 rank), JSONL.gz, line by line": distributed(False),
+        "DistributedPipeline (1 rank), text lines, columnar": distributed(True, text=True),
+        "DistributedPipeline (1 rank), text lines, line by line": distributed(False, text=True),
         "collate + DataLoader, blocks of the JSONL source": collate(True),
         "collate + DataLoader, dicts read record by record": collate(False),
     }

@@ -263,7 +263,7 @@ def _scan_text(src, path: str, shard: int, buf: Any, cut: int, base: int, line0:
     lens = stop - starts
     big = (lens > lim) if lim is not None else np.zeros(nlines, dtype=bool)
     try:
-        bytes(arr).decode("utf-8") if nlines else None
+        str(memoryview(buf)[:cut], "utf-8") if nlines else None  # the check only (no copy first)
         utf8_ok = True
     except UnicodeDecodeError:
         utf8_ok = False
@@ -298,13 +298,22 @@ def _scan_text(src, path: str, shard: int, buf: Any, cut: int, base: int, line0:
             sk.append(src.skipped)
         keep = np.asarray(keep_l, dtype=np.int64)
         skipped = np.asarray(sk, dtype=np.int64)
-    # the kept texts, compacted (one gather over the chunk's bytes)
+    # the kept texts, compacted: one boolean selection over the chunk's bytes (the kept
+    # lines' bytes without their line endings)
     klens = lens[keep]
     off = np.zeros(len(keep) + 1, dtype=np.int64)
     np.cumsum(klens, out=off[1:])
     total = int(off[-1])
     if total:
-        data = arr[np.repeat(starts[keep] - off[:-1], klens) + np.arange(total, dtype=np.int64)]
+        if len(keep) == nlines:
+            sel = np.ones(len(arr), dtype=bool)
+        else:
+            flag = np.zeros(nlines, dtype=bool)
+            flag[keep] = True
+            sel = np.repeat(flag, ends - starts)
+        sel[stop[nl]] = False  # the "\r" of "\r\n" or the "\n"
+        sel[stop[cr] + 1] = False  # the "\n" after a "\r"
+        data = arr[sel]
     else:
         data = np.zeros(0, dtype=np.uint8)
     c.texts = (off, data)

@@ -10,7 +10,9 @@ other ranks are skipped unparsed).  A plain ``JsonlSource`` is read on the colum
 path (``_blocks.stream_steps``): every line is scanned in C, this rank's text fields
 decoded straight into the step's StringTensor, the other fields kept as their lines'
 bytes (``LazyRecords``); only lines the scanner cannot vouch for go through
-``json.loads``.  Records, errors (file:line), skips and positions are those of the
+``json.loads``.  A plain ``TextSource(per="line")`` is read on the same path (its lines
+split with numpy, checked as UTF-8 a block at a time; records are empty dicts).
+Records, errors (file:line), skips and positions are those of the
 line-by-line path.  After every step the source position is
 the same on every rank, and the checkpoint stores it once, with
 ``sample_index`` = records consumed: that is the coordinate, independent of
