@@ -91,19 +91,28 @@ static inline size_t lm_cut_threads(const lm_exec *e, size_t n) {
 /* the tasks for `threads` threads (<= LM_CUT_MAX) */
 static inline size_t lm_cut_parts(size_t threads) { return threads * LM_CUT_TASKS; }
 
+/* Guided sizes: task t of P holds a share P - t of P + (P - 1) + ... + 1 (big tasks first,
+ * small ones last, so the threads finish within a small task of each other); the
+ * boundary before task p is x * (p * P - p * (p - 1) / 2) / (P * (P + 1) / 2) of a total x,
+ * computed without overflow (P <= LM_CUT_MAX). */
+static inline uint64_t lm_cut_at(uint64_t x, size_t p, size_t parts) {
+  const uint64_t num = (uint64_t)p * parts - (p ? (uint64_t)p * (p - 1) / 2 : 0);
+  const uint64_t den = (uint64_t)parts * (parts + 1) / 2;
+  return x / den * num + x % den * num / den;
+}
+
 static inline lm_status lm_cut_run(size_t threads, size_t parts, const size_t *cut, lm_range_fn fn, void *ctx) {
   lm_cut_ctx c = {fn, ctx, cut};
   return lm_parallel_tasks(threads, parts, lm_cut_task, &c);
 }
 
-/* fn over [0, n) in tasks of equal counts (one call in the calling thread with one thread) */
+/* fn over [0, n) in tasks of guided counts (one call in the calling thread with one thread) */
 static inline lm_status lm_cut_even(const lm_exec *e, size_t n, lm_range_fn fn, void *ctx) {
   const size_t threads = lm_cut_threads(e, n);
   if (threads <= 1) return fn(ctx, 0, n);
   const size_t parts = lm_cut_parts(threads);
   size_t cut[LM_CUT_MAX + 1];
-  const size_t q = n / parts, r = n % parts; /* n * p / parts without overflow */
-  for (size_t p = 0; p <= parts; p++) cut[p] = q * p + r * p / parts;
+  for (size_t p = 0; p <= parts; p++) cut[p] = (size_t)lm_cut_at(n, p, parts);
   return lm_cut_run(threads, parts, cut, fn, ctx);
 }
 

@@ -447,7 +447,7 @@ static lm_status LM_CAT(SUF, _by_bytes)(const lm_exec *e, const OFF_T *off, size
   cut[0] = 0;
   cut[parts] = n;
   for (size_t p = 1; p < parts; p++) {
-    const uint64_t want = total / parts * p;
+    const uint64_t want = lm_cut_at(total, p, parts);
     size_t lo = cut[p - 1], hi = n; /* the first i in [lo, n] with W(i) >= want */
     while (lo < hi) {
       const size_t mid = lo + (hi - lo) / 2;

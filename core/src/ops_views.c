@@ -338,7 +338,7 @@ lm_status lm_views_hash64(const lm_string_view *views, size_t n, const lm_payloa
   uint64_t acc = 0;
   size_t i = 0;
   for (size_t q = 1; q < parts; q++) {
-    const uint64_t want = total / parts * q;
+    const uint64_t want = lm_cut_at(total, q, parts);
     while (i < n && acc < want) acc += (uint64_t)views[i++].len + 16;
     cut[q] = i;
   }
