@@ -42,6 +42,17 @@ _VIEWS_HASH_VECTOR = bool(_C.hash_views_vector())
 __all__ = ["StringTensor"]
 
 _lib = torch.ops.luminamoon
+# The eager CPU calls of starts_with / fast_eq / hash64 go to luminamoon._C (torch_ops/bind_strops.cpp):
+# the same core kernels as the operators, without the ~3.5-5 us torch.ops dispatch a call (issue 13: it
+# capped the 2-thread speed-up on documents).  They return None for anything they do not handle (a
+# kernel error, a non-CPU tensor), and the method then repeats the call through torch.ops, which raises
+# the operator's usual error.  torch.compile / torch.ops users are unaffected.
+_fast_om = _C.fast_offsets_match
+_fast_oe = _C.fast_offsets_equal
+_fast_oh = _C.fast_offsets_hash64
+_fast_vm = _C.fast_views_match
+_fast_ve = _C.fast_views_equal
+_fast_vh = _C.fast_views_hash64
 _WINDOW = 1 << 31  # long views address payloads > 2 GiB through 2 GiB windows
 
 
@@ -540,21 +551,40 @@ class StringTensor:
         if isinstance(other, str):
             _ops._str_arg("fast_eq", "other", other)
             od, vb = self._od, self._vb
-            if od is None and self.device.type == "cpu":
-                return _lib.views_equal_scalar(vb[0], list(vb[1]), other)
+            if od is None:
+                if vb[0].is_cpu:
+                    r = _fast_vm(vb[0], vb[1], other, 1)
+                    return r if r is not None else _lib.views_equal_scalar(vb[0], list(vb[1]), other)
+            elif od[0].is_cpu:
+                r = _fast_om(od[0], od[1], other, 1)
+                if r is not None:
+                    return r
             return _lib.equal_scalar(*self._od_pair(), other)
+        if isinstance(other, StringTensor):
+            # eager CPU fast path, both in the offsets layout: _C checks the lengths and dtypes and returns
+            # None for anything else (then the checks below raise their usual errors)
+            oa, ob = self._od, other._od
+            if oa is not None and ob is not None and oa[0].is_cpu and ob[0].is_cpu:
+                r = _fast_oe(oa[0], oa[1], ob[0], ob[1])
+                if r is not None:
+                    return r
         other = self._other(other)
         if len(other) != len(self):
             raise ValueError(f"other must have the same length ({len(self)}), got {len(other)}")
         if other.device != self.device:
             raise ValueError(f"other is on {other.device}, self on {self.device}")
         va, vb = self._vb, other._vb
-        if (self.device.type == "cpu" and va is not None and vb is not None
-                and (self._od is None or other._od is None)):
-            return _lib.views_equal(va[0], list(va[1]), vb[0], list(vb[1]))
+        cpu = self.device.type == "cpu"
+        if cpu and va is not None and vb is not None and (self._od is None or other._od is None):
+            r = _fast_ve(va[0], va[1], vb[0], vb[1])
+            return r if r is not None else _lib.views_equal(va[0], list(va[1]), vb[0], list(vb[1]))
         (a, da), (b, db) = self._od_pair(), other._od_pair()
         if a.dtype != b.dtype:
             a, b = a.long(), b.long()
+        if cpu:
+            r = _fast_oe(a, da, b, db)
+            if r is not None:
+                return r
         return _lib.equal(a, da, b, db)
 
     def __eq__(self, other):
@@ -575,9 +605,12 @@ class StringTensor:
     def starts_with(self, prefix: str) -> torch.Tensor:
         """bool[N]: which strings start with ``prefix``."""
         _ops._str_arg("starts_with", "prefix", prefix)
-        if self.device.type == "cpu":
-            vb = self._vb_pair()  # built on first use and kept
-            return _lib.views_prefix_match(vb[0], list(vb[1]), prefix)
+        vb = self._vb
+        if vb is None and self.device.type == "cpu":
+            vb = self._materialize_views()  # built on first use and kept
+        if vb is not None and vb[0].is_cpu:
+            r = _fast_vm(vb[0], vb[1], prefix, 0)
+            return r if r is not None else _lib.views_prefix_match(vb[0], list(vb[1]), prefix)
         return _lib.prefix_match(*self._od_pair(), prefix)
 
     def filter_by_prefix(self, prefix: str) -> "StringTensor":
@@ -599,9 +632,15 @@ class StringTensor:
         # the views layout when there is no offsets layout, or when the CPU hashes inline views
         # 8 at a time (AVX-512: a string of <= 12 bytes is hashed from its view alone) and the
         # strings are short (<= 16 bytes on average: words; longer ones hash faster from offsets)
-        if self.device.type == "cpu" and vb is not None and (
-                od is None or (_VIEWS_HASH_VECTOR and od[1].numel() <= 16 * len(self))):
-            return _lib.views_hash64(vb[0], list(vb[1]), seed)
+        if (od[0].is_cpu if od is not None else vb[0].is_cpu):
+            if vb is not None and (od is None or (_VIEWS_HASH_VECTOR and od[1].numel() <= 16 * (od[0].shape[0] - 1))):
+                r = _fast_vh(vb[0], vb[1], seed)
+                return r if r is not None else _lib.views_hash64(vb[0], list(vb[1]), seed)
+            if od is None:
+                od = self._materialize_offsets()
+            r = _fast_oh(od[0], od[1], seed)
+            if r is not None:
+                return r
         return _lib.hash64(*self._od_pair(), seed)
 
     def pad_bytes(self, max_len: int, pad_id: int = 0, bos_id: int = -1, eos_id: int = -1):
