@@ -72,9 +72,17 @@ static void set_next_gen(lmq_set *st) {
  * moves to a new generation. */
 #define SET_MAX_HINT ((size_t)1 << 12)
 static int set_reset(lmq_set *st, size_t hint) {
+  size_t need = 16; /* the slots `hint` elements need (load <= 1/2) */
+  while (need < 2 * hint + 2) need <<= 1;
   if (hint > SET_MAX_HINT) hint = SET_MAX_HINT;
   size_t cap = 16;
   while (cap < 2 * hint + 2) cap <<= 1;
+  /* Start from the slots the previous pass ended with, up to `need`: the
+   * passes of one big document (top 2..4-grams, dup 5..10-grams) each grew
+   * from the capped hint again, 6 rehashes a pass for a 2 MB document (issue
+   * 14: set_grow + its copies were ~3% of a corpus run).  Uses the kept
+   * allocation: no new memory, no clearing. */
+  if (st->e && st->mask + 1 > cap) cap = st->mask + 1 < need ? st->mask + 1 : need;
   if (cap > st->cap) {
     free(st->e);
     st->e = NULL;
