@@ -5,7 +5,7 @@ process), so each level runs in a child process: with the default dispatch, with
 LM_NO_AVX512=1, and with LM_NO_AVX2=1 LM_NO_AVX512=1 (the portable code CI or a GPU
 machine without AVX2 runs).  Each child checks hash64 / views_hash64 against libxxhash
 (the ``xxhash`` package), and equal / views_equal / equal_scalar / views_equal_scalar /
-prefix_match / views_prefix_match against Python's bytes comparisons, on int32 and int64
+prefix_match / views_prefix_match (and the StringTensor methods) against Python's bytes comparisons, on int32 and int64
 offsets, a sliced tensor (first offset not 0), lengths 0..300 and skewed documents, with 1,
 2 and 3 threads (inputs large enough for the ops to split them)."""
 import os
@@ -18,6 +18,7 @@ CHILD = r"""
 import sys, warnings
 import numpy as np, torch, xxhash
 import luminamoon
+from luminamoon import StringTensor
 warnings.simplefilter("ignore")
 OPS = torch.ops.luminamoon
 M64 = (1 << 64) - 1
@@ -37,6 +38,7 @@ def build(n, docs, dtype):
     return torch.from_numpy(off.astype(dtype)), torch.from_numpy(data)
 
 fails = []
+checks = 0
 for dtype in (np.int32, np.int64):
     for n, docs in ((40000, False), (40000, True), (300, False)):
         off, data = build(n, docs, dtype)
@@ -73,8 +75,16 @@ for dtype in (np.int32, np.int64):
                         "prefix_match": OPS.prefix_match(off, data, ps[:5]).tolist() == [s.startswith(probe[:5]) for s in strs],
                         "views_prefix_match": OPS.views_prefix_match(v, [data], ps[:5]).tolist() == [s.startswith(probe[:5]) for s in strs],
                     })
+                if seed == 7:  # the StringTensor methods (their eager CPU calls), both layouts
+                    for lay, st in (("offsets", StringTensor.from_buffers(off, data)),
+                                    ("list", StringTensor.from_list([x.decode() for x in strs]))):
+                        got[f"st.hash64 {lay}"] = [h & M64 for h in st.hash64(seed).tolist()] == want
+                        got[f"st.fast_eq str {lay}"] = st.fast_eq(ps).tolist() == [s == probe for s in strs]
+                        got[f"st.starts_with {lay}"] = st.starts_with(ps[:5]).tolist() == [s.startswith(probe[:5]) for s in strs]
+                        got[f"st.fast_eq {lay}"] = st.fast_eq(StringTensor.from_buffers(off, data2)).tolist() == eq
+                checks += len(got)
                 fails += [f"{name} {tag}" for name, ok in got.items() if not ok]
-print("vector", vec, "fails", len(fails), fails[:5])
+print("vector", vec, "checks", checks, "fails", len(fails), fails[:5])
 sys.exit(1 if fails else 0)
 """
 
@@ -93,5 +103,6 @@ def test_string_ops_equal_references_at_every_dispatch_level(level):
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-3000:]
     assert "fails 0" in out, out[-3000:]
+    assert "checks 486 " in out, out[-3000:]  # 2 dtypes x 3 inputs x 3 seeds x 3 thread counts: 4 + 7 (seed 0) or 8 (seed 7)
     if level != "default":  # the switch turns the AVX-512 hash kernels off
         assert "vector False" in out, out[-3000:]
