@@ -728,7 +728,11 @@ static int have_avx512(void) {
   int c = atomic_load_explicit(&cached, memory_order_relaxed);
   if (c < 0) {
     __builtin_cpu_init();
-    c = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
+    /* LM_NO_AVX512 / LM_NO_AVX2 in the environment turn it off, as for hash.c's and
+     * ops_avx2.c's kernels (read once) */
+    const char *off = getenv("LM_NO_AVX512"), *off2 = getenv("LM_NO_AVX2");
+    c = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") && !(off && *off && *off != '0') &&
+        !(off2 && *off2 && *off2 != '0');
     atomic_store_explicit(&cached, c, memory_order_relaxed);
   }
   return c;

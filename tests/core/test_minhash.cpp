@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -353,5 +354,21 @@ TEST(MinHash, SimdAndPortableImplementationsAgree) {
       EXPECT_EQ(s0, s1) << "H " << H << " simd " << lmh_have_simd();
       EXPECT_EQ(s0, naive_sig(a, b, h, int(prec)));
     }
+  }
+}
+
+// LM_NO_AVX512=1 (and LM_NO_AVX2=1, as for the hash and equality kernels) turns the AVX-512
+// loop off; the switch is read once per process, so each check runs in a fresh process (a
+// death-test child re-executed by gtest) that sets it before the first call.
+TEST(MinHashDispatch, NoAvx512SwitchTurnsTheVectorLoopOff) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  for (const char *var : {"LM_NO_AVX512", "LM_NO_AVX2"}) {
+    EXPECT_EXIT(
+        {
+          setenv(var, "1", 1);
+          std::exit(lmh_have_simd() == 0 ? 0 : 3);
+        },
+        ::testing::ExitedWithCode(0), "")
+        << var << "=1 left the AVX-512 loop on";
   }
 }
