@@ -53,6 +53,7 @@ _fast_oh = _C.fast_offsets_hash64
 _fast_vm = _C.fast_views_match
 _fast_ve = _C.fast_views_equal
 _fast_vh = _C.fast_views_hash64
+_compiling = torch.compiler.is_compiling  # True while torch.compile traces: keep the operators in the graph
 _WINDOW = 1 << 31  # long views address payloads > 2 GiB through 2 GiB windows
 
 
@@ -552,10 +553,10 @@ class StringTensor:
             _ops._str_arg("fast_eq", "other", other)
             od, vb = self._od, self._vb
             if od is None:
-                if vb[0].is_cpu:
+                if vb[0].is_cpu and not _compiling():
                     r = _fast_vm(vb[0], vb[1], other, 1)
                     return r if r is not None else _lib.views_equal_scalar(vb[0], list(vb[1]), other)
-            elif od[0].is_cpu:
+            elif od[0].is_cpu and not _compiling():
                 r = _fast_om(od[0], od[1], other, 1)
                 if r is not None:
                     return r
@@ -564,7 +565,7 @@ class StringTensor:
             # eager CPU fast path, both in the offsets layout: _C checks the lengths and dtypes and returns
             # None for anything else (then the checks below raise their usual errors)
             oa, ob = self._od, other._od
-            if oa is not None and ob is not None and oa[0].is_cpu and ob[0].is_cpu:
+            if oa is not None and ob is not None and oa[0].is_cpu and ob[0].is_cpu and not _compiling():
                 r = _fast_oe(oa[0], oa[1], ob[0], ob[1])
                 if r is not None:
                     return r
@@ -575,13 +576,14 @@ class StringTensor:
             raise ValueError(f"other is on {other.device}, self on {self.device}")
         va, vb = self._vb, other._vb
         cpu = self.device.type == "cpu"
+        fast = cpu and not _compiling()
         if cpu and va is not None and vb is not None and (self._od is None or other._od is None):
-            r = _fast_ve(va[0], va[1], vb[0], vb[1])
+            r = _fast_ve(va[0], va[1], vb[0], vb[1]) if fast else None
             return r if r is not None else _lib.views_equal(va[0], list(va[1]), vb[0], list(vb[1]))
         (a, da), (b, db) = self._od_pair(), other._od_pair()
         if a.dtype != b.dtype:
             a, b = a.long(), b.long()
-        if cpu:
+        if fast:
             r = _fast_oe(a, da, b, db)
             if r is not None:
                 return r
@@ -609,6 +611,8 @@ class StringTensor:
         if vb is None and self.device.type == "cpu":
             vb = self._materialize_views()  # built on first use and kept
         if vb is not None and vb[0].is_cpu:
+            if _compiling():
+                return _lib.views_prefix_match(vb[0], list(vb[1]), prefix)
             r = _fast_vm(vb[0], vb[1], prefix, 0)
             return r if r is not None else _lib.views_prefix_match(vb[0], list(vb[1]), prefix)
         return _lib.prefix_match(*self._od_pair(), prefix)
@@ -632,7 +636,7 @@ class StringTensor:
         # the views layout when there is no offsets layout, or when the CPU hashes inline views
         # 8 at a time (AVX-512: a string of <= 12 bytes is hashed from its view alone) and the
         # strings are short (<= 16 bytes on average: words; longer ones hash faster from offsets)
-        if (od[0].is_cpu if od is not None else vb[0].is_cpu):
+        if (od[0].is_cpu if od is not None else vb[0].is_cpu) and not _compiling():
             if vb is not None and (od is None or (_VIEWS_HASH_VECTOR and od[1].numel() <= 16 * (od[0].shape[0] - 1))):
                 r = _fast_vh(vb[0], vb[1], seed)
                 return r if r is not None else _lib.views_hash64(vb[0], list(vb[1]), seed)

@@ -113,3 +113,26 @@ def test_method_errors_unchanged():
         st.fast_eq("\ud800")
     with pytest.raises(TypeError, match="seed must be int"):
         st.hash64(1.5)
+
+
+def test_torch_compile_keeps_the_operators(monkeypatch):
+    """Traced by torch.compile, the methods call torch.ops (in the graph), not _C; eagerly, _C."""
+    import luminamoon.string_tensor as S
+    st = StringTensor.from_list(["ab", "cd", "abc"])
+    st2 = StringTensor.from_list(["ab", "cx", "abc"])
+    calls = []
+    for name in ("_fast_vm", "_fast_om", "_fast_oe", "_fast_oh", "_fast_vh", "_fast_ve"):
+        f = getattr(S, name)
+        monkeypatch.setattr(S, name, (lambda f, n: lambda *a: (calls.append(n), f(*a))[1])(f, name))
+
+    def g(x):
+        return x.starts_with("a"), x.fast_eq("ab"), x.fast_eq(st2), x.hash64()
+
+    eager = g(st)
+    assert len(calls) == 4
+    calls.clear()
+    torch._dynamo.reset()
+    compiled = torch.compile(g, backend="eager")(st)
+    assert calls == []
+    assert all(torch.equal(a, b) for a, b in zip(eager, compiled))
+    assert eager[0].tolist() == [True, False, True] and eager[2].tolist() == [True, False, True]
