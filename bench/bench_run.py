@@ -50,6 +50,10 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--batch-size", type=int, default=2048)
     args = ap.parse_args()
+    # the process as `luminamoon run` sets it up (glibc malloc tuned; LM_NO_MALLOC_TUNE=1 leaves it
+    # alone): every row, FusedPipeline's too, runs under the same allocator settings
+    from luminamoon import _C
+    print(f"malloc tuned as by `luminamoon run`: {_C.tune_malloc()}")
     T, B = args.threads, args.batch_size
     texts = load_corpus()
     n = len(texts)

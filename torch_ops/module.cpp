@@ -10,7 +10,9 @@
 #include <malloc.h>
 #endif
 
+#include <atomic>
 #include <cstdlib>
+#include <mutex>
 #include <cstring>
 #include <vector>
 
@@ -237,7 +239,9 @@ void bind_near_cluster(py::module_ &m);  // bind_near_cluster.cpp
 void bind_jsonl(py::module_ &m);  // bind_jsonl.cpp
 void bind_strops(py::module_ &m);  // bind_strops.cpp
 
-// glibc malloc, tuned once when the module loads (issue 14).  A `luminamoon run` with 2 threads
+// glibc malloc, tuned for a `luminamoon run` process (issue 14): called by the command line's run and
+// demo commands (the application owns its process), never on import (a library must not change the
+// malloc policy of torch and the user's code).  A `luminamoon run` with 2 threads
 // faulted ~20k fresh pages a run (~80 MB zero-filled by the kernel: 6% of its CPU in the kernel):
 // buffers above glibc's mmap threshold (the Gopher n-gram sets of MB-sized documents, the reader's
 // joined chunks, numpy temporaries, the per-batch arenas of the stage threads) were mmap'd, faulted
@@ -250,7 +254,7 @@ void bind_strops(py::module_ &m);  // bind_strops.cpp
 // Skipped when the user tuned malloc through the environment (GLIBC_TUNABLES glibc.malloc.*,
 // MALLOC_MMAP_THRESHOLD_ / MALLOC_TRIM_THRESHOLD_) or set LM_NO_MALLOC_TUNE=1.
 // Returns whether the tuning was applied.
-static bool tune_malloc() {
+static bool tune_malloc_once() {
 #if defined(__GLIBC__)
   const char *no = std::getenv("LM_NO_MALLOC_TUNE");
   if (no && *no && std::strcmp(no, "0") != 0) return false;
@@ -271,7 +275,6 @@ static bool tune_malloc() {
 
 PYBIND11_MODULE(_C, m) {
   using namespace luminamoon;
-  static const bool malloc_tuned = tune_malloc();
   m.doc() = "luminamoon native core: StringTensor construction/export and the text stages";
   m.def("from_list", &from_list, py::arg("strings"), py::arg("allow_bytes") = false, py::arg("validate") = true);
   m.def("to_list", &to_list, py::arg("offsets"), py::arg("data"), py::arg("as_bytes") = false);
@@ -279,8 +282,16 @@ PYBIND11_MODULE(_C, m) {
   m.def("validate_utf8", &validate_utf8, py::arg("offsets"), py::arg("data"));
   m.def("validate_views", &validate_views, py::arg("views"), py::arg("buffers"));
   m.def("cpu_count", &lm_cpu_count);
-  // True when this process' glibc malloc was tuned at import (tune_malloc above; LM_NO_MALLOC_TUNE=1 off)
-  m.def("malloc_tuned", [] { return malloc_tuned; });
+  // tune_malloc(): tune this process' glibc malloc once (tune_malloc_once above; the command line's run
+  // and demo call it; LM_NO_MALLOC_TUNE=1 or the user's own malloc settings leave it alone); returns
+  // whether it is tuned.  malloc_tuned(): whether tune_malloc() tuned it (False until it is called).
+  static std::atomic<int> malloc_state{0};  // 0 not asked, 1 tuned, 2 left alone
+  m.def("tune_malloc", [] {
+    static std::once_flag once;
+    std::call_once(once, [] { malloc_state.store(tune_malloc_once() ? 1 : 2); });
+    return malloc_state.load() == 1;
+  });
+  m.def("malloc_tuned", [] { return malloc_state.load() == 1; });
   // True when views_hash64 hashes the inline views 8 at a time (AVX-512; StringTensor.hash64 then
   // prefers the views layout on the CPU)
   m.def("hash_views_vector", [] { return lm_hash_uses_avx512() != 0; });

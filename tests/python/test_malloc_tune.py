@@ -1,7 +1,9 @@
-"""glibc malloc tuning done by luminamoon._C at import (issue 14; torch_ops/module.cpp tune_malloc).
+"""glibc malloc tuning for the `luminamoon run` / `demo` process (issue 14; torch_ops/module.cpp
+tune_malloc_once, cli._tune_process).
 
-The tuning must be applied by default on glibc and skipped whenever the user chose malloc settings
-through the environment or set LM_NO_MALLOC_TUNE=1.  Each case imports the module in a fresh child.
+Importing luminamoon must leave malloc alone; `_C.tune_malloc()` (what the run and demo commands
+call) applies it on glibc and skips it whenever the user chose malloc settings through the
+environment or set LM_NO_MALLOC_TUNE=1.  Each case runs in a fresh child.
 """
 from __future__ import annotations
 
@@ -12,7 +14,8 @@ import sys
 
 import pytest
 
-_CHILD = "import luminamoon._C as c; print(c.malloc_tuned())"
+_CHILD = "import luminamoon._C as c; print(c.tune_malloc() == c.malloc_tuned() == c.tune_malloc())"
+_CHILD_VALUE = "import luminamoon._C as c; c.tune_malloc(); print(c.malloc_tuned())"
 _GLIBC = platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
 
 
@@ -22,7 +25,30 @@ def _tuned(**env_over) -> bool:
                         "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_")}
     env.update(env_over)
     out = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "True", out.stdout  # one answer, however often it is asked
+    out = subprocess.run([sys.executable, "-c", _CHILD_VALUE], env=env, capture_output=True, text=True,
+                         check=True)
     return {"True": True, "False": False}[out.stdout.strip()]
+
+
+def test_import_leaves_malloc_alone():
+    # neither importing the package nor building a pipeline tunes malloc: only the run/demo commands do
+    code = ("import luminamoon, luminamoon._C as c; from luminamoon import stages; "
+            "stages.FusedPipeline(); print(c.malloc_tuned())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+@pytest.mark.skipif(not _GLIBC, reason="glibc malloc only")
+def test_run_command_tunes_its_process(tmp_path):
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"id": 1, "text": "A sentence long enough to be a document of its own here."}\n')
+    code = ("import sys, luminamoon._C as c; from luminamoon.cli import main; "
+            f"rc = main(['run', {str(src)!r}, '-o', {str(tmp_path / 'out')!r}, '--quiet', '--no-report']); "
+            "print(rc, c.malloc_tuned())")
+    env = {k: v for k, v in os.environ.items() if k != "LM_NO_MALLOC_TUNE"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.stdout.strip().splitlines()[-1] == "0 True", (out.stdout, out.stderr)
 
 
 def test_default_is_tuned_on_glibc():
@@ -51,6 +77,7 @@ def test_unrelated_settings_keep_tuning(env):
 _REUSE = r"""
 import ctypes, resource, threading
 import luminamoon._C
+luminamoon._C.tune_malloc()
 libc = ctypes.CDLL(None)
 libc.malloc.restype = ctypes.c_void_p
 libc.malloc.argtypes = [ctypes.c_size_t]

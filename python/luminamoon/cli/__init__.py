@@ -148,10 +148,20 @@ def _validate(cfg: Dict[str, Any]) -> None:
 
 
 # ---------------------------------------------------------------- commands
+def _tune_process() -> None:
+    """The run and demo commands own their process: tune glibc malloc for it (faults of big per-batch
+    buffers; see torch_ops/module.cpp tune_malloc_once; LM_NO_MALLOC_TUNE=1 or the user's own
+    GLIBC_TUNABLES / MALLOC_*_ settings leave it alone).  Importing luminamoon never does this."""
+    from .. import _C
+
+    _C.tune_malloc()
+
+
 def cmd_run(args) -> int:
     from .report import format_summary
     from .runner import run_corpus
 
+    _tune_process()
     cfg = _build_config(args)
     t0 = time.perf_counter()
     stats = run_corpus(args.inputs, args.output, cfg, resume=args.resume, overwrite=args.overwrite,
@@ -170,6 +180,7 @@ def cmd_demo(args) -> int:
     from .report import format_summary
     from .runner import run_corpus
 
+    _tune_process()
     root = args.output
     corpus_dir = os.path.join(root, "corpus")
     manifest = os.path.join(corpus_dir, "manifest.json")
