@@ -9,6 +9,25 @@
 #include "ops_internal.h"
 
 #if LM_HASH_HAVE_AVX2
+/* (defined before the target pragma below: it runs before any check, so it is compiled for
+ * the baseline CPU; the pragma applies to every function after it)
+ * 2: AVX-512 F/BW/VL/DQ, 1: AVX2 (neither LM_NO_AVX512 nor LM_NO_AVX2 set for 2, LM_NO_AVX2
+ * not set for 1), 0: neither; read once (a benign race: every thread computes the same value) */
+int lm_ops_simd_level(void) {
+  static int cached = -1;
+  int c = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+  if (c < 0) {
+    __builtin_cpu_init();
+    const char *no512 = getenv("LM_NO_AVX512");
+    c = lm_hash_uses_avx2();
+    if (c && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+        !(no512 && *no512 && *no512 != '0'))
+      c = 2;
+    __atomic_store_n(&cached, c, __ATOMIC_RELAXED);
+  }
+  return c;
+}
 #pragma GCC target("avx2")
 
 #define LM_LEN_EQ(NAME, OFF_T, UOFF_T)                                                                        \
@@ -35,23 +54,6 @@ LM_EQ_PREP(lm_o32_eq_prep_avx512, uint32_t)
 LM_EQ_PREP(lm_o64_eq_prep_avx512, uint64_t)
 #pragma GCC pop_options
 
-/* 2: AVX-512 F/BW/VL/DQ, 1: AVX2 (neither LM_NO_AVX512 nor LM_NO_AVX2 set for 2, LM_NO_AVX2
- * not set for 1), 0: neither; read once (a benign race: every thread computes the same value) */
-int lm_ops_simd_level(void) {
-  static int cached = -1;
-  int c = __atomic_load_n(&cached, __ATOMIC_RELAXED);
-  if (c < 0) {
-    __builtin_cpu_init();
-    const char *no512 = getenv("LM_NO_AVX512");
-    c = lm_hash_uses_avx2();
-    if (c && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-        !(no512 && *no512 && *no512 != '0'))
-      c = 2;
-    __atomic_store_n(&cached, c, __ATOMIC_RELAXED);
-  }
-  return c;
-}
 #else
 typedef int lm_ops_avx2_unused; /* ISO C forbids an empty translation unit */
 #endif
