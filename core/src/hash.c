@@ -19,6 +19,17 @@ lm_hash128_t lm_hash128(const void *data, size_t len, uint64_t seed) {
 
 #include "hash_internal.h"
 
+/* XXH3-64 of a string of any length: the AVX2 copy of XXH3's vector loop over 240 bytes where the
+ * CPU has it (avx2 = lm_hash_uses_avx2()), libxxhash's otherwise; bit-identical either way. */
+static inline uint64_t hash_long(const uint8_t *p, size_t len, uint64_t seed, int avx2) {
+  static const uint8_t empty = 0;
+  (void)avx2; /* unused where no AVX2 copy is built */
+#if LM_HASH_HAVE_AVX2
+  if (avx2 && len > 240) return lm_hash64_avx2(p, len, seed);
+#endif
+  return (uint64_t)XXH3_64bits_withSeed(len ? p : &empty, len, (XXH64_hash_t)seed);
+}
+
 /* Block size of lm_hash64_many: the class lists of one block stay in L1. */
 #define LM_HASH_BLOCK 256
 
@@ -69,21 +80,13 @@ static inline void lm_hash64_many_impl(const uint8_t *const *ptrs, const size_t 
     }
     for (size_t k = 0; k < cnt[4]; k++) {
       const size_t i = idx[4][k];
-      /* over 240 bytes XXH3 runs its vector loop: the AVX2 copy where the CPU has it */
-#if LM_HASH_HAVE_AVX2
-      if (avx2 && L[i] > 240) {
-        O[i] = lm_hash64_avx2(P[i], L[i], seed);
-        continue;
-      }
-#endif
-      O[i] = (uint64_t)XXH3_64bits_withSeed(P[i], L[i], (XXH64_hash_t)seed);
+      O[i] = hash_long(P[i], L[i], seed, avx2);
     }
   }
 }
 
 void lm_hash64_listed(const uint8_t *const *ptrs, const size_t *lens, const uint16_t (*idx)[LM_HASH_LIST_MAX],
                       const size_t cnt[4], uint64_t seed, uint64_t *out) {
-  static const uint8_t empty = 0;
   const xxh_u8 *secret = XXH3_kSecret;
   for (size_t k = 0; k < cnt[0]; k++) {
     const size_t i = idx[0][k];
@@ -99,37 +102,22 @@ void lm_hash64_listed(const uint8_t *const *ptrs, const size_t *lens, const uint
   }
   if (!cnt[3]) return;
   const int avx2 = lm_hash_uses_avx2();
-  (void)avx2;
   for (size_t k = 0; k < cnt[3]; k++) {
-    const size_t i = idx[3][k], len = lens[i];
-#if LM_HASH_HAVE_AVX2
-    if (avx2 && len > 240) {
-      out[i] = lm_hash64_avx2(ptrs[i], len, seed);
-      continue;
-    }
-#endif
-    out[i] = (uint64_t)XXH3_64bits_withSeed(len ? ptrs[i] : &empty, len, (XXH64_hash_t)seed);
+    const size_t i = idx[3][k];
+    out[i] = hash_long(ptrs[i], lens[i], seed, avx2);
   }
 }
 
 void lm_hash64_over12(const uint8_t *const *ptrs, const size_t *lens, size_t n, uint64_t seed, uint64_t *out) {
   const xxh_u8 *secret = XXH3_kSecret;
-  static const uint8_t empty = 0;
   const int avx2 = n ? lm_hash_uses_avx2() : 0;
-  (void)avx2;
   for (size_t i = 0; i < n; i++) {
     const size_t len = lens[i];
     if (len - 9 < 8) { /* 9..16 (most of the long words) */
       out[i] = XXH3_len_9to16_64b(ptrs[i], len, secret, seed);
       continue;
     }
-#if LM_HASH_HAVE_AVX2
-    if (avx2 && len > 240) {
-      out[i] = lm_hash64_avx2(ptrs[i], len, seed);
-      continue;
-    }
-#endif
-    out[i] = (uint64_t)XXH3_64bits_withSeed(len ? ptrs[i] : &empty, len, (XXH64_hash_t)seed);
+    out[i] = hash_long(ptrs[i], len, seed, avx2);
   }
 }
 
