@@ -18,7 +18,7 @@ import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
 from luminamoon.data import sources as S  # noqa: E402
-from luminamoon.data._blocks import ArrowRecords, stream_steps  # noqa: E402
+from luminamoon.data._blocks import ArrowRecords, TextRecords, stream_steps  # noqa: E402
 from luminamoon.data.dist_stream import GlobalStream  # noqa: E402
 
 
@@ -150,9 +150,13 @@ def test_resumable_pipeline_reads_parquet_in_blocks(tmp_path):
 
 # ------------------------------------------------------ the distributed stream
 
-def _gs_steps(make, G, W, r):
+def _gs_steps(make, G, W, r, text=False):
+    """Rank r of W's records per step of G items through GlobalStream take + parse: (records, item
+    count, position) per step, then the error (or, with text=True, the source's skip count)."""
     src = make()
     gs = GlobalStream(src)
+    if text:
+        assert gs.mode == "text"
     out = []
     try:
         while True:
@@ -168,20 +172,27 @@ def _gs_steps(make, G, W, r):
             out.append((got, len(items), _norm(pos)))
     except ValueError as e:
         return out, str(e)
-    return out, None
+    return out, src.skipped if text else None
 
 
-def _block_steps(make, G, W, r):
+def _block_steps(make, G, W, r, text=False, positions=None):
+    """The same through _blocks.stream_steps (text=True: a TextSource's lines, TextRecords); the
+    position after each step is appended to `positions` when given."""
     src = make()
     out = []
     try:
-        for st in stream_steps(src, G, W, r):
+        for st in stream_steps(src, G, W, r, **({"text": True} if text else {})):
+            if text:
+                assert isinstance(st.records, TextRecords)
             got = [(t, rec, g) for t, rec, g in zip(st.texts.tolist(), list(st.records), st.gidx.tolist())]
             out.append((got, st.n_items, _norm(st.position)))
             assert _norm(src.position()) == _norm(st.position)
+            if positions is not None:
+                positions.append(json.loads(json.dumps(st.position)))
     except ValueError as e:
         return out, str(e)
-    return out, None
+    # text: this rank's skips (a block is judged ahead of its step: compared at the end)
+    return out, src.skipped if text else None
 
 
 @pytest.mark.parametrize("seed", range(6))

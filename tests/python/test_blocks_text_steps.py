@@ -4,19 +4,19 @@ counts, positions, skips and first error (file:line) that the line-by-line path 
 ``take`` + ``parse``, computed independently) gives; resuming at each step's position gives the
 tail; and a one-rank DistributedPipeline delivers the same batches on both paths."""
 import gzip
-import json
+import os
 import random
+import sys
 
 import pytest
 import torch  # noqa: F401  (loads torch's libraries before the extension)
 
-from luminamoon.data import sources as S
-from luminamoon.data._blocks import TextRecords, stream_steps
-from luminamoon.data.dist_stream import GlobalStream
+sys.path.insert(0, os.path.dirname(__file__))
+from test_blocks_paths import _block_steps as _paths_block_steps  # noqa: E402
+from test_blocks_paths import _gs_steps as _paths_gs_steps  # noqa: E402
+from test_sources_blocks import _norm  # noqa: E402
 
-
-def _norm(pos):
-    return {k: v for k, v in pos.items() if k not in ("frame", "frame_uoff")}
+from luminamoon.data import sources as S  # noqa: E402
 
 
 def _text_lines(rng, n, bad_utf8):
@@ -48,42 +48,11 @@ def _write(path, lines, comp, crlf, tail_newline=True):
 
 
 def _gs_steps(make, G, W, r):
-    src = make()
-    gs = GlobalStream(src)
-    assert gs.mode == "text"
-    out, step = [], 0
-    try:
-        while True:
-            items = gs.take(G)
-            if not items:
-                break
-            pos = gs.position()
-            got = []
-            for j in range(r, len(items), W):
-                rec = gs.parse(items[j])
-                if rec is not None:
-                    got.append((rec["text"], {k: v for k, v in rec.items() if k != "text"}, step * G + j))
-            out.append((got, len(items), _norm(pos)))
-            step += 1
-    except ValueError as e:
-        return out, str(e)
-    return out, src.skipped
+    return _paths_gs_steps(make, G, W, r, text=True)
 
 
 def _block_steps(make, G, W, r, positions=None):
-    src = make()
-    out = []
-    try:
-        for st in stream_steps(src, G, W, r, text=True):
-            assert isinstance(st.records, TextRecords)
-            got = [(t, rec, g) for t, rec, g in zip(st.texts.tolist(), list(st.records), st.gidx.tolist())]
-            out.append((got, st.n_items, _norm(st.position)))
-            assert _norm(src.position()) == _norm(st.position)
-            if positions is not None:
-                positions.append(json.loads(json.dumps(st.position)))
-    except ValueError as e:
-        return out, str(e)
-    return out, src.skipped  # this rank's skips (a block is judged ahead of its step: compared at the end)
+    return _paths_block_steps(make, G, W, r, text=True, positions=positions)
 
 
 @pytest.mark.parametrize("seed", range(6))
