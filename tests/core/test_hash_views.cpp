@@ -27,6 +27,17 @@ extern "C" {
 
 namespace {
 
+// One readable page followed by a PROT_NONE page: `end` is the first byte a read must not reach.
+struct PageBeforeHole {
+  size_t page = size_t(sysconf(_SC_PAGESIZE));
+  uint8_t *m = static_cast<uint8_t *>(mmap(nullptr, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+  bool ok = m != MAP_FAILED && mprotect(m + page, page, PROT_NONE) == 0;
+  uint8_t *end() const { return m + page; }
+  ~PageBeforeHole() {
+    if (m != MAP_FAILED) munmap(m, 2 * page);
+  }
+};
+
 // views of `items` over one payload buffer holding every string (inline ones too)
 struct Views {
   std::vector<uint8_t> payload;
@@ -93,17 +104,15 @@ TEST(HashViews, ShortWordsEveryCountAndBlockEdge) {
 // every length 0..16 in every lane position: lm_views_hash64 and (where the CPU has
 // AVX-512) the kernel itself, which must list exactly the views of more than 12 bytes.
 TEST(HashViews, ViewsEndingAtAnUnmappedPage) {
-  const size_t page = size_t(sysconf(_SC_PAGESIZE));
-  uint8_t *m = static_cast<uint8_t *>(mmap(nullptr, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
-  ASSERT_NE(m, MAP_FAILED);
-  ASSERT_EQ(mprotect(m + page, page, PROT_NONE), 0);
+  PageBeforeHole g;
+  ASSERT_TRUE(g.ok);
   std::mt19937_64 rng(7);
   for (size_t n = 1; n <= 40; n++) {
     for (int rep = 0; rep < 20; rep++) {
       std::vector<std::string> items(n);
       for (size_t i = 0; i < n; i++) items[i] = random_string(rng, (i + size_t(rep)) % 17);
       Views w(items);
-      lm_string_view *v = reinterpret_cast<lm_string_view *>(m + page - 16 * n);
+      lm_string_view *v = reinterpret_cast<lm_string_view *>(g.end() - 16 * n);
       std::memcpy(static_cast<void *>(v), w.v.data(), 16 * n);
       const uint64_t seed = rep == 0 ? 0 : rng();
       std::vector<uint64_t> h(n, 0);
@@ -130,7 +139,6 @@ TEST(HashViews, ViewsEndingAtAnUnmappedPage) {
 #endif
     }
   }
-  munmap(m, 2 * page);
 }
 
 TEST(HashViews, NonZeroPaddingAtEveryPositionIsRefused) {
@@ -155,10 +163,8 @@ TEST(HashViews, NonZeroPaddingAtEveryPositionIsRefused) {
 // first 8 bytes in one load where they lie inside the payload): payloads of short strings
 // that end right before an unmapped page, every count 1..40, every length 0..17.
 TEST(HashViews, OffsetsPayloadEndingAtAnUnmappedPage) {
-  const size_t page = size_t(sysconf(_SC_PAGESIZE));
-  uint8_t *m = static_cast<uint8_t *>(mmap(nullptr, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
-  ASSERT_NE(m, MAP_FAILED);
-  ASSERT_EQ(mprotect(m + page, page, PROT_NONE), 0);
+  PageBeforeHole g;
+  ASSERT_TRUE(g.ok);
   std::mt19937_64 rng(9);
   for (size_t n = 1; n <= 40; n++) {
     for (int rep = 0; rep < 18; rep++) {
@@ -168,7 +174,7 @@ TEST(HashViews, OffsetsPayloadEndingAtAnUnmappedPage) {
         items[i] = random_string(rng, (i + size_t(rep)) % 18);
         total += items[i].size();
       }
-      uint8_t *data = m + page - total;
+      uint8_t *data = g.end() - total;
       std::vector<int32_t> o32(n + 1, 0);
       std::vector<int64_t> o64(n + 1, 0);
       for (size_t i = 0; i < n; i++) {
@@ -186,7 +192,6 @@ TEST(HashViews, OffsetsPayloadEndingAtAnUnmappedPage) {
       }
     }
   }
-  munmap(m, 2 * page);
 }
 
 }  // namespace

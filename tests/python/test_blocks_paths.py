@@ -219,17 +219,23 @@ def test_distributed_pipeline_blocks_equal_record_path(tmp_path, monkeypatch):
     """One rank: DistributedPipeline over a JsonlSource read in blocks (stream_steps) and read
     line by line (GlobalStream take + parse, the path before) deliver the same batches,
     reasons, global indices, records and positions."""
-    from luminamoon.data import DistributedPipeline
-
     rng = random.Random(2)
     lines = [l for l in _lines(rng, 700) if b"\\ud8" not in l]
     p = tmp_path / "d.jsonl"
     _write(p, lines, "plain")
 
+    a, b = _distributed_both_paths(S.JsonlSource, lambda: S.JsonlSource(str(p), on_error="skip"), monkeypatch)
+    assert a == b and sum(len(x[0]) for x in a) > 200
+
+
+def _distributed_both_paths(cls, make, monkeypatch):
+    """One-rank DistributedPipeline batches (texts, reasons, global indices, records, position) over
+    make()'s source (a `cls`) read in blocks, then with cls's columnar path turned off."""
+    from luminamoon.data import DistributedPipeline
+
     def collect(columnar):
         out = []
-        with DistributedPipeline(S.JsonlSource(str(p), on_error="skip"), batch_size=33, stages={"quality": False},
-                                 near_dedup="local") as pipe:
+        with DistributedPipeline(make(), batch_size=33, stages={"quality": False}, near_dedup="local") as pipe:
             for b in pipe:
                 assert (pipe._steps is not None) == columnar
                 out.append((b.texts.tolist(), b.reasons.tolist(), b.global_index.tolist(), list(b.records),
@@ -238,9 +244,9 @@ def test_distributed_pipeline_blocks_equal_record_path(tmp_path, monkeypatch):
 
     a = collect(True)
     with monkeypatch.context() as m:
-        m.setattr(S.JsonlSource, "_columnar", property(lambda self: False))
+        m.setattr(cls, "_columnar", property(lambda self: False))
         b = collect(False)
-    assert a == b and sum(len(x[0]) for x in a) > 200
+    return a, b
 
 
 # ----------------------------------------------------------------- collate

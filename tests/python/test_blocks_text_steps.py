@@ -13,6 +13,7 @@ import torch  # noqa: F401  (loads torch's libraries before the extension)
 
 sys.path.insert(0, os.path.dirname(__file__))
 from test_blocks_paths import _block_steps as _paths_block_steps  # noqa: E402
+from test_blocks_paths import _distributed_both_paths as _paths_distributed_both_paths  # noqa: E402
 from test_blocks_paths import _gs_steps as _paths_gs_steps  # noqa: E402
 from test_sources_blocks import _norm  # noqa: E402
 
@@ -94,25 +95,11 @@ def test_text_stream_steps_equal_the_global_stream(tmp_path, seed):
 def test_distributed_pipeline_text_blocks_equal_line_path(tmp_path, monkeypatch):
     """One rank: DistributedPipeline over a TextSource reads in blocks (the columnar path) and
     line by line (before): the same batches, reasons, global indices, records and positions."""
-    from luminamoon.data import DistributedPipeline
-
     rng = random.Random(3)
     lines = _text_lines(rng, 900, bad_utf8=True)
     p = tmp_path / "d.txt.gz"
     _write(p, lines, "gz", crlf=False)
 
-    def collect(columnar):
-        out = []
-        with DistributedPipeline(S.TextSource(str(p), on_error="skip", gzip_index=False), batch_size=33,
-                                 stages={"quality": False}, near_dedup="local") as pipe:
-            for b in pipe:
-                assert (pipe._steps is not None) == columnar
-                out.append((b.texts.tolist(), b.reasons.tolist(), b.global_index.tolist(), list(b.records),
-                            _norm(b.coord["source"])))
-        return out
-
-    a = collect(True)
-    with monkeypatch.context() as m:
-        m.setattr(S.TextSource, "_columnar", property(lambda self: False))
-        b = collect(False)
+    a, b = _paths_distributed_both_paths(
+        S.TextSource, lambda: S.TextSource(str(p), on_error="skip", gzip_index=False), monkeypatch)
     assert a == b and sum(len(x[0]) for x in a) > 300
