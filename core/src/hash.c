@@ -126,6 +126,11 @@ void lm_hash64_many_generic(const uint8_t *const *ptrs, const size_t *lens, size
   lm_hash64_many_impl(ptrs, lens, n, seed, out, 0);
 }
 
+int lm_env_switch_on(const char *name) {
+  const char *v = getenv(name);
+  return v && *v && *v != '0';
+}
+
 /* 1 when the AVX2 copy runs: the CPU has AVX2 and LM_NO_AVX2 is not set in the
  * environment; read once (the tests call both copies directly). */
 int lm_hash_uses_avx2(void) {
@@ -134,8 +139,7 @@ int lm_hash_uses_avx2(void) {
   int c = __atomic_load_n(&cached, __ATOMIC_RELAXED);
   if (c < 0) {
     __builtin_cpu_init();
-    const char *off = getenv("LM_NO_AVX2");
-    c = __builtin_cpu_supports("avx2") && !(off && *off && *off != '0');
+    c = __builtin_cpu_supports("avx2") && !lm_env_switch_on("LM_NO_AVX2");
     __atomic_store_n(&cached, c, __ATOMIC_RELAXED);
   }
   return c;
@@ -152,10 +156,9 @@ int lm_hash_uses_avx512(void) {
   int c = __atomic_load_n(&cached, __ATOMIC_RELAXED);
   if (c < 0) {
     __builtin_cpu_init();
-    const char *off = getenv("LM_NO_AVX512"), *off2 = getenv("LM_NO_AVX2");
     c = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-        __builtin_cpu_supports("avx512vbmi2") && !(off && *off && *off != '0') && !(off2 && *off2 && *off2 != '0');
+        __builtin_cpu_supports("avx512vbmi2") && !lm_env_switch_on("LM_NO_AVX512") && !lm_env_switch_on("LM_NO_AVX2");
     __atomic_store_n(&cached, c, __ATOMIC_RELAXED);
   }
   return c;

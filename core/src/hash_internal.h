@@ -34,6 +34,10 @@ void lm_hash64_listed(const uint8_t *const *ptrs, const size_t *lens, const uint
 /* lm_hash64_many for a list of mostly 9..16-byte strings (the long views of words): one
  * loop, no class lists (any length is right, the others just take a branch). */
 void lm_hash64_over12(const uint8_t *const *ptrs, const size_t *lens, size_t n, uint64_t seed, uint64_t *out);
+/* 1 when the environment variable `name` is set and does not start with '0': the LM_NO_AVX2 /
+ * LM_NO_AVX512 switches of every runtime-dispatched kernel (hash, ops, minhash).  Thread-safe
+ * as getenv is (nothing here sets the environment). */
+int lm_env_switch_on(const char *name);
 /* 1 when lm_hash64_many uses the AVX2 copy (the CPU has AVX2 and LM_NO_AVX2 was not set). */
 int lm_hash_uses_avx2(void);
 

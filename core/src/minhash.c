@@ -14,6 +14,7 @@
 
 #include "luminamoon/bytebuf.h"
 #include "minhash_internal.h"
+#include "hash_internal.h"
 #include "quality_internal.h"
 
 #include <stdatomic.h>
@@ -730,9 +731,8 @@ static int have_avx512(void) {
     __builtin_cpu_init();
     /* LM_NO_AVX512 / LM_NO_AVX2 in the environment turn it off, as for hash.c's and
      * ops_avx2.c's kernels (read once) */
-    const char *off = getenv("LM_NO_AVX512"), *off2 = getenv("LM_NO_AVX2");
-    c = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") && !(off && *off && *off != '0') &&
-        !(off2 && *off2 && *off2 != '0');
+    c = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") && !lm_env_switch_on("LM_NO_AVX512") &&
+        !lm_env_switch_on("LM_NO_AVX2");
     atomic_store_explicit(&cached, c, memory_order_relaxed);
   }
   return c;

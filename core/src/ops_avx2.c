@@ -18,11 +18,9 @@ int lm_ops_simd_level(void) {
   int c = __atomic_load_n(&cached, __ATOMIC_RELAXED);
   if (c < 0) {
     __builtin_cpu_init();
-    const char *no512 = getenv("LM_NO_AVX512");
     c = lm_hash_uses_avx2();
     if (c && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-        !(no512 && *no512 && *no512 != '0'))
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") && !lm_env_switch_on("LM_NO_AVX512"))
       c = 2;
     __atomic_store_n(&cached, c, __ATOMIC_RELAXED);
   }
