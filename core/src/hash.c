@@ -33,56 +33,62 @@ static inline uint64_t hash_long(const uint8_t *p, size_t len, uint64_t seed, in
 /* Block size of lm_hash64_many: the class lists of one block stay in L1. */
 #define LM_HASH_BLOCK 256
 
+/* One pass over a block: a string of over 16 bytes is hashed at once, in order (the
+ * payload streams in: lines, documents), a shorter one is listed by XXH3's length class
+ * and the lists are hashed after the pass (words: no mispredicted branch per string).
+ * Hashing the short lists first instead (all classes sorted, the long list last) read
+ * each short string's bytes as a cache miss before the stream reached them: 13-14 ns a
+ * line against 7.6-8.3 ns this way (/tmp/s26 lines, 500k, 17% of them <= 16 bytes). */
 static inline void lm_hash64_many_impl(const uint8_t *const *ptrs, const size_t *lens, size_t n, uint64_t seed,
                                        uint64_t *out, int avx2) {
-  (void)avx2; /* unused where no AVX2 copy is built */
   static const uint8_t empty = 0;
   const xxh_u8 *secret = XXH3_kSecret;
   /* the hash of "" depends on the seed only */
   const uint64_t h0 = XXH3_len_0to16_64b(&empty, 0, secret, seed);
-  uint16_t idx[5][LM_HASH_BLOCK];
+  uint16_t idx[4][LM_HASH_BLOCK];
   for (size_t b0 = 0; b0 < n; b0 += LM_HASH_BLOCK) {
     const size_t m = n - b0 < LM_HASH_BLOCK ? n - b0 : LM_HASH_BLOCK;
     const size_t *L = lens + b0;
     const uint8_t *const *P = ptrs + b0;
     uint64_t *O = out + b0;
-    /* branch-free: every list gets i and the counter of its class moves on; the
-     * counters live in registers (an array of counters chains each step to the last
-     * one's store) */
-    size_t c0 = 0, c1 = 0, c2 = 0, c3 = 0, c4 = 0;
+    /* branch-free for the short ones: every list gets i and the counter of its class
+     * moves on; the counters live in registers (an array of counters chains each step
+     * to the last one's store) */
+    size_t c0 = 0, c1 = 0, c2 = 0, c3 = 0;
     for (size_t i = 0; i < m; i++) {
       const size_t len = L[i];
+      if (len > 16) {
+        O[i] = hash_long(P[i], len, seed, avx2);
+        continue;
+      }
       const uint16_t k = (uint16_t)i;
       idx[0][c0] = k;
       idx[1][c1] = k;
       idx[2][c2] = k;
       idx[3][c3] = k;
-      idx[4][c4] = k;
       c0 += len == 0;
       c1 += (len - 1) < 3;
       c2 += (len - 4) < 5;
       c3 += (len - 9) < 8;
-      c4 += len > 16;
     }
-    const size_t cnt[5] = {c0, c1, c2, c3, c4};
-    for (size_t k = 0; k < cnt[0]; k++) O[idx[0][k]] = h0;
-    for (size_t k = 0; k < cnt[1]; k++) {
+    for (size_t k = 0; k < c0; k++) O[idx[0][k]] = h0;
+    for (size_t k = 0; k < c1; k++) {
       const size_t i = idx[1][k];
       O[i] = XXH3_len_1to3_64b(P[i], L[i], secret, seed);
     }
-    for (size_t k = 0; k < cnt[2]; k++) {
+    for (size_t k = 0; k < c2; k++) {
       const size_t i = idx[2][k];
       O[i] = XXH3_len_4to8_64b(P[i], L[i], secret, seed);
     }
-    for (size_t k = 0; k < cnt[3]; k++) {
+    for (size_t k = 0; k < c3; k++) {
       const size_t i = idx[3][k];
       O[i] = XXH3_len_9to16_64b(P[i], L[i], secret, seed);
     }
-    for (size_t k = 0; k < cnt[4]; k++) {
-      const size_t i = idx[4][k];
-      O[i] = hash_long(P[i], L[i], seed, avx2);
-    }
   }
+}
+
+uint64_t lm_hash64_any(const uint8_t *p, size_t len, uint64_t seed, int avx2) {
+  return hash_long(p, len, seed, avx2);
 }
 
 void lm_hash64_listed(const uint8_t *const *ptrs, const size_t *lens, const uint16_t (*idx)[LM_HASH_LIST_MAX],

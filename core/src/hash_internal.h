@@ -31,6 +31,10 @@ void lm_hash64_many_generic(const uint8_t *const *ptrs, const size_t *lens, size
 #define LM_HASH_LIST_MAX 256
 void lm_hash64_listed(const uint8_t *const *ptrs, const size_t *lens, const uint16_t (*idx)[LM_HASH_LIST_MAX],
                       const size_t cnt[4], uint64_t seed, uint64_t *out);
+/* XXH3-64 of p[0..len) for any len (p may be NULL when len == 0), with the AVX2 copy over 240
+ * bytes when avx2 (= lm_hash_uses_avx2()): for a caller that hashes long strings in order as it
+ * checks them (ops_offsets_impl.h's hash64).  Thread-safe (pure). */
+uint64_t lm_hash64_any(const uint8_t *p, size_t len, uint64_t seed, int avx2);
 /* lm_hash64_many for a list of mostly 9..16-byte strings (the long views of words): one
  * loop, no class lists (any length is right, the others just take a branch). */
 void lm_hash64_over12(const uint8_t *const *ptrs, const size_t *lens, size_t n, uint64_t seed, uint64_t *out);
