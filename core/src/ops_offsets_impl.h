@@ -531,6 +531,24 @@ static lm_status RNG(hash)(void *ctx, size_t begin, size_t end) {
       continue;
     }
 #endif
+    /* long strings on average (lines, documents: over 16 bytes a string in this block): the
+     * pairs checked into (pointer, length) lists, then lm_hash64_many (it hashes the strings
+     * of over 16 bytes in order, inlined, and the short ones by length class): 8.0-8.3 ns a
+     * line against 9.4 with the class lists and a call per long string below (/tmp/s26) */
+    if ((UOFF_T)off[b0 + m] - (UOFF_T)off[b0] > (UOFF_T)(16 * m)) {
+      UOFF_T down = 0;
+      UOFF_T a = (UOFF_T)off[b0];
+      for (size_t k = 0; k < m; k++) {
+        const UOFF_T z = (UOFF_T)off[b0 + k + 1];
+        down |= (UOFF_T)(z < a);
+        ptrs[k] = (const uint8_t *)((uintptr_t)base + (uintptr_t)a);
+        lens[k] = (size_t)(UOFF_T)(z - a);
+        a = z;
+      }
+      if (down | (UOFF_T)(a > lim)) return LM_EINVAL;
+      lm_hash64_many(ptrs, lens, m, c->seed, c->out + b0);
+      continue;
+    }
     /* one pass: every offset of the block read once (a string's end is the next one's
      * start, the same value), its (pointer, length) kept and its index put in the list of
      * its length class.  The check: the block's offsets never decrease and its last one

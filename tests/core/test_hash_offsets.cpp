@@ -1,5 +1,7 @@
-// hash64 on the offsets layout (ops_offsets_impl.h): one pass reads every offset once,
-// checks the block and sorts the strings by XXH3's length class; the values must be
+// hash64 on the offsets layout (ops_offsets_impl.h): one pass reads every offset once and
+// checks the block (blocks of long strings then go to lm_hash64_many; blocks of short ones
+// are sorted by XXH3's length class, their strings of over 16 bytes hashed in the pass, or
+// go to the AVX-512 kernel); the values must be
 // XXH3-64 of each string bit for bit (against libxxhash's XXH3_64bits_withSeed) for
 // every length class and across block edges, and any bad offset (decreasing, negative,
 // past the payload) anywhere in a block must give LM_EINVAL (int32 and int64 offsets,
@@ -35,14 +37,18 @@ lm_status hash_checked<int64_t>(const std::vector<int64_t> &off, const std::vect
   return lm_o64_hash64_checked(off.data(), off.size() - 1, data.data(), data.size(), seed, out.data(), &ex);
 }
 
+// words = false: lines-like blocks (over 16 bytes a string on average: every class, and AVX2's
+// > 240); true: words-like blocks (at most 16 on average, some strings of 17..300 among
+// them), which take the other first pass (the class lists, or AVX-512's 8 at a time)
 template <typename Off>
-void check_type() {
-  std::mt19937_64 rng(11);
+void check_type(bool words) {
+  std::mt19937_64 rng(words ? 12 : 11);
   std::vector<uint8_t> data;
   std::vector<Off> off{0};
   const size_t n = 3000;  // several 256-string blocks, a partial last one
   for (size_t i = 0; i < n; i++) {
-    size_t len = rng() % 5 == 0 ? rng() % 600 : rng() % 20;  // every class, and AVX2's > 240
+    size_t len = words ? (rng() % 40 == 0 ? 17 + rng() % 284 : rng() % 13)
+                       : (rng() % 5 == 0 ? rng() % 600 : rng() % 20);
     for (size_t j = 0; j < len; j++) data.push_back(uint8_t(rng()));
     off.push_back(Off(data.size()));
   }
@@ -70,5 +76,7 @@ void check_type() {
 
 }  // namespace
 
-TEST(HashOffsets, Int32MatchesLibxxhashAndRefusesBadOffsets) { check_type<int32_t>(); }
-TEST(HashOffsets, Int64MatchesLibxxhashAndRefusesBadOffsets) { check_type<int64_t>(); }
+TEST(HashOffsets, Int32MatchesLibxxhashAndRefusesBadOffsets) { check_type<int32_t>(false); }
+TEST(HashOffsets, Int64MatchesLibxxhashAndRefusesBadOffsets) { check_type<int64_t>(false); }
+TEST(HashOffsets, Int32WordsWithSomeLongStrings) { check_type<int32_t>(true); }
+TEST(HashOffsets, Int64WordsWithSomeLongStrings) { check_type<int64_t>(true); }
