@@ -304,15 +304,32 @@ def _delta(now: Any, before: Any) -> Any:
     return now
 
 
+class _Measure:
+    """What the producer thread keeps of one batch for the statistics: the input and output
+    offsets and the stages' counters after it.  The consumer turns it into lengths, histograms
+    and counter deltas (``_MeasuredPipeline.take``), so that the producer starts the next batch's
+    stages at once instead of doing that Python work while the stages' other threads wait."""
+
+    __slots__ = ("off_in", "off_out", "counters")
+
+    def __init__(self, off_in, off_out, counters) -> None:
+        self.off_in, self.off_out, self.counters = off_in, off_out, counters
+
+
+def _lengths(offsets: torch.Tensor) -> np.ndarray:
+    o = offsets.numpy()
+    return np.diff(o).astype(np.int64, copy=False)
+
+
 class _MeasuredPipeline:
-    """The stages as a callable for ResumablePipeline that also measures each
-    batch (lengths before/after, counter deltas) in the producer thread; the
-    measurements queue up in batch order and the consumer takes one per batch."""
+    """The stages as a callable for ResumablePipeline that also measures each batch
+    (lengths before/after, counter deltas): the producer thread keeps what is needed (a
+    ``_Measure``: offsets and the counters after the batch) in batch order, and the consumer
+    takes one per batch with ``take()``, which computes the figures."""
 
     def __init__(self, kind: str, kwargs: Dict[str, Any], num_threads: Optional[int]):
         self.kind, self.kwargs, self.num_threads = kind, kwargs, num_threads
         self.pipe = None
-        self.measures: "list" = []
         import collections
 
         self.measures = collections.deque()
@@ -348,16 +365,18 @@ class _MeasuredPipeline:
 
     def __call__(self, st):
         r = self.pipe(st)
-        now = self.pipe.counters
-        d = _delta(now, self._last)
-        self._last = now
-        off_in = st.offsets.to(torch.int64)
-        off_out = r.texts.offsets.to(torch.int64)
-        len_in = (off_in[1:] - off_in[:-1]).numpy()
-        len_out = (off_out[1:] - off_out[:-1]).numpy()
-        self.measures.append({"hist_in": length_histogram(len_in), "hist_out": length_histogram(len_out),
-                              "bytes_out": int(len_out.sum()), "counters": _counter_view(d)})
+        self.measures.append(_Measure(st.offsets, r.texts.offsets, self.pipe.counters))
         return r
+
+    def take(self) -> Dict[str, Any]:
+        """The next batch's figures (consumer thread, batch order): ``hist_in``, ``hist_out``,
+        ``bytes_out`` and ``counters`` (the stages' counts of that batch)."""
+        m = self.measures.popleft()
+        d = _delta(m.counters, self._last)
+        self._last = m.counters
+        len_out = _lengths(m.off_out)
+        return {"hist_in": length_histogram(_lengths(m.off_in)), "hist_out": length_histogram(len_out),
+                "bytes_out": int(len_out.sum()), "counters": _counter_view(d)}
 
 
 def _counter_view(d: Dict[str, Any]) -> Dict[str, Dict[str, int]]:
@@ -934,7 +953,7 @@ def _loop(pipe, measured, source, writer: ShardWriter, stats: RunStats, cfg, kee
                 if isinstance(e, DedupFullError):
                     hint = " (resume with a larger bound: --resume --set dedup.max_entries=N)"
                 raise RunError(f"{e}{hint}") from None
-            m = measured.measures.popleft()
+            m = measured.take()
             if near_removed is not None:
                 _drop_near(batch, near_removed)
             if cfg["near_dup"]["mode"] != "off":  # lengths of what is written, after the near-dup stage
