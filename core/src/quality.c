@@ -189,7 +189,7 @@ lm_status lm_quality_words(const lm_quality *q, lm_quality_scratch *s, const uin
 size_t lm_quality_scratch_bytes(const lm_quality_scratch *s) {
   if (!s) return 0;
   return lmq_tokbuf_bytes(&s->tb) + s->cap_wb + (s->cap_wp + s->cap_wx) * sizeof(uint32_t) + s->cap_text + s->cap_line +
-         (s->set.cap + s->set.cap_tmp) * sizeof(lmq_slot);
+         lmq_set_bytes(&s->set);
 }
 
 /* ---- batch ---- */

@@ -171,6 +171,9 @@ int lmq_tokenize(const lmq_special_index *ix, const uint8_t *s, size_t n, uint32
 /* Work counter for the tests: how many times this thread matched the 146
  * currency/unit suffix literals against a token end (find_suffix). */
 uint64_t lmq_debug_unit_scans(void);
+/* Work counter for the tests: how many slot arrays this thread took as a mapping of their own
+ * (the huge-page path of the n-gram sets, quality_rules.c slots_alloc). */
+uint64_t lmq_debug_set_maps(void);
 
 /* Code points (Python len) in s[0..n). */
 static inline size_t lmq_cp_count(const uint8_t *s, size_t n) {
@@ -262,6 +265,8 @@ typedef struct {
   uint32_t gen;  /* current generation (>= 1) */
   lmq_slot *tmp; /* set_grow's copy of the slots in use, kept with the set (no fresh pages per growth) */
   size_t cap_tmp; /* slots */
+  /* e / tmp is a mapping of its own (huge arrays: lmq_slots_alloc in quality_rules.c), not malloc'd */
+  uint8_t e_mapped, tmp_mapped;
 } lmq_set;
 
 struct lm_quality_scratch {
@@ -285,6 +290,8 @@ struct lm_quality_scratch {
  * s->tb.tok[0..s->nw).  0 or -1 (ENOMEM). */
 int lmq_words(const lm_quality *q, lm_quality_scratch *s, const uint8_t *text, size_t len);
 void lmq_set_free(lmq_set *st);
+/* Bytes the set holds (its slot arrays; a mapping counts whole). */
+size_t lmq_set_bytes(const lmq_set *st);
 /* Fill q->pw (lm_quality_create). */
 void lmq_pow_init(lm_quality *q);
 
