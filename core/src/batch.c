@@ -69,6 +69,12 @@ lm_status lm_batch_result_commit(lm_batch_result *r, int64_t src, size_t len) {
   return LM_OK;
 }
 
+lm_status lm_batch_result_reserve_out(lm_batch_result *r, size_t extra) {
+  if (!r) return LM_EINVAL;
+  if (extra > SIZE_MAX / 2 - r->n_out) return LM_EOVERFLOW;
+  return grow_out(r, r->n_out + extra);
+}
+
 lm_status lm_batch_result_push(lm_batch_result *r, int64_t src, const uint8_t *text, size_t len) {
   if (!r || (len && !text)) return LM_EINVAL;
   uint8_t *dst;
@@ -161,11 +167,21 @@ lm_status lm_batch_plan_make(lm_batch_plan *p, const int64_t *prefix, size_t n, 
   /* worst case one range per item */
   lm_status s = lm_grow_array((void **)&p->start, &p->cap, n + 2, sizeof(size_t), 64);
   if (s) return s;
-  size_t nr = 0, cur_w = 0, cur_n = 0;
+  /* With more than one worker the last `workers * target` of the weight (in
+   * item order) is cut LM_BATCH_TAIL_SPLIT times finer: lighter than the
+   * others, those ranges are handed out last (heaviest first), so the workers
+   * run out of work within a small range of each other instead of one range
+   * (issue 14: the wait for the last range at the end of each parallel phase
+   * was most of the 2-thread loss besides the serial parts). */
+  size_t tail = workers > 1 && total < SIZE_MAX ? (workers * target < total ? workers * target : total) : 0;
+  size_t small = target / LM_BATCH_TAIL_SPLIT ? target / LM_BATCH_TAIL_SPLIT : 1;
+  size_t nr = 0, cur_w = 0, cur_n = 0, rest = total; /* rest: the weight of items [i, n) */
   p->start[0] = 0;
   for (size_t i = 0; i < n; i++) {
     size_t w = sat_add((size_t)(prefix[i + 1] - prefix[i]), LM_BATCH_ITEM_COST);
-    if (cur_n && (cur_w > target - (w < target ? w : target) || cur_n >= max_items)) {
+    size_t t = rest <= tail ? small : target;
+    rest -= w < rest ? w : rest;
+    if (cur_n && (cur_w > t - (w < t ? w : t) || cur_n >= max_items)) {
       p->start[++nr] = i; /* close the range before this item */
       cur_w = cur_n = 0;
     }

@@ -293,6 +293,51 @@ static lm_status p3_range(void *vctx, size_t worker, size_t r, size_t k0, size_t
   return LM_OK;
 }
 
+/* ------------------------------------------------------------ gather */
+
+/* The ordered gather into the output, parallel over the ranges of survivors
+ * (phase 3's plan): range r's texts go to the output at base[r] (its first
+ * byte in this batch's output), its entries of source_index / offsets at
+ * n0 + k.  The bytes are the PII arenas (pii on) or the survivors' texts (pii
+ * off).  On 2 threads this copy was the largest serial part of a batch. */
+typedef struct {
+  const lm_fused *f;
+  const uint8_t *const *txt;
+  const size_t *len;     /* per document (pii off) */
+  const size_t *surv;
+  const size_t *out_len; /* per survivor (pii on) */
+  const size_t *base;    /* per range */
+  lm_batch_result *out;
+  uint8_t *dst; /* the batch's first output byte (out->data + d0) */
+  size_t n0, d0; /* out->n_out, out->data_len before the gather */
+  int pii;
+} gather_ctx;
+
+static lm_status gather_range(void *vctx, size_t worker, size_t r, size_t k0, size_t k1) {
+  (void)worker;
+  gather_ctx *x = (gather_ctx *)vctx;
+  lm_batch_result *out = x->out;
+  size_t pos = x->base[r];
+  if (x->pii) {
+    const lm_bytebuf *a = &x->f->arenas3.arenas[r];
+    if (a->len) memcpy(x->dst + pos, a->data, a->len);
+    for (size_t k = k0; k < k1; k++) {
+      out->source_index[x->n0 + k] = (int64_t)x->surv[k];
+      pos += x->out_len[k];
+      out->offsets[x->n0 + k + 1] = (int64_t)(x->d0 + pos);
+    }
+  } else {
+    for (size_t k = k0; k < k1; k++) {
+      size_t d = x->surv[k], l = x->len[d];
+      if (l) memcpy(x->dst + pos, x->txt[d], l);
+      out->source_index[x->n0 + k] = (int64_t)d;
+      pos += l;
+      out->offsets[x->n0 + k + 1] = (int64_t)(x->d0 + pos);
+    }
+  }
+  return LM_OK;
+}
+
 /* ------------------------------------------------------------ counters */
 
 static void add_u64(uint64_t *a, const uint64_t *b, size_t n) {
@@ -330,7 +375,7 @@ typedef struct {
   lm_batch_plan plan1, plan3;
   p1_counters *rc1;
   p3_counters *rc3;
-  size_t *pos, *len, *surv, *out_len;
+  size_t *pos, *len, *surv, *out_len, *base3;
   const uint8_t **txt;
   lm_hash128_t *hashes;
   uint8_t *is_new;
@@ -348,6 +393,7 @@ static void run_bufs_free(run_bufs *b) {
   free(b->len);
   free(b->surv);
   free(b->out_len);
+  free(b->base3);
   free((void *)b->txt);
   free(b->hashes);
   free(b->is_new);
@@ -466,10 +512,10 @@ static lm_status fused_run(lm_fused *f, const lm_docs *docs, lm_batch_result *ou
   if (m && m->cycle_across_documents)
     for (int t = 0; t < LM_PII_TYPE_COUNT; t++) cycling |= ((m->types >> t) & 1) && m->nrepl[t] > 1;
   size_t nr3 = 0;
-  if (m && nsurv) {
+  if (nsurv) { /* ranges of survivors by bytes: PII masking (when on), then the gather */
     B->prefix3 = (int64_t *)malloc((nsurv + 1) * sizeof(int64_t));
-    B->out_len = (size_t *)malloc(nsurv * sizeof(size_t));
-    if (!B->prefix3 || !B->out_len) return LM_ENOMEM;
+    B->out_len = m ? (size_t *)malloc(nsurv * sizeof(size_t)) : NULL;
+    if (!B->prefix3 || (m && !B->out_len)) return LM_ENOMEM;
     B->prefix3[0] = 0;
     for (size_t k = 0; k < nsurv; k++) B->prefix3[k + 1] = B->prefix3[k] + (int64_t)B->len[surv[k]];
     st = lm_batch_plan_make(&B->plan3, B->prefix3, nsurv, exec, LM_FUSED_MAX_DOCS);
@@ -478,7 +524,10 @@ static lm_status fused_run(lm_fused *f, const lm_docs *docs, lm_batch_result *ou
       B->plan3.start[1] = nsurv; /* one worker: one range, no counting pass needed */
       B->plan3.nranges = 1;
     }
-    nr3 = B->plan3.nranges;
+  }
+  const size_t nrg = nsurv ? B->plan3.nranges : 0; /* ranges of the gather */
+  if (m && nsurv) {
+    nr3 = nrg;
     st = lm_batch_pool_get(&f->arenas3, nr3);
     if (st) return st;
     B->rc3 = (p3_counters *)calloc(nr3, sizeof *B->rc3);
@@ -498,28 +547,25 @@ static lm_status fused_run(lm_fused *f, const lm_docs *docs, lm_batch_result *ou
     }
     st = lm_batch_plan_run(&B->plan3, p3_range, &x3);
     if (st) return st;
+  }
+  if (nsurv) { /* the ordered gather (parallel over the same ranges) */
+    B->base3 = (size_t *)malloc(nrg * sizeof(size_t));
+    if (!B->base3) return LM_ENOMEM;
     size_t total = 0;
-    for (size_t r = 0; r < nr3; r++) total += f->arenas3.arenas[r].len;
+    for (size_t r = 0; r < nrg; r++) {
+      B->base3[r] = total;
+      total += m ? f->arenas3.arenas[r].len
+                 : (size_t)(B->prefix3[B->plan3.start[r + 1]] - B->prefix3[B->plan3.start[r]]);
+    }
     uint8_t *dst;
     st = lm_batch_result_reserve_data(out, total, &dst);
-    for (size_t r = 0; r < nr3 && !st; r++) {
-      const lm_bytebuf *a = &f->arenas3.arenas[r];
-      if (a->len) memcpy(dst, a->data, a->len);
-      dst += a->len;
-      for (size_t k = B->plan3.start[r]; k < B->plan3.start[r + 1] && !st; k++)
-        st = lm_batch_result_commit(out, (int64_t)surv[k], B->out_len[k]);
-    }
-  } else if (nsurv) { /* PII off: one copy of each survivor into the output */
-    size_t total = 0;
-    for (size_t k = 0; k < nsurv; k++) total += B->len[surv[k]];
-    uint8_t *dst;
-    st = lm_batch_result_reserve_data(out, total, &dst);
-    for (size_t k = 0; k < nsurv && !st; k++) {
-      size_t d = surv[k];
-      if (B->len[d]) memcpy(dst, B->txt[d], B->len[d]);
-      dst += B->len[d];
-      st = lm_batch_result_commit(out, (int64_t)d, B->len[d]);
-    }
+    if (!st) st = lm_batch_result_reserve_out(out, nsurv);
+    if (st) return st;
+    gather_ctx g = {f, B->txt, B->len, surv, B->out_len, B->base3, out, dst, out->n_out, out->data_len, m != NULL};
+    st = lm_batch_plan_run(&B->plan3, gather_range, &g);
+    if (st) return st;
+    out->n_out += nsurv;
+    out->data_len += total;
   }
   if (st) return st;
 

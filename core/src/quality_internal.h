@@ -265,7 +265,7 @@ typedef struct {
   uint32_t gen;  /* current generation (>= 1) */
   lmq_slot *tmp; /* set_grow's copy of the slots in use, kept with the set (no fresh pages per growth) */
   size_t cap_tmp; /* slots */
-  /* e / tmp is a mapping of its own (huge arrays: lmq_slots_alloc in quality_rules.c), not malloc'd */
+  /* e / tmp is a mapping of its own (huge arrays: slots_alloc in quality_rules.c), not malloc'd */
   uint8_t e_mapped, tmp_mapped;
 } lmq_set;
 

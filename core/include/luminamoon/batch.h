@@ -67,6 +67,12 @@ lm_status lm_batch_result_push(lm_batch_result *r, int64_t src, const uint8_t *t
 lm_status lm_batch_result_reserve_data(lm_batch_result *r, size_t extra, uint8_t **dst);
 /* Record `len` bytes written at data + data_len as the output text of `src`. */
 lm_status lm_batch_result_commit(lm_batch_result *r, int64_t src, size_t len);
+/* Make room for `extra` more outputs: source_index[n_out .. n_out + extra) and
+ * offsets[n_out + 1 .. n_out + extra] may then be written directly (e.g. by
+ * several threads, each its own entries), after which the caller sets n_out
+ * and data_len to match (with payload reserved by reserve_data; offsets stay
+ * non-decreasing).  LM_EINVAL (NULL), LM_ENOMEM, LM_EOVERFLOW. */
+lm_status lm_batch_result_reserve_out(lm_batch_result *r, size_t extra);
 
 /* Check an lm_docs: non-NULL arrays (data may be NULL when data_len == 0),
  * offsets[0] >= 0, non-decreasing, offsets[n] <= data_len.  LM_EINVAL otherwise. */
@@ -122,7 +128,9 @@ lm_status lm_batch_run(const lm_batch_stage *vt, void *stage, const lm_docs *doc
  *     with 0 (the default): at most total weight / LM_BATCH_MIN_THREAD_BYTES;
  *   target range weight = total / (workers * 32) (each worker gets ~32 ranges
  *     to balance), at most LM_BATCH_MAX_RANGE_BYTES and, by default, at least
- *     LM_BATCH_MIN_RANGE_BYTES; a range holds at most `max_items` items (0: 256)
+ *     LM_BATCH_MIN_RANGE_BYTES; with more than one worker the last
+ *     workers * target of weight (in item order) gets ranges of target /
+ *     LM_BATCH_TAIL_SPLIT (handed out last: a short tail); a range holds at most `max_items` items (0: 256)
  *     and at least one; a document heavier than the target gets a range of its
  *     own (large documents: small ranges);
  *   workers is then at most the number of ranges.
@@ -141,6 +149,7 @@ lm_status lm_batch_run(const lm_batch_stage *vt, void *stage, const lm_docs *doc
 #define LM_BATCH_MIN_THREAD_BYTES ((size_t)64 << 10)
 #define LM_BATCH_MIN_RANGE_BYTES ((size_t)16 << 10)
 #define LM_BATCH_MAX_RANGE_BYTES ((size_t)1 << 20)
+#define LM_BATCH_TAIL_SPLIT 4 /* the tail's ranges (workers * target of weight) are this much finer */
 
 typedef struct lm_batch_plan {
   size_t nranges;
