@@ -2,7 +2,50 @@
  * decodes one top-level string field; anything it is not sure of is LM_JSONL_SLOW. */
 #include <string.h>
 
+#include "hash_internal.h" /* lm_env_switch_on: the LM_NO_AVX2 switch */
 #include "luminamoon/jsonl.h"
+
+/* The plain-ASCII runs of strings (jl_string) are found 32 bytes at a time with AVX2 when
+ * the CPU has it and LM_NO_AVX2 is not set (read once), else 8 at a time (SWAR); both stop
+ * at the same byte, so the output is the same.  GCC/clang on x86-64 only. */
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+#define JL_HAVE_AVX2 1
+#include <immintrin.h>
+
+/* The length of the run of bytes in [0x20, 0x80) other than '"' and '\\' at p, counted 32 bytes
+ * at a time while 32 bytes remain before end (so it may stop short of the run's end: the
+ * caller goes on from there).  With o != NULL each 32 bytes read are also stored at o (the
+ * run's bytes, then whatever follows them up to 31 bytes: the caller's o never runs ahead of
+ * p, so o + 32 stays inside text_out's len bytes when p + 32 <= end). */
+__attribute__((target("avx2"))) static size_t jl_run_avx2(const uint8_t *p, const uint8_t *end, uint8_t *o) {
+  const uint8_t *s = p;
+  const __m256i quote = _mm256_set1_epi8('"'), bslash = _mm256_set1_epi8('\\'), space = _mm256_set1_epi8(0x20);
+  while (end - p >= 32) {
+    __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)p);
+    if (o != NULL) _mm256_storeu_si256((__m256i *)(void *)(o + (p - s)), v);
+    /* signed compare: 0x20 > v holds for the bytes < 0x20 and for those >= 0x80 (negative) */
+    __m256i sp = _mm256_or_si256(_mm256_or_si256(_mm256_cmpeq_epi8(v, quote), _mm256_cmpeq_epi8(v, bslash)),
+                                 _mm256_cmpgt_epi8(space, v));
+    unsigned m = (unsigned)_mm256_movemask_epi8(sp);
+    if (m != 0) return (size_t)(p - s) + (unsigned)__builtin_ctz(m);
+    p += 32;
+  }
+  return (size_t)(p - s);
+}
+
+static int jl_use_avx2(void) {
+  static int cached = -1; /* a benign race: every thread computes the same value */
+  int c = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+  if (c < 0) {
+    __builtin_cpu_init();
+    c = __builtin_cpu_supports("avx2") && !lm_env_switch_on("LM_NO_AVX2");
+    __atomic_store_n(&cached, c, __ATOMIC_RELAXED);
+  }
+  return c;
+}
+#else
+#define JL_HAVE_AVX2 0
+#endif
 
 typedef struct {
   const uint8_t *p;
@@ -97,22 +140,36 @@ static uint8_t *jl_put_utf8(uint8_t *o, unsigned long cp) {
 static int jl_string(jl_cur *c, uint8_t *out, uint8_t **out_end, int *escaped) {
   const uint8_t *p = c->p, *end = c->end;
   uint8_t *o = out;
+#if JL_HAVE_AVX2
+  const int avx2 = end - p >= 32 && jl_use_avx2();
+#endif
   for (;;) {
     /* the common run of plain ASCII */
-    const uint8_t *s = p;
-    for (uint64_t x, m; end - p >= 8; p += 8) { /* 8 bytes at a time while none ends the run */
-      memcpy(&x, p, 8);
-      if ((m = jl_special8(x)) != 0) {
-#if defined(__GNUC__) && defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-        p += (unsigned)__builtin_ctzll(m) >> 3; /* the lowest flag is exact: the first byte ending the run */
-#endif
-        break;
-      }
+    int at_end_of_run = 0;
+#if JL_HAVE_AVX2
+    if (avx2 && end - p >= 32) { /* already copied to o */
+      size_t k = jl_run_avx2(p, end, o);
+      p += k;
+      if (o != NULL) o += k;
+      at_end_of_run = end - p >= 32; /* it stopped at the byte ending the run, not for want of 32 bytes */
     }
-    while (p < end && *p >= 0x20 && *p < 0x80 && *p != '"' && *p != '\\') p++;
-    if (o != NULL && p > s) {
-      memcpy(o, s, (size_t)(p - s));
-      o += p - s;
+#endif
+    if (!at_end_of_run) {
+      const uint8_t *s = p;
+      for (uint64_t x, m; end - p >= 8; p += 8) { /* 8 bytes at a time while none ends the run */
+        memcpy(&x, p, 8);
+        if ((m = jl_special8(x)) != 0) {
+#if defined(__GNUC__) && defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+          p += (unsigned)__builtin_ctzll(m) >> 3; /* the lowest flag is exact: the first byte ending the run */
+#endif
+          break;
+        }
+      }
+      while (p < end && *p >= 0x20 && *p < 0x80 && *p != '"' && *p != '\\') p++;
+      if (o != NULL && p > s) {
+        memcpy(o, s, (size_t)(p - s));
+        o += p - s;
+      }
     }
     if (p >= end) return 0;
     uint8_t ch = *p;

@@ -11,7 +11,8 @@
  * appears twice, a lone surrogate escape, a value that is not a string, a
  * missing key, invalid UTF-8, a byte order mark, trailing data) is SLOW.
  *
- * Thread safety: the function is pure (no globals); distinct calls may run
+ * Thread safety: the function keeps no state (it reads the CPU's features and the
+ * LM_NO_AVX2 switch once, see jsonl_scan.c); distinct calls may run
  * concurrently on distinct outputs.  It never allocates, aborts or prints.
  */
 #ifndef LUMINAMOON_JSONL_H
@@ -47,7 +48,8 @@ lm_status lm_jsonl_count_lines(const uint8_t *buf, size_t len, size_t *n_lines);
  *                    "\n" or "\r\n" ending, is LM_JSONL_TOO_LONG (checked first).
  *   text_out         capacity >= len bytes: the decoded values of the OK lines,
  *                    concatenated (a decoded JSON string is never longer than its
- *                    escaped form).
+ *                    escaped form); the bytes past text_offsets[n_ok] are unspecified
+ *                    (the scanner may write there).
  *   text_offsets     capacity >= n_lines + 1: text_offsets[0] = 0 and one more entry
  *                    per OK line (the end of its value in text_out).
  *   line_ends        capacity >= n_lines: offset in buf just past each line.
