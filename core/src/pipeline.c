@@ -12,8 +12,10 @@
  *            between the two (see "admission").
  *   phase 3  parallel, per range of survivors (again by bytes): PII masking
  *            into per-range arenas (f->arenas3; a counting pass first when the
- *            replacement cycle runs across documents), then one ordered copy
- *            into the output.  With PII off the survivors are copied directly.
+ *            replacement cycle runs across documents), then the ordered
+ *            copy into the output, parallel over the same ranges (each range
+ *            at its own place: gather_range).  With PII off the survivors
+ *            are copied directly, the same way.
  * After the batch the arenas are trimmed to a bound (retained memory). */
 #include "luminamoon/pipeline.h"
 #include "luminamoon/bytebuf.h"
