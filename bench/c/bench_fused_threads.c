@@ -17,7 +17,8 @@
  * other processes on a shared machine does not enter, memory bandwidth does
  * only as far as it shows in CPU time).
  * Each run also prints user and sys CPU seconds and minor page faults (getrusage):
- * the process, the calling thread and the pool's workers (the difference).
+ * the process, the calling thread and the pool's workers (the difference), and
+ * each round the CPU other processes took meanwhile (/proc/stat; > 0.1 s: noisy).
  * --heavy-tiny: 512 documents of ~100 KB (corpus text run together) then 512
  * of ~100 B, one batch (issue 21 item 5).
  * --retained: the resident memory (RSS) a FusedPipeline (all stages, 2
@@ -79,6 +80,27 @@ static void stats(void *arg, size_t nw, const double *busy) {
 #endif
 
 static double g_serial, g_imbalance; /* of the last run */
+
+/* busy CPU seconds of the whole machine (/proc/stat, all CPUs; 0 where there is none):
+ * minus this process's CPU over a round, what other processes took meanwhile (this
+ * machine is shared: a round where they took more than ~0.1 s is marked noisy) */
+static double machine_busy(void) {
+  FILE *f = fopen("/proc/stat", "r");
+  if (!f) return 0;
+  unsigned long long v[8] = {0};
+  int k = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6],
+                 &v[7]);
+  fclose(f);
+  if (k < 8) return 0;
+  return (double)(v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / 100.0; /* USER_HZ */
+}
+static double self_cpu(void) {
+  struct rusage r;
+  memset(&r, 0, sizeof r);
+  getrusage(RUSAGE_SELF, &r);
+  return (double)r.ru_utime.tv_sec + (double)r.ru_utime.tv_usec * 1e-6 + (double)r.ru_stime.tv_sec +
+         (double)r.ru_stime.tv_usec * 1e-6;
+}
 
 /* user / sys CPU seconds and minor page faults of the last run: the whole process
  * and the calling thread (RUSAGE_THREAD, Linux); the pool's workers are the difference */
@@ -326,6 +348,7 @@ int main(int argc, char **argv) {
          mb, batch, dedup);
   for (int r = 0; r < rounds; r++) {
     double cpu1, cpu2, crit1, crit2;
+    double m0 = machine_busy(), s0 = self_cpu();
     if (only) {
       double t = run(&c, batch, only, dedup, &cpu1, &crit1);
       printf("round %d: %d thread(s) %.3f s (%.0f docs/s, %.1f MB/s, cpu %.2f s)\n", r + 1, only, t, c.n / t, mb / t,
@@ -352,6 +375,9 @@ int main(int argc, char **argv) {
     g_proc = p2;
     g_main = m2;
     print_usage("2 threads");
+    double others = machine_busy() - m0 - (self_cpu() - s0);
+    printf("         other processes' CPU during the round (/proc/stat, +-0.03 s): %.2f s%s\n", others,
+           others > 0.1 ? " (noisy round)" : "");
     fflush(stdout);
   }
   return 0;
