@@ -471,9 +471,11 @@ class _Manifest:
         self.run_file, self.ident = run_file, ident
         self.names = set(ident.get("manifest", []))
 
-    def add(self, name: str) -> None:
-        if name not in self.names:
-            self.names.add(name)
+    def add(self, *names: str) -> None:
+        """Records ``names`` (one run.json write for all of them; none when all are recorded)."""
+        new = [n for n in names if n not in self.names]
+        if new:
+            self.names.update(new)
             self.ident["manifest"] = sorted(self.names)
             _write_run_file(self.run_file, self.ident)
 
@@ -811,8 +813,9 @@ def _run(paths, got: _Inputs, fmt: str, out: str, cfg: Dict[str, Any], keep: Lis
                            "config": cfg})
         if extra:
             log(f"resuming: {stats.docs_in:,} documents and {len(writer.parts)} part file(s) already committed")
+        # stats.json and report.png are recorded with the last part (one run.json write fewer at the end)
         _loop(pipe, measured, source, writer, stats, cfg, keep, paths, fmt, quiet, stop_after_batches, manifest,
-              committed, near_removed)
+              committed, near_removed, end_files=("stats.json", "report.png") if report else ("stats.json",))
         if nd["mode"] == "stream":
             near_info = {"mode": "stream", "removed": int(stats.dropped.get("near_duplicate", 0))}
             ns = getattr(pipe, "near_dedup_stats", None)
@@ -909,7 +912,7 @@ def _progress(paths: List[str], fmt: str, quiet: bool, start_docs: int):
 
 def _loop(pipe, measured, source, writer: ShardWriter, stats: RunStats, cfg, keep, paths, fmt, quiet,
           stop_after_batches, manifest: _Manifest, committed: List[bool],
-          near_removed: Optional[np.ndarray] = None) -> None:
+          near_removed: Optional[np.ndarray] = None, end_files: Sequence[str] = ()) -> None:
     from ..stages import reason_name
 
     id_field = cfg["input"]["id_field"]
@@ -924,9 +927,10 @@ def _loop(pipe, measured, source, writer: ShardWriter, stats: RunStats, cfg, kee
         pipe.commit(extra={"writer": writer.state(), "stats": stats.state()})
         committed[0] = True
 
-    def finish_part() -> None:
-        if writer.pending_rows:  # recorded as this run's before it exists
-            manifest.add(f"part-{len(writer.parts):05d}{writer.suffix}")
+    def finish_part(*also: str) -> None:
+        # recorded as this run's before it exists (with ``also``: the files written after the
+        # last part, recorded in the same run.json write)
+        manifest.add(*([f"part-{len(writer.parts):05d}{writer.suffix}"] if writer.pending_rows else []), *also)
         writer.finish_part()
 
     old_term = None
@@ -1025,7 +1029,7 @@ def _loop(pipe, measured, source, writer: ShardWriter, stats: RunStats, cfg, kee
                 raise KeyboardInterrupt
         # the end: skips after the last record, the last part, the final commit
         stats.add_skipped(source.skipped - source._seen_skipped)
-        finish_part()
+        finish_part(*end_files)
         commit()
         if bar is not None:
             if bar.total:
