@@ -369,14 +369,15 @@ class _MeasuredPipeline:
         return r
 
     def take(self) -> Dict[str, Any]:
-        """The next batch's figures (consumer thread, batch order): ``hist_in``, ``hist_out``,
-        ``bytes_out`` and ``counters`` (the stages' counts of that batch)."""
+        """The next batch's figures (consumer thread, batch order): ``len_in``, ``len_out`` (the
+        documents' byte lengths, int64 arrays), ``bytes_out`` and ``counters`` (the stages'
+        counts of that batch)."""
         m = self.measures.popleft()
         d = _delta(m.counters, self._last)
         self._last = m.counters
         len_out = _lengths(m.off_out)
-        return {"hist_in": length_histogram(_lengths(m.off_in)), "hist_out": length_histogram(len_out),
-                "bytes_out": int(len_out.sum()), "counters": _counter_view(d)}
+        return {"len_in": _lengths(m.off_in), "len_out": len_out, "bytes_out": int(len_out.sum()),
+                "counters": _counter_view(d)}
 
 
 def _reason_counts(reasons: np.ndarray, names: Dict[int, str]) -> Dict[str, int]:
@@ -935,7 +936,16 @@ def _loop(pipe, measured, source, writer: ShardWriter, stats: RunStats, cfg, kee
     t_start = time.perf_counter()
     docs0, bytes0 = stats.docs_in, stats.bytes_in
 
+    # the length histograms are counted over all the batches since the last commit at once (the
+    # sum of the batches' histograms: one histogram of their lengths), before each commit
+    lengths: "tuple[list, list]" = ([], [])
+
     def commit() -> None:
+        if lengths[0]:
+            stats.hist_in += length_histogram(np.concatenate(lengths[0]))
+            stats.hist_out += length_histogram(np.concatenate(lengths[1]))
+            lengths[0].clear()
+            lengths[1].clear()
         pipe.commit(extra={"writer": writer.state(), "stats": stats.state()})
         committed[0] = True
 
@@ -976,9 +986,8 @@ def _loop(pipe, measured, source, writer: ShardWriter, stats: RunStats, cfg, kee
             if near_removed is not None:
                 _drop_near(batch, near_removed)
             if cfg["near_dup"]["mode"] != "off":  # lengths of what is written, after the near-dup stage
-                off_out = batch.texts.offsets.to(torch.int64)
-                len_out = (off_out[1:] - off_out[:-1]).numpy()
-                m = dict(m, hist_out=length_histogram(len_out), bytes_out=int(len_out.sum()))
+                len_out = _lengths(batch.texts.offsets)
+                m = dict(m, len_out=len_out, bytes_out=int(len_out.sum()))
             reasons = batch.reasons.numpy()
             dropped = _reason_counts(reasons, names)
             recs = batch.records
@@ -1036,7 +1045,9 @@ def _loop(pipe, measured, source, writer: ShardWriter, stats: RunStats, cfg, kee
             if surrogates:
                 counters["input"] = {"docs_with_lone_surrogates": surrogates}
             stats.add_batch(batch.n_in, len(batch.texts), dropped, batch.bytes_in, m["bytes_out"],
-                            m["hist_in"], m["hist_out"], counters, skipped, groups)
+                            None, None, counters, skipped, groups)
+            lengths[0].append(m["len_in"])
+            lengths[1].append(m["len_out"])
             nb += 1
             if writer.should_finish():
                 finish_part()
