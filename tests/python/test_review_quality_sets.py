@@ -10,7 +10,6 @@ and a mapping that cannot be made (RLIMIT_AS in a child process) must give an er
 same decision, never a crash."""
 import os
 import random
-import resource
 import subprocess
 import sys
 
