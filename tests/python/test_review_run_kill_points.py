@@ -1,0 +1,131 @@
+"""Review of `luminamoon run`'s manifest change (068cb13: stats.json and report.png recorded in
+run.json's manifest with the last part, in the same run.json write): the process dies (os._exit,
+as kill -9) right before and right after EVERY durable rename of a run (parts, run.json,
+commits, stats.json, the completion mark), then ``--resume`` must give byte-identical part
+files and the same statistics as an uninterrupted run, leave no temporary file, and a second
+``--resume`` must change nothing.  Also a run folder in the format of before that change
+(the manifest without stats.json / report.png while the run's last commit is done: the old
+runner added them one at a time after it) still resumes."""
+import glob
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from luminamoon.cli.demo_corpus import generate
+
+_CHILD = r"""
+import os, sys
+N = int(os.environ["REVIEW_DIE_AT"]); WHEN = os.environ["REVIEW_DIE_WHEN"]
+count = [0]
+_real = os.replace
+def replace(src, dst, *a, **k):
+    count[0] += 1
+    if count[0] == N and WHEN == "before":
+        os._exit(137)
+    r = _real(src, dst, *a, **k)
+    if count[0] == N and WHEN == "after":
+        os._exit(137)
+    return r
+os.replace = replace
+from luminamoon.cli import main
+rc = main(sys.argv[1:])
+sys.stderr.write(f"REVIEW_RENAMES {count[0]}\n")
+sys.exit(rc)
+"""
+
+ARGS = ["-q", "--batch-size", "32", "--part-docs", "40", "-j", "1"]
+
+
+def _cmd(paths, out, *extra):
+    return [sys.executable, "-c", _CHILD, "run", *paths, "-o", out, *ARGS, *extra]
+
+
+def _go(paths, out, die_at=0, when="before", *extra):
+    env = dict(os.environ, REVIEW_DIE_AT=str(die_at), REVIEW_DIE_WHEN=when)
+    return subprocess.run(_cmd(paths, out, *extra), env=env, capture_output=True, text=True, timeout=600)
+
+
+def _parts(out):
+    return {os.path.basename(p): open(p, "rb").read() for p in sorted(glob.glob(os.path.join(out, "part-*")))}
+
+
+def _stats(out):
+    with open(os.path.join(out, "stats.json")) as f:
+        st = json.load(f)
+    for k in ("throughput", "output", "inputs", "config", "threads"):
+        st.pop(k, None)
+    return st
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    d = tmp_path_factory.mktemp("corpus")
+    paths = generate(str(d), size_mb=0.3, seed=42, shard_mb=0.1)["paths"]
+    ref = str(tmp_path_factory.mktemp("ref") / "out")
+    r = _go(paths, ref)
+    assert r.returncode == 0, r.stderr
+    renames = int(r.stderr.split("REVIEW_RENAMES ")[-1].split()[0])
+    assert len(_parts(ref)) >= 2 and renames >= 8
+    assert os.path.exists(os.path.join(ref, "report.png"))
+    return paths, ref, renames
+
+
+def _resume_and_compare(paths, out, ref, again=True):
+    r = _go(paths, out, 0, "before", "--resume")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert _parts(out) == _parts(ref)
+    assert _stats(out) == _stats(ref)
+    assert os.path.exists(os.path.join(out, "report.png"))
+    assert not [f for f in os.listdir(out) if f.startswith(".tmp")]
+    with open(os.path.join(out, ".luminamoon", "run.json")) as f:
+        man = set(json.load(f)["manifest"])
+    assert set(_parts(out)) | {"stats.json", "report.png"} <= man
+    if not again:
+        return
+    before = _parts(out), _stats(out)
+    r = _go(paths, out, 0, "before", "--resume")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert (_parts(out), _stats(out)) == before
+
+
+def test_kill_at_every_durable_write_then_resume(setup, tmp_path):
+    paths, ref, renames = setup
+    n = 0
+    for k in range(1, renames + 1):
+        for when in ("before", "after"):
+            out = str(tmp_path / f"o-{k}-{when}")
+            r = _go(paths, out, k, when)
+            assert r.returncode == 137, (k, when, r.returncode, r.stderr[-2000:])
+            if not os.path.exists(os.path.join(out, ".luminamoon", "run.json")):
+                continue  # died before the run recorded itself: a fresh start
+            _resume_and_compare(paths, out, ref, again=k > renames - 4)  # the end: resumed twice
+            n += 1
+    assert n >= renames
+
+
+def test_run_folder_of_the_old_manifest_format_resumes(setup, tmp_path):
+    """The old runner added stats.json to the manifest only right before writing it: a run that
+    died after its last commit had a manifest without stats.json / report.png."""
+    paths, ref, renames = setup
+    done = 0
+    for k in range(renames, 0, -1):  # the last renames: stats.json, report's neighbours, the completion mark
+        out = str(tmp_path / f"o-{k}")
+        r = _go(paths, out, k, "before")
+        assert r.returncode == 137
+        run_file = os.path.join(out, ".luminamoon", "run.json")
+        with open(run_file) as f:
+            ident = json.load(f)
+        if "stats.json" not in ident["manifest"]:
+            break  # before the last part: the same in both formats
+        if os.path.exists(os.path.join(out, "stats.json")):
+            continue  # the old runner recorded stats.json before writing it
+        ident["manifest"] = [m for m in ident["manifest"] if m not in ("stats.json", "report.png")]
+        ident.pop("completed", None)
+        with open(run_file, "w") as f:
+            json.dump(ident, f)
+        _resume_and_compare(paths, out, ref)
+        done += 1
+    assert done >= 1
