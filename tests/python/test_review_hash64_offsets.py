@@ -125,3 +125,53 @@ def test_bad_offsets_are_errors_at_the_portable_level():
                        text=True, timeout=600)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
     assert int(p.stdout.split("N ")[-1]) > 300
+
+
+_RACE_CHILD = r"""
+import sys, threading, random
+sys.path.insert(0, sys.argv[1])
+import torch
+import test_review_hash64_offsets as T
+rng = random.Random(5)
+strings = T._layouts(rng)[sys.argv[2]]
+payload = b"".join(strings)
+buf = T._EdgeBuffer(payload)
+off = [0]
+for s in strings:
+    off.append(off[-1] + len(s))
+dtype = torch.int64 if sys.argv[3] == "64" else torch.int32
+t = torch.tensor(off, dtype=dtype)
+a = t.numpy()
+stop = [False]
+def mutate():  # another thread rewrites offsets while the op reads them (the op runs without the GIL)
+    r = random.Random(9)
+    n = len(a)
+    big = (1 << 31) - 1 if sys.argv[3] == "32" else (1 << 62)
+    while not stop[0]:
+        i = r.randrange(n)
+        a[i] = r.choice([-1, big, len(payload) + 1, 0, off[i], off[i] + 1, off[i] - 1])
+        if r.random() < 0.3:
+            a[:] = off
+th = threading.Thread(target=mutate)
+th.start()
+ok = err = 0
+for _ in range(3000):
+    try:
+        T.OPS.hash64(t, buf.t, 1)
+        ok += 1
+    except (RuntimeError, ValueError):
+        err += 1
+stop[0] = True
+th.join()
+print("RACE", ok, err)
+"""
+
+
+@pytest.mark.parametrize("layout", ["words", "lines", "mixed"])
+@pytest.mark.parametrize("bits", ["64", "32"])
+def test_offsets_rewritten_during_the_hash_give_an_error_or_a_result_never_a_crash(layout, bits):
+    p = subprocess.run([sys.executable, "-c", _RACE_CHILD, os.path.dirname(__file__), layout, bits],
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    ok, err = map(int, p.stdout.split("RACE ")[1].split())
+    assert ok + err == 3000 and err > 0
