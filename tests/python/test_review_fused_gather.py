@@ -76,3 +76,18 @@ def test_gather_output_is_thread_count_invariant(corpus, pii, dedup, quality):
         assert len(got) == len(ref)
     if not quality:  # the chain (its own per-stage copies) gives the same output
         assert _run(ChainPipeline, 2, corpus, **kw) == ref
+
+
+@pytest.mark.parametrize("kw", [dict(pii="datatrove", quality=False), dict(near_dedup=True, quality=False),
+                                dict(near_dedup=True, pii="datatrove", quality=False, dedup=False)],
+                         ids=["pii-datatrove-cycling", "near-dedup", "near-dedup-pii-no-exact-dedup"])
+def test_gather_with_pii_cycling_and_near_dedup_is_thread_count_invariant(corpus, kw):
+    from luminamoon.stages import PIIMasker
+
+    kw = dict(kw)
+    if kw.get("pii") == "datatrove":  # replacements cycled across documents (the pipeline's own cycle)
+        kw["pii"] = PIIMasker("datatrove")
+    ref = _run(FusedPipeline, 1, corpus, **kw)
+    assert sum(len(t) for t, _ in ref) > 1000
+    for threads in (2, 4):
+        assert _run(FusedPipeline, threads, corpus, **kw) == ref, threads
