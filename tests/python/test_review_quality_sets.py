@@ -213,3 +213,18 @@ def test_memory_does_not_grow_over_50_batches(docs):
     # are freed or reused; 50 batches of leaks of them would be hundreds of MiB
     assert r1 - r0 < 64 << 20, (r0, r1, peak)
     assert peak - r0 < 128 << 20, (r0, r1, peak)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_fused_pipeline_with_large_sets_keeps_the_reference_documents(docs, threads):
+    """The same sets inside FusedPipeline (each worker its own scratch), reused over batches."""
+    from luminamoon.stages import FusedPipeline
+
+    big, small, keep = docs
+    p = FusedPipeline(cleaner=False, dedup=False, pii=False, quality={"rules": ["gopher_repetition"]},
+                      num_threads=threads)
+    for b in ([*big, *small], [small[0], big[4], small[1], big[0]], big[::-1], small):
+        r = p(b)
+        assert r.source_index.tolist() == [i for i, d in enumerate(b) if keep[d]]
+        assert r.texts.tolist() == [d for d in b if keep[d]]
+    p.close()
