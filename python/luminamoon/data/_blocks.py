@@ -27,7 +27,10 @@ from .errors import BadRecordError
 
 __all__ = ["RecordBlock", "LazyRecords", "jsonl_blocks"]
 
-_READ = 1 << 20  # decompressed bytes read (and scanned) at a time
+_READ = 4 << 20  # decompressed bytes read (and scanned) at a time: fewer blocks span two reads (their
+# texts are then copied into one payload) and fewer calls (callgrind, the corpus read in blocks of 2048:
+# 920M -> 874M instructions against 1 MiB reads)
+_READ_FIRST = 2 << 20  # the first read of a file: its first block reaches the stages sooner
 _OK, _BLANK, _SLOW, _TOO_LONG = 0, 1, 2, 3
 
 
@@ -460,8 +463,10 @@ def _chunks(src, fix_text=None, own=None, scan=None) -> Iterator[_Chunk]:
         try:
             base, line0, rec0 = pos["offset"], pos["line"], pos["record"]
             carry = b""
+            size = _READ_FIRST
             while True:
-                data = reader.read(_READ, carry)  # the partial line, then the next bytes
+                data = reader.read(size, carry)  # the partial line, then the next bytes
+                size = _READ
                 if not data:
                     if carry:
                         r0 = rec0
