@@ -94,8 +94,11 @@ def _resume_and_compare(paths, out, ref, again=True):
 def test_kill_at_every_durable_write_then_resume(setup, tmp_path):
     paths, ref, renames = setup
     n = listed_missing = 0
+    # one kill a rename, right before it for odd k and right after it for even k (the state after
+    # rename k is the state before rename k + 1 but for the work between them): every rename's
+    # before or after, at half the ~60 runs of both (the CI budget); the last two renames get both
     for k in range(1, renames + 1):
-        for when in ("before", "after"):
+        for when in ("before", "after") if k > renames - 2 else (("before", "after")[k % 2 == 0],):
             out = str(tmp_path / f"o-{k}-{when}")
             r = _go(paths, out, k, when)
             assert r.returncode == 137, (k, when, r.returncode, r.stderr[-2000:])
@@ -107,7 +110,7 @@ def test_kill_at_every_durable_write_then_resume(setup, tmp_path):
             listed_missing += any(not os.path.exists(os.path.join(out, m)) for m in man)
             _resume_and_compare(paths, out, ref, again=k > renames - 4)  # the end: resumed twice
             n += 1
-    assert n >= renames
+    assert n >= renames - 2
     assert listed_missing >= 3  # the window of files listed before they exist was hit
 
 
