@@ -174,6 +174,8 @@ uint64_t lmq_debug_unit_scans(void);
 /* Work counter for the tests: how many slot arrays this thread took as a mapping of their own
  * (the huge-page path of the n-gram sets, quality_rules.c slots_alloc). */
 uint64_t lmq_debug_set_maps(void);
+/* 1 when this build maps big slot arrays (Linux, not under AddressSanitizer). */
+int lmq_set_maps_built(void);
 
 /* Code points (Python len) in s[0..n). */
 static inline size_t lmq_cp_count(const uint8_t *s, size_t n) {

@@ -45,11 +45,27 @@ static int reserve(uint8_t **p, size_t *cap, size_t need) {
  * when the mapping fails: malloc, cleared by a write (set_clear). */
 #define LMQ_MAP_MIN ((size_t)4 << 20)
 #define LMQ_MAP_ALIGN ((size_t)2 << 20)
+/* Not under AddressSanitizer: its allocator watches malloc'd slot arrays (an
+ * overrun of a mapping rounded to 2 MiB would go unseen), so sanitized builds
+ * take the malloc path for every size. */
+#if defined(__SANITIZE_ADDRESS__)
+#define LMQ_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define LMQ_SANITIZED 1
+#endif
+#endif
+#if !defined(LMQ_SANITIZED) && defined(__linux__) && defined(MAP_ANONYMOUS) && defined(MADV_HUGEPAGE)
+#define LMQ_USE_MAP 1
+#else
+#define LMQ_USE_MAP 0
+#endif
 
 static size_t map_bytes(size_t bytes) { return (bytes + LMQ_MAP_ALIGN - 1) & ~(LMQ_MAP_ALIGN - 1); }
 
 static _Thread_local uint64_t set_maps;
 uint64_t lmq_debug_set_maps(void) { return set_maps; }
+int lmq_set_maps_built(void) { return LMQ_USE_MAP; }
 
 /* Every slot zero (generation 0: empty).  *mapped = 1 for a mapping (free
  * it with slots_free and the same n).  NULL on ENOMEM / overflow. */
@@ -58,7 +74,7 @@ static lmq_slot *slots_alloc(size_t n, int zero, uint8_t *mapped) {
   *mapped = 0;
   if (n > SIZE_MAX / sizeof(lmq_slot) / 2) return NULL;
   size_t bytes = n * sizeof(lmq_slot);
-#if defined(__linux__) && defined(MAP_ANONYMOUS) && defined(MADV_HUGEPAGE)
+#if LMQ_USE_MAP
   if (bytes >= LMQ_MAP_MIN) {
     size_t len = map_bytes(bytes);
     char *m = (char *)mmap(NULL, len + LMQ_MAP_ALIGN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -87,7 +103,7 @@ static lmq_slot *slots_alloc(size_t n, int zero, uint8_t *mapped) {
 
 static void slots_free(lmq_slot *e, size_t n, uint8_t mapped) {
   if (!e) return;
-#if defined(__linux__) && defined(MAP_ANONYMOUS) && defined(MADV_HUGEPAGE)
+#if LMQ_USE_MAP
   if (mapped) {
     munmap(e, map_bytes(n * sizeof(lmq_slot)));
     return;
