@@ -39,31 +39,8 @@
 #include <malloc.h>
 #endif
 
+#include "bench_docs.h"
 #include "luminamoon/pipeline.h"
-
-static double now(int clock) {
-  struct timespec t;
-  clock_gettime(clock, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-typedef struct {
-  uint64_t n;
-  int64_t *off;
-  uint8_t *data;
-} corpus;
-
-static int load(const char *path, corpus *c) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return -1;
-  if (fread(&c->n, 8, 1, f) != 1) return -1;
-  c->off = (int64_t *)malloc((c->n + 1) * 8);
-  if (fread(c->off, 8, c->n + 1, f) != c->n + 1) return -1;
-  c->data = (uint8_t *)malloc((size_t)c->off[c->n] + 1);
-  if (fread(c->data, 1, (size_t)c->off[c->n], f) != (size_t)c->off[c->n]) return -1;
-  fclose(f);
-  return 0;
-}
 
 /* critical path (new core only): CPU of the busiest worker of each parallel call */
 static double g_busy_sum, g_busy_max;
@@ -81,19 +58,6 @@ static void stats(void *arg, size_t nw, const double *busy) {
 
 static double g_serial, g_imbalance; /* of the last run */
 
-/* busy CPU seconds of the whole machine (/proc/stat, all CPUs; 0 where there is none):
- * minus this process's CPU over a round, what other processes took meanwhile (this
- * machine is shared: a round where they took more than ~0.1 s is marked noisy) */
-static double machine_busy(void) {
-  FILE *f = fopen("/proc/stat", "r");
-  if (!f) return 0;
-  unsigned long long v[8] = {0};
-  int k = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6],
-                 &v[7]);
-  fclose(f);
-  if (k < 8) return 0;
-  return (double)(v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / 100.0; /* USER_HZ */
-}
 static double self_cpu(void) {
   struct rusage r;
   memset(&r, 0, sizeof r);
@@ -104,19 +68,7 @@ static double self_cpu(void) {
 
 /* user / sys CPU seconds and minor page faults of the last run: the whole process
  * and the calling thread (RUSAGE_THREAD, Linux); the pool's workers are the difference */
-typedef struct {
-  double user, sys;
-  long minflt;
-} usage;
 static usage g_proc, g_main;
-static void get_usage(int who, usage *u) {
-  struct rusage r;
-  memset(&r, 0, sizeof r);
-  getrusage(who, &r);
-  u->user = (double)r.ru_utime.tv_sec + (double)r.ru_utime.tv_usec * 1e-6;
-  u->sys = (double)r.ru_stime.tv_sec + (double)r.ru_stime.tv_usec * 1e-6;
-  u->minflt = r.ru_minflt;
-}
 static int thread_usage(usage *u) {
 #ifdef RUSAGE_THREAD
   get_usage(RUSAGE_THREAD, u);
