@@ -137,11 +137,11 @@ int lm_env_switch_on(const char *name) {
   return v && *v && *v != '0';
 }
 
-/* 1 when the AVX2 copy runs: the CPU has AVX2 and LM_NO_AVX2 is not set in the
- * environment; read once (the tests call both copies directly). */
-int lm_hash_uses_avx2(void) {
-#if LM_HASH_HAVE_AVX2
-  static int cached = -1; /* a benign race: every thread computes the same value */
+/* 1 when the CPU has AVX2 and LM_NO_AVX2 is not set in the environment; read once (a
+ * benign race: every thread computes the same value).  0 off x86 / GNU C. */
+int lm_cpu_avx2_on(void) {
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+  static int cached = -1;
   int c = __atomic_load_n(&cached, __ATOMIC_RELAXED);
   if (c < 0) {
     __builtin_cpu_init();
@@ -149,6 +149,16 @@ int lm_hash_uses_avx2(void) {
     __atomic_store_n(&cached, c, __ATOMIC_RELAXED);
   }
   return c;
+#else
+  return 0;
+#endif
+}
+
+/* 1 when the AVX2 copy runs (lm_cpu_avx2_on where the copy is built; the tests call both
+ * copies directly). */
+int lm_hash_uses_avx2(void) {
+#if LM_HASH_HAVE_AVX2
+  return lm_cpu_avx2_on();
 #else
   return 0;
 #endif

@@ -42,6 +42,9 @@ void lm_hash64_over12(const uint8_t *const *ptrs, const size_t *lens, size_t n, 
  * LM_NO_AVX512 switches of every runtime-dispatched kernel (hash, ops, minhash).  Thread-safe
  * as getenv is (nothing here sets the environment). */
 int lm_env_switch_on(const char *name);
+/* 1 when the CPU has AVX2 and LM_NO_AVX2 was not set (read once): the AVX2 switch of the hash and
+ * of jsonl_scan.c's string runs. */
+int lm_cpu_avx2_on(void);
 /* 1 when lm_hash64_many uses the AVX2 copy (the CPU has AVX2 and LM_NO_AVX2 was not set). */
 int lm_hash_uses_avx2(void);
 

@@ -2,7 +2,7 @@
  * decodes one top-level string field; anything it is not sure of is LM_JSONL_SLOW. */
 #include <string.h>
 
-#include "hash_internal.h" /* lm_env_switch_on: the LM_NO_AVX2 switch */
+#include "hash_internal.h" /* lm_cpu_avx2_on: the CPU check and the LM_NO_AVX2 switch */
 #include "luminamoon/jsonl.h"
 
 /* The plain-ASCII runs of strings (jl_string) are found 32 bytes at a time with AVX2 when
@@ -33,16 +33,7 @@ __attribute__((target("avx2"))) static size_t jl_run_avx2(const uint8_t *p, cons
   return (size_t)(p - s);
 }
 
-static int jl_use_avx2(void) {
-  static int cached = -1; /* a benign race: every thread computes the same value */
-  int c = __atomic_load_n(&cached, __ATOMIC_RELAXED);
-  if (c < 0) {
-    __builtin_cpu_init();
-    c = __builtin_cpu_supports("avx2") && !lm_env_switch_on("LM_NO_AVX2");
-    __atomic_store_n(&cached, c, __ATOMIC_RELAXED);
-  }
-  return c;
-}
+static int jl_use_avx2(void) { return lm_cpu_avx2_on(); }
 #else
 #define JL_HAVE_AVX2 0
 #endif
