@@ -11,23 +11,15 @@
 #include <string>
 #include <vector>
 
+#include "docs_builder.h"
+
 extern "C" {
 #include "luminamoon/pipeline.h"
 }
 
 namespace {
 
-struct RBatch {
-  std::vector<int64_t> off{0};
-  std::string data;
-  void add(const std::string &s) {
-    data += s;
-    off.push_back(int64_t(data.size()));
-  }
-  lm_docs docs() const {
-    return lm_docs{off.data(), reinterpret_cast<const uint8_t *>(data.data()), off.size() - 1, data.size()};
-  }
-};
+using RBatch = lmtest::Docs;  // one batch of documents (docs_builder.h)
 
 struct ROut {
   std::vector<std::string> texts;
@@ -101,7 +93,7 @@ std::vector<ROut> run_all(bool pii, int threads, const std::vector<RBatch> &batc
   lm_batch_result r;
   lm_batch_result_init(&r);  // one result reused too
   for (const RBatch &b : batches) {
-    lm_docs in = b.docs();
+    lm_docs in = b.view();
     EXPECT_EQ(lm_fused_run(f, &in, &r, &ex), LM_OK);
     ROut o;
     for (size_t i = 0; i < r.n_out; i++) {
