@@ -155,7 +155,7 @@ def mutate():  # another thread rewrites offsets while the op reads them (the op
 th = threading.Thread(target=mutate)
 th.start()
 ok = err = 0
-for _ in range(3000):
+for _ in range(400):
     try:
         T.OPS.hash64(t, buf.t, 1)
         ok += 1
@@ -174,4 +174,4 @@ def test_offsets_rewritten_during_the_hash_give_an_error_or_a_result_never_a_cra
                        capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     ok, err = map(int, p.stdout.split("RACE ")[1].split())
-    assert ok + err == 3000 and err > 0
+    assert ok + err == 400 and err > 0
