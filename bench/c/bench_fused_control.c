@@ -89,6 +89,28 @@ typedef struct {
   uint64_t docs_out;
 } job;
 
+/* the corpus through s in batches of `batch` on ex; j gets the wall time, the CPU and faults of
+ * `who` (RUSAGE_THREAD: this thread; RUSAGE_SELF: the process) and the documents kept */
+static void timed_run(const corpus *c, size_t batch, stages *s, lm_batch_result *r, const lm_exec *ex, int who,
+                      job *j) {
+  usage u0, u1;
+  get_usage(who, &u0);
+  double t0 = now(CLOCK_MONOTONIC);
+  for (size_t b = 0; b < c->n; b += batch) {
+    size_t e = b + batch < c->n ? b + batch : c->n;
+    lm_docs docs = {c->off + b, c->data, e - b, (size_t)c->off[c->n]};
+    if (lm_fused_run(s->f, &docs, r, ex)) exit(3);
+  }
+  j->wall = now(CLOCK_MONOTONIC) - t0;
+  get_usage(who, &u1);
+  j->user = u1.user - u0.user;
+  j->sys = u1.sys - u0.sys;
+  j->minflt = u1.minflt - u0.minflt;
+  lm_fused_counters fc;
+  lm_fused_get_counters(s->f, &fc);
+  j->docs_out = fc.docs_out;
+}
+
 static void *run_private(void *arg) {
   job *j = (job *)arg;
   corpus c;
@@ -99,22 +121,7 @@ static void *run_private(void *arg) {
   lm_batch_result_init(&r);
   lm_exec ex = {1, 0};
   if (j->start) pthread_barrier_wait(j->start);
-  usage u0, u1;
-  get_usage(RUSAGE_THREAD, &u0);
-  double t0 = now(CLOCK_MONOTONIC);
-  for (size_t b = 0; b < c.n; b += j->batch) {
-    size_t e = b + j->batch < c.n ? b + j->batch : c.n;
-    lm_docs docs = {c.off + b, c.data, e - b, (size_t)c.off[c.n]};
-    if (lm_fused_run(s.f, &docs, &r, &ex)) exit(3);
-  }
-  j->wall = now(CLOCK_MONOTONIC) - t0;
-  get_usage(RUSAGE_THREAD, &u1);
-  j->user = u1.user - u0.user;
-  j->sys = u1.sys - u0.sys;
-  j->minflt = u1.minflt - u0.minflt;
-  lm_fused_counters fc;
-  lm_fused_get_counters(s.f, &fc);
-  j->docs_out = fc.docs_out;
+  timed_run(&c, j->batch, &s, &r, &ex, RUSAGE_THREAD, j);
   lm_batch_result_free(&r);
   stages_free(&s);
   free_corpus(&c);
@@ -128,22 +135,7 @@ static void run_pipeline(const corpus *c, size_t batch, int threads, job *j) {
   lm_batch_result r;
   lm_batch_result_init(&r);
   lm_exec ex = {threads, 0};
-  usage u0, u1;
-  get_usage(RUSAGE_SELF, &u0);
-  double t0 = now(CLOCK_MONOTONIC);
-  for (size_t b = 0; b < c->n; b += batch) {
-    size_t e = b + batch < c->n ? b + batch : c->n;
-    lm_docs docs = {c->off + b, c->data, e - b, (size_t)c->off[c->n]};
-    if (lm_fused_run(s.f, &docs, &r, &ex)) exit(3);
-  }
-  j->wall = now(CLOCK_MONOTONIC) - t0;
-  get_usage(RUSAGE_SELF, &u1);
-  j->user = u1.user - u0.user;
-  j->sys = u1.sys - u0.sys;
-  j->minflt = u1.minflt - u0.minflt;
-  lm_fused_counters fc;
-  lm_fused_get_counters(s.f, &fc);
-  j->docs_out = fc.docs_out;
+  timed_run(c, batch, &s, &r, &ex, RUSAGE_SELF, j);
   lm_batch_result_free(&r);
   stages_free(&s);
 }

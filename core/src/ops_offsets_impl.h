@@ -491,6 +491,27 @@ typedef struct {
   uint64_t *out;
 } CTX(hash);
 
+/* A block's m strings checked (non-decreasing, the last end <= lim) into (pointer, length) lists,
+ * and, where heads is not NULL, each string's first 8 bytes where they lie inside the payload
+ * (0 elsewhere).  Non-zero when an offset is out of order or past lim: nothing is then read. */
+static inline int LM_CAT(SUF, _hash_list)(const OFF_T *off, size_t m, const uint8_t *base, UOFF_T lim,
+                                          const uint8_t **ptrs, size_t *lens, uint64_t *heads) {
+  UOFF_T down = 0;
+  UOFF_T a = (UOFF_T)off[0];
+  for (size_t k = 0; k < m; k++) {
+    const UOFF_T z = (UOFF_T)off[k + 1];
+    down |= (UOFF_T)(z < a);
+    ptrs[k] = (const uint8_t *)((uintptr_t)base + (uintptr_t)a);
+    lens[k] = (size_t)(UOFF_T)(z - a);
+    if (heads) {
+      heads[k] = 0;
+      if (lim >= 8 && a <= lim - 8) memcpy(&heads[k], ptrs[k], 8);
+    }
+    a = z;
+  }
+  return (down | (UOFF_T)(a > lim)) != 0;
+}
+
 static lm_status RNG(hash)(void *ctx, size_t begin, size_t end) {
   const CTX(hash) *c = ctx;
   const OFF_T *off = c->off;
@@ -515,18 +536,7 @@ static lm_status RNG(hash)(void *ctx, size_t begin, size_t end) {
      * (hash_avx512.c); long strings (documents) take the class lists below */
     if (v512 && (UOFF_T)off[b0 + m] - (UOFF_T)off[b0] <= (UOFF_T)(16 * m)) {
       uint64_t heads[LM_HASH_LIST_MAX]; /* each string's first 8 bytes where inside the payload */
-      UOFF_T down = 0;
-      UOFF_T a = (UOFF_T)off[b0];
-      for (size_t k = 0; k < m; k++) {
-        const UOFF_T z = (UOFF_T)off[b0 + k + 1];
-        down |= (UOFF_T)(z < a);
-        ptrs[k] = (const uint8_t *)((uintptr_t)base + (uintptr_t)a);
-        lens[k] = (size_t)(UOFF_T)(z - a);
-        heads[k] = 0;
-        if (lim >= 8 && a <= lim - 8) memcpy(&heads[k], ptrs[k], 8);
-        a = z;
-      }
-      if (down | (UOFF_T)(a > lim)) return LM_EINVAL;
+      if (LM_CAT(SUF, _hash_list)(off + b0, m, base, lim, ptrs, lens, heads)) return LM_EINVAL;
       lm_hash64_ptrs_avx512(ptrs, lens, heads, m, base + lim, c->seed, c->out + b0);
       continue;
     }
@@ -536,16 +546,7 @@ static lm_status RNG(hash)(void *ctx, size_t begin, size_t end) {
      * of over 16 bytes in order, inlined, and the short ones by length class): 8.0-8.3 ns a
      * line against 9.4 with the class lists and a call per long string below (/tmp/s26) */
     if ((UOFF_T)off[b0 + m] - (UOFF_T)off[b0] > (UOFF_T)(16 * m)) {
-      UOFF_T down = 0;
-      UOFF_T a = (UOFF_T)off[b0];
-      for (size_t k = 0; k < m; k++) {
-        const UOFF_T z = (UOFF_T)off[b0 + k + 1];
-        down |= (UOFF_T)(z < a);
-        ptrs[k] = (const uint8_t *)((uintptr_t)base + (uintptr_t)a);
-        lens[k] = (size_t)(UOFF_T)(z - a);
-        a = z;
-      }
-      if (down | (UOFF_T)(a > lim)) return LM_EINVAL;
+      if (LM_CAT(SUF, _hash_list)(off + b0, m, base, lim, ptrs, lens, NULL)) return LM_EINVAL;
       lm_hash64_many(ptrs, lens, m, c->seed, c->out + b0);
       continue;
     }
