@@ -39,7 +39,7 @@ fi
 echo "== pytest (a skip fails the run unless it is a GPU test's, or a shared-corpus test's outside CI: tests/python/conftest.py)"
 log=$(mktemp)
 rc=0
-$PY -m pytest -q -p no:cacheprovider -rs tests/python "$@" 2>&1 | tee "$log" || rc=$?
+$PY -m pytest -q -p no:cacheprovider -rs --durations=30 tests/python "$@" 2>&1 | tee "$log" || rc=$?
 skipped=$(grep -Eo '[0-9]+ skipped' "$log" | tail -n 1 | cut -d' ' -f1 || true)
 rm -f "$log"
 echo "pytest: ${skipped:-0} skipped (listed above with their reasons)"
