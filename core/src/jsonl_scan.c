@@ -308,11 +308,23 @@ static int jl_array(jl_cur *c, int depth) {
   }
 }
 
-/* An object; c->p just past '{'.  At top level (key != NULL) the value of `key` is
- * decoded into out (*found set, *out_end its end); any other case of the key or an
- * escaped key is SLOW. */
-static int jl_object(jl_cur *c, int depth, const uint8_t *key, size_t key_len, uint8_t *out,
-                     uint8_t **out_end, int *found) {
+/* A top-level field to decode: its key, where its value goes (out), and after the object
+ * the value's end (out_end) and found (0 missing, 1 decoded, 2 present but not decoded: for
+ * a second field only, see jl_object). */
+typedef struct {
+  const uint8_t *key;
+  size_t key_len;
+  uint8_t *out;
+  uint8_t *out_end;
+  int found;
+} jl_field;
+
+/* An object; c->p just past '{'.  At top level (f != NULL) the value of f->key is decoded
+ * into f->out (f->found, f->out_end set); any other case of the key, an escaped key, the key
+ * twice or a value that is not a decodable string is SLOW.  f2 (top level only, may be NULL):
+ * a second key decoded the same way when it can be, else only validated (f2->found = 2:
+ * twice, not a string, a lone surrogate escape) -- never SLOW for f2's sake. */
+static int jl_object(jl_cur *c, int depth, jl_field *f, jl_field *f2) {
   if (jl_empty(c, '}')) return 1;
   for (;;) {
     if (c->p >= c->end || *c->p != '"') return 0;
@@ -325,14 +337,29 @@ static int jl_object(jl_cur *c, int depth, const uint8_t *key, size_t key_len, u
     if (c->p >= c->end || *c->p != ':') return 0;
     c->p++;
     jl_skip_ws(c);
-    if (key != NULL) {
+    if (f != NULL) {
       if (esc) return 0; /* keys with escapes could spell the key: let the exact parser decide */
-      if ((size_t)(k1 - k0) == key_len && memcmp(k0, key, key_len) == 0) {
-        if (*found) return 0; /* the key twice: Python keeps the last; leave it to Python */
-        *found = 1;
+      if ((size_t)(k1 - k0) == f->key_len && memcmp(k0, f->key, f->key_len) == 0) {
+        if (f->found) return 0; /* the key twice: Python keeps the last; leave it to Python */
+        f->found = 1;
         if (c->p >= c->end || *c->p != '"') return 0; /* not a string: the exact parser says so */
         c->p++;
-        if (!jl_string(c, out, out_end, NULL)) return 0;
+        if (!jl_string(c, f->out, &f->out_end, NULL)) return 0;
+      } else if (f2 != NULL && (size_t)(k1 - k0) == f2->key_len && memcmp(k0, f2->key, f2->key_len) == 0) {
+        const uint8_t *v = c->p;
+        if (f2->found == 0 && v < c->end && *v == '"') {
+          c->p = v + 1;
+          if (jl_string(c, f2->out, &f2->out_end, NULL)) {
+            f2->found = 1;
+          } else { /* not decodable here (a lone surrogate escape): valid JSON or not? */
+            c->p = v;
+            f2->found = 2;
+            if (!jl_value(c, depth + 1)) return 0;
+          }
+        } else {
+          f2->found = 2; /* twice (Python keeps the last), or not a string */
+          if (!jl_value(c, depth + 1)) return 0;
+        }
       } else if (!jl_value(c, depth + 1)) {
         return 0;
       }
@@ -353,7 +380,7 @@ static int jl_value(jl_cur *c, int depth) {
       return jl_string(c, NULL, NULL, NULL);
     case '{':
       c->p++;
-      return jl_object(c, depth, NULL, 0, NULL, NULL, NULL);
+      return jl_object(c, depth, NULL, NULL);
     case '[':
       c->p++;
       return jl_array(c, depth);
@@ -383,12 +410,23 @@ lm_status lm_jsonl_count_lines(const uint8_t *buf, size_t len, size_t *n_lines) 
 lm_status lm_jsonl_scan(const uint8_t *buf, size_t len, const uint8_t *key, size_t key_len,
                         int64_t max_line_bytes, uint8_t *text_out, int64_t *text_offsets,
                         int64_t *line_ends, int8_t *status, size_t lines_cap, size_t *n_ok) {
+  return lm_jsonl_scan2(buf, len, key, key_len, NULL, 0, max_line_bytes, text_out, text_offsets, NULL, NULL, NULL,
+                        line_ends, status, lines_cap, n_ok);
+}
+
+lm_status lm_jsonl_scan2(const uint8_t *buf, size_t len, const uint8_t *key, size_t key_len, const uint8_t *key2,
+                         size_t key2_len, int64_t max_line_bytes, uint8_t *text_out, int64_t *text_offsets,
+                         uint8_t *key2_out, int64_t *key2_offsets, int8_t *key2_ok, int64_t *line_ends,
+                         int8_t *status, size_t lines_cap, size_t *n_ok) {
   if ((buf == NULL && len > 0) || key == NULL || key_len == 0 || text_offsets == NULL || n_ok == NULL ||
       (len > 0 && (text_out == NULL || line_ends == NULL || status == NULL)))
     return LM_EINVAL;
+  if (key2 != NULL && (key2_len == 0 || key2_offsets == NULL || (len > 0 && (key2_out == NULL || key2_ok == NULL))))
+    return LM_EINVAL;
   size_t line = 0, ok = 0;
-  int64_t tpos = 0;
+  int64_t tpos = 0, kpos = 0;
   text_offsets[0] = 0;
+  if (key2 != NULL) key2_offsets[0] = 0;
   const uint8_t *p = buf, *end = buf + len;
   while (p < end) {
     if (line >= lines_cap) return LM_EINVAL;
@@ -411,14 +449,21 @@ lm_status lm_jsonl_scan(const uint8_t *buf, size_t len, const uint8_t *key, size
         st = LM_JSONL_SLOW;
         if (c.p < le && *c.p == '{') {
           c.p++;
-          uint8_t *o_end = NULL;
-          int found = 0;
-          if (jl_object(&c, 1, key, key_len, text_out + tpos, &o_end, &found) && found) {
+          /* the decoded values never outrun the line's bytes: text_out + tpos and key2_out +
+           * kpos stay at or before the line's offset in buf (see jl_run_avx2's stores) */
+          jl_field f = {key, key_len, text_out + tpos, NULL, 0};
+          jl_field f2 = {key2, key2_len, key2 != NULL ? key2_out + kpos : NULL, NULL, 0};
+          if (jl_object(&c, 1, &f, key2 != NULL ? &f2 : NULL) && f.found) {
             jl_skip_ws(&c);
             if (c.p == le) {
               st = LM_JSONL_OK;
-              tpos = (int64_t)(o_end - text_out);
+              tpos = (int64_t)(f.out_end - text_out);
               text_offsets[++ok] = tpos;
+              if (key2 != NULL) {
+                key2_ok[ok - 1] = (int8_t)(f2.found == 1);
+                if (f2.found == 1) kpos = (int64_t)(f2.out_end - key2_out);
+                key2_offsets[ok] = kpos;
+              }
             }
           }
         }

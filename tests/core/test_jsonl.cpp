@@ -100,3 +100,111 @@ TEST(Jsonl, OnlyJsonWhitespaceBeforeTheObject) {
   EXPECT_EQ(scan("\x0c{\"text\": \"a\"}\n").status[0], LM_JSONL_SLOW);
   EXPECT_EQ(scan(" \t{\"text\": \"a\"}\n").status[0], LM_JSONL_OK);
 }
+
+namespace {
+
+struct Scan2 {
+  Scan one;                         // what lm_jsonl_scan2 gives for the text key
+  std::vector<int> ok2;             // per OK line
+  std::vector<std::string> values;  // per OK line (empty where ok2 is 0)
+};
+
+// lm_jsonl_scan2 with outputs sized exactly (ASan sees any write past them)
+Scan2 scan2(const std::string &in, const std::string &key2, const std::string &key = "text") {
+  size_t n = 0;
+  const uint8_t *b = reinterpret_cast<const uint8_t *>(in.data());
+  EXPECT_EQ(lm_jsonl_count_lines(b, in.size(), &n), LM_OK);
+  std::vector<uint8_t> out(in.size() ? in.size() : 1), out2(in.size() ? in.size() : 1);
+  std::vector<int64_t> offs(n + 1), offs2(n + 1), ends(n ? n : 1);
+  std::vector<int8_t> st(n ? n : 1), ok2(n ? n : 1);
+  size_t ok = 0;
+  EXPECT_EQ(lm_jsonl_scan2(b, in.size(), reinterpret_cast<const uint8_t *>(key.data()), key.size(),
+                           reinterpret_cast<const uint8_t *>(key2.data()), key2.size(), -1, out.data(), offs.data(),
+                           out2.data(), offs2.data(), ok2.data(), ends.data(), st.data(), n, &ok),
+            LM_OK);
+  Scan2 s;
+  s.one.status.assign(st.begin(), st.begin() + n);
+  s.one.ends.assign(ends.begin(), ends.begin() + n);
+  for (size_t i = 0; i < ok; i++) {
+    s.one.texts.emplace_back(reinterpret_cast<const char *>(out.data()) + offs[i], size_t(offs[i + 1] - offs[i]));
+    s.ok2.push_back(ok2[i]);
+    if (!ok2[i]) {
+      EXPECT_EQ(offs2[i + 1], offs2[i]);
+    }
+    s.values.emplace_back(reinterpret_cast<const char *>(out2.data()) + offs2[i], size_t(offs2[i + 1] - offs2[i]));
+  }
+  return s;
+}
+
+}  // namespace
+
+TEST(Jsonl, SecondKeyDecodedInTheSamePass) {
+  const std::string in =
+      "{\"id\": \"a\\u00e9\\\"b\", \"text\": \"t1\"}\n"                   // escapes
+      "{\"text\": \"t2\"}\n"                                                // no id
+      "{\"id\": 7, \"text\": \"t3\"}\n"                                     // not a string
+      "{\"id\": \"x\", \"text\": \"t4\", \"id\": \"y\"}\n"                  // twice
+      "{\"id\": \"\\ud800\", \"text\": \"t5\"}\n"                           // lone surrogate: valid JSON
+      "{\"m\": {\"id\": \"n\"}, \"text\": \"t6\", \"id\": \"\xc3\xa9z\"}\n"  // nested id is not the id
+      "{\"id\": \"q\", \"text\": 1}\n"                                      // text not a string: SLOW
+      "{\"id\": \"\\q\", \"text\": \"t8\"}\n"                               // bad escape in id: SLOW
+      "\n"
+      "{\"id\": \"0123456789012345678901234567890123456789\", \"text\": \"t10\"}";
+  Scan2 s = scan2(in, "id");
+  Scan plain = scan(in);
+  EXPECT_EQ(s.one.status, plain.status);
+  EXPECT_EQ(s.one.ends, plain.ends);
+  EXPECT_EQ(s.one.texts, plain.texts);
+  ASSERT_EQ(s.ok2, (std::vector<int>{1, 0, 0, 0, 0, 1, 1}));
+  EXPECT_EQ(s.values[0], "a\xc3\xa9\"b");
+  EXPECT_EQ(s.values[5], "\xc3\xa9z");
+  EXPECT_EQ(s.values[6], "0123456789012345678901234567890123456789");
+  EXPECT_EQ(s.one.status[6], LM_JSONL_SLOW);
+  EXPECT_EQ(s.one.status[7], LM_JSONL_SLOW);
+  // the same key twice over: never decoded as the second key
+  Scan2 same = scan2(in, "text");
+  EXPECT_EQ(same.one.texts, plain.texts);
+  for (int v : same.ok2) EXPECT_EQ(v, 0);
+}
+
+TEST(Jsonl, SecondKeyLongValuesAtEveryLength) {
+  // values of 0..80 bytes (the 32-byte AVX2 loads and their stores at every offset) in lines
+  // of several shapes, outputs sized exactly
+  for (int len = 0; len <= 80; len++) {
+    std::string v, t;
+    for (int i = 0; i < len; i++) v += char('a' + i % 26);
+    for (int i = 0; i < 80 - len; i++) t += char('A' + i % 26);
+    const std::string in = "{\"id\":\"" + v + "\",\"text\":\"" + t + "\"}\n{\"text\":\"" + t + "\",\"id\":\"" + v +
+                           "\"}\n{\"id\":\"" + v + "\",\"text\":\"\"}";
+    Scan2 s = scan2(in, "id");
+    ASSERT_EQ(s.ok2, (std::vector<int>{1, 1, 1})) << len;
+    for (int k = 0; k < 3; k++) EXPECT_EQ(s.values[k], v) << len;
+    EXPECT_EQ(s.one.texts, scan(in).texts) << len;
+  }
+}
+
+TEST(Jsonl, SecondKeyBadArguments) {
+  const std::string in = "{\"text\": \"a\"}";
+  const uint8_t *b = reinterpret_cast<const uint8_t *>(in.data());
+  std::vector<uint8_t> out(in.size()), out2(in.size());
+  std::vector<int64_t> offs(2), offs2(2), ends(1);
+  std::vector<int8_t> st(1), ok2(1);
+  size_t ok = 0;
+  const uint8_t *k = reinterpret_cast<const uint8_t *>("text"), *k2 = reinterpret_cast<const uint8_t *>("id");
+  EXPECT_EQ(lm_jsonl_scan2(b, in.size(), k, 4, k2, 0, -1, out.data(), offs.data(), out2.data(), offs2.data(),
+                           ok2.data(), ends.data(), st.data(), 1, &ok),
+            LM_EINVAL);
+  EXPECT_EQ(lm_jsonl_scan2(b, in.size(), k, 4, k2, 2, -1, out.data(), offs.data(), nullptr, offs2.data(), ok2.data(),
+                           ends.data(), st.data(), 1, &ok),
+            LM_EINVAL);
+  EXPECT_EQ(lm_jsonl_scan2(b, in.size(), k, 4, k2, 2, -1, out.data(), offs.data(), out2.data(), nullptr, ok2.data(),
+                           ends.data(), st.data(), 1, &ok),
+            LM_EINVAL);
+  EXPECT_EQ(lm_jsonl_scan2(b, in.size(), k, 4, k2, 2, -1, out.data(), offs.data(), out2.data(), offs2.data(), nullptr,
+                           ends.data(), st.data(), 1, &ok),
+            LM_EINVAL);
+  EXPECT_EQ(lm_jsonl_scan2(b, in.size(), k, 4, nullptr, 0, -1, out.data(), offs.data(), nullptr, nullptr, nullptr,
+                           ends.data(), st.data(), 1, &ok),
+            LM_OK);
+  EXPECT_EQ(ok, 1u);
+}

@@ -64,6 +64,28 @@ lm_status lm_jsonl_scan(const uint8_t *buf, size_t len, const uint8_t *key, size
                         int64_t max_line_bytes, uint8_t *text_out, int64_t *text_offsets,
                         int64_t *line_ends, int8_t *status, size_t lines_cap, size_t *n_ok);
 
+/* lm_jsonl_scan that also decodes a second top-level string field of each OK line in the
+ * same pass (e.g. the records' ids next to their texts).  key2 == NULL: exactly
+ * lm_jsonl_scan (key2_out, key2_offsets, key2_ok unused).  Otherwise the statuses, line
+ * ends and text outputs are those lm_jsonl_scan gives (the second key never makes a line
+ * SLOW), and for the r-th OK line (r = 0, 1, ...):
+ *   key2_ok[r]        1 when the line's top-level key2 (raw UTF-8 bytes, key2_len >= 1) is
+ *                     present once and its value is a string without lone surrogate
+ *                     escapes: its decoded bytes, what ``obj[key2].encode("utf-8")`` gives,
+ *                     are key2_out[key2_offsets[r], key2_offsets[r + 1]); else 0 (missing,
+ *                     twice, not a string, a lone surrogate: the caller parses the line)
+ *                     and key2_offsets[r + 1] == key2_offsets[r].
+ *   key2_out          capacity >= len bytes (bytes past key2_offsets[n_ok] unspecified);
+ *   key2_offsets      capacity >= lines_cap + 1 (key2_offsets[0] = 0);
+ *   key2_ok           capacity >= lines_cap.
+ * A key2 equal to key is never decoded (key2_ok 0).  Returns LM_OK, or LM_EINVAL as
+ * lm_jsonl_scan does and for key2 != NULL with key2_len == 0 or NULL key2 outputs.
+ * Ownership and thread safety: as lm_jsonl_scan. */
+lm_status lm_jsonl_scan2(const uint8_t *buf, size_t len, const uint8_t *key, size_t key_len, const uint8_t *key2,
+                         size_t key2_len, int64_t max_line_bytes, uint8_t *text_out, int64_t *text_offsets,
+                         uint8_t *key2_out, int64_t *key2_offsets, int8_t *key2_ok, int64_t *line_ends,
+                         int8_t *status, size_t lines_cap, size_t *n_ok);
+
 #ifdef __cplusplus
 }
 #endif

@@ -261,7 +261,9 @@ def _input_source(inner, id_field: str, text_field: str, names: Sequence[str]):
                     rec[_SURROGATES] = 1
                 return fixed
 
-            return inner.iter_blocks(n, fix_text=fix)
+            # JSONL: the ids decoded by the same C scan as the texts (field_strings reads no line again)
+            kw = {"fields": (id_field,)} if getattr(inner, "kind", "") == "jsonl" else {}
+            return inner.iter_blocks(n, fix_text=fix, **kw)
 
         def _records(self):
             inner = self.inner

@@ -41,10 +41,14 @@ class LazyRecords(Sequence):
     list of the same dicts."""
 
     def __init__(self, key: str, segs: List[Any], seg: np.ndarray, lo: np.ndarray, hi: np.ndarray,
-                 parsed: Dict[int, Dict[str, Any]]):
+                 parsed: Dict[int, Dict[str, Any]], field: Optional[tuple] = None):
         self._key = key
         self._segs, self._seg, self._lo, self._hi = segs, seg, lo, hi
         self._cache: Dict[int, Dict[str, Any]] = dict(parsed)
+        # (name, offsets int64 tensor [n + 1], data uint8 tensor, ok int8 array [n]): one more string
+        # field the scanner decoded with the texts (``iter_blocks(fields=...)``), each record's value
+        # (empty where ok is 0: the scanner could not vouch for it)
+        self._field = field
 
     def __len__(self) -> int:
         return len(self._seg)
@@ -67,6 +71,9 @@ class LazyRecords(Sequence):
         whole line (the text included) per record."""
         from .. import _C
 
+        pre = self._field
+        if pre is not None and pre[0] == field:
+            return self._prescanned(idx)
         out: List[Optional[str]] = [None] * len(idx)
         lines, where = [], []
         for k, i in enumerate(idx):
@@ -92,6 +99,28 @@ class LazyRecords(Sequence):
                 out[k] = data[offs[r]:offs[r + 1]].decode("utf-8")
                 r += 1
         return out
+
+    def _prescanned(self, idx: Sequence[int]) -> List[Optional[str]]:
+        """field_strings of the field decoded with the block (no second scan): the block's
+        values made str by one C call (``_C.to_list``), None where the scanner could not vouch
+        for one or the record was already decoded."""
+        from .. import _C
+
+        _, offs, data, ok = self._field
+        n = len(self)
+        idx = [int(i) + n if i < 0 else int(i) for i in idx]
+        if idx and not (0 <= min(idx) and max(idx) < n):
+            raise IndexError(f"record index out of range for {n} records")
+        cache = self._cache
+        if 8 * len(idx) >= n:  # many: every value made str by one C call
+            vals = _C.to_list(offs, data, False)
+            okl = ok.tolist()
+            if not cache:
+                return [vals[i] if okl[i] else None for i in idx]
+            return [vals[i] if okl[i] and i not in cache else None for i in idx]
+        o = offs.numpy()  # few (the run's kept records): only theirs decoded
+        mv = memoryview(data.numpy())
+        return [str(mv[o[i]:o[i + 1]], "utf-8") if ok[i] and i not in cache else None for i in idx]
 
     def __getitem__(self, i):
         if isinstance(i, slice):
@@ -139,7 +168,7 @@ class _Chunk:
     """The records of one scanned piece of one file (arrays aligned per record)."""
 
     __slots__ = ("buf", "texts", "lo", "hi", "parsed", "lines", "offs", "recs", "frames", "fuoffs",
-                 "skipped", "shard", "error", "error_pos", "gord", "items", "error_g")
+                 "skipped", "shard", "error", "error_pos", "gord", "items", "error_g", "ids")
 
     def __len__(self) -> int:
         return len(self.lines)
@@ -157,7 +186,7 @@ def _frames(bounds: List[tuple], offs: np.ndarray) -> "tuple[np.ndarray, np.ndar
 
 
 def _scan(src, path: str, shard: int, buf: Any, cut: int, base: int, line0: int, rec0: int,
-          reader, fix_text=None, own=None) -> "tuple[_Chunk, int, int]":
+          reader, fix_text=None, own=None, key2: Optional[str] = None) -> "tuple[_Chunk, int, int]":
     """Scans buf[:cut] (complete lines) read at uncompressed offset ``base`` after
     ``line0`` lines and ``rec0`` records of the file.  Returns the chunk and the
     file's line and record counts after it.
@@ -165,12 +194,21 @@ def _scan(src, path: str, shard: int, buf: Any, cut: int, base: int, line0: int,
     ``own=(W, r, g0)``: the global stream of a distributed pipeline: the chunk's records are
     stream items ``g0, g0 + 1, ...`` (across files) and this rank's are those with
     ``g % W == r``; the chunk then also carries every item's ordinal and position
-    (``items``) and each kept record's ordinal (``gord``)."""
+    (``items``) and each kept record's ordinal (``gord``).
+
+    ``key2``: a second string field decoded in the same pass (``c.ids``: (data, starts, ends,
+    ok) per kept record, ok = 0 where the scanner could not vouch for the value)."""
     from .. import _C
 
     lim = src.max_record_bytes
     view = memoryview(buf)[:cut]
-    ends_t, status_t, toff_t, tdata_t = _C.jsonl_scan(view, src.text_key, -1 if lim is None else lim)
+    if key2 is None:
+        ends_t, status_t, toff_t, tdata_t = _C.jsonl_scan(view, src.text_key, -1 if lim is None else lim)
+        c_ids = None
+    else:
+        ends_t, status_t, toff_t, tdata_t, koff_t, kdata_t, kok_t = _C.jsonl_scan(
+            view, src.text_key, -1 if lim is None else lim, key2)
+        koff, kok = koff_t.numpy(), kok_t.numpy()
     ends = ends_t.numpy()
     status = status_t.numpy()
     nlines = len(ends)
@@ -194,6 +232,7 @@ def _scan(src, path: str, shard: int, buf: Any, cut: int, base: int, line0: int,
     c = _Chunk()
     c.buf, c.shard, c.error = buf, shard, None
     c.parsed = {}
+    c.ids = None
     ok_mask = status == _OK
     if len(st) == 0 or (st == _OK).all():
         # the common case: every record of this chunk decoded by the scanner
@@ -247,6 +286,16 @@ def _scan(src, path: str, shard: int, buf: Any, cut: int, base: int, line0: int,
         keep = np.asarray(keep_l, dtype=np.int64)
         skipped = np.asarray(sk, dtype=np.int64)
         c.texts = texts
+    if key2 is not None:  # each kept record's value: its OK line's (the parsed ones: none)
+        if len(keep) == len(kok) and (len(st) == 0 or (st == _OK).all()):
+            c.ids = (kdata_t.numpy(), koff[:-1], koff[1:], kok)
+        else:
+            before = np.cumsum(ok_mask)[keep] - ok_mask[keep]  # OK lines before each kept record
+            okk = ok_mask[keep]
+            st_ = koff[before]
+            en_ = np.where(okk, koff[np.minimum(before + 1, len(koff) - 1)], st_)
+            c.ids = (kdata_t.numpy(), st_, en_,
+                     np.where(okk, kok[np.minimum(before, max(len(kok) - 1, 0))] if len(kok) else 0, 0).astype(np.int8))
     c.lo = starts[keep]
     c.hi = ends[keep]
     c.lines = line0 + keep + 1
@@ -306,7 +355,7 @@ def _scan_text(src, path: str, shard: int, buf: Any, cut: int, base: int, line0:
     except UnicodeDecodeError:
         utf8_ok = False
     c = _Chunk()
-    c.buf, c.shard, c.error, c.parsed = buf, shard, None, {}
+    c.buf, c.shard, c.error, c.parsed, c.ids = buf, shard, None, {}, None
     if utf8_ok and not (mine & big).any():
         keep = np.flatnonzero(mine)
         skipped = np.full(len(keep), src.skipped, dtype=np.int64)
@@ -438,6 +487,7 @@ def _too_long_chunk(src, path: str, shard: int, line0: int, rec0: int, end_off: 
             if own is not None:
                 c.error_g = own[2]
     e = np.zeros(0, dtype=np.int64)
+    c.ids = None
     c.lo = c.hi = c.lines = c.offs = c.recs = c.skipped = c.frames = c.fuoffs = e
     return c, lineno, rec0 + 1
 
@@ -567,9 +617,34 @@ def _slice_texts(texts, a: int, b: int):
     return (o[a:b + 1], d)
 
 
-def _assemble(key: str, pend: List[tuple]):
-    """(texts, LazyRecords, shards, lines) of the records [a, b) of each (chunk, a, b)."""
+def _compact_ids(parts: List[tuple]):
+    """(offsets int64 tensor, data uint8 tensor, ok int8 array) of the values ``parts`` =
+    [(data, starts, ends, ok)] point at, in order, as one (offsets, data) pair: a part whose
+    values lie back to back in its data is one slice of it (the common case), else gathered."""
+    offs, datas, shift = [np.zeros(1, dtype=np.int64)], [], 0
+    for d, s_, e_, _ in parts:
+        lens = e_ - s_
+        if not len(lens):
+            continue
+        if len(s_) == 1 or (s_[1:] == e_[:-1]).all():
+            piece = d[int(s_[0]):int(e_[-1])]
+        else:
+            total = int(lens.sum())
+            src = np.repeat(s_ - (np.cumsum(lens) - lens), lens)
+            piece = d[src + np.arange(total, dtype=np.int64)] if total else d[:0]
+        offs.append(np.cumsum(lens) + shift)
+        datas.append(piece)
+        shift += len(piece)
+    data = datas[0] if len(datas) == 1 else np.concatenate(datas) if datas else np.zeros(0, dtype=np.uint8)
+    ok = np.concatenate([t[3] for t in parts]) if parts else np.zeros(0, dtype=np.int8)
+    return (torch.from_numpy(np.concatenate(offs)), torch.from_numpy(np.ascontiguousarray(data)), ok)
+
+
+def _assemble(key: str, pend: List[tuple], key2: Optional[str] = None):
+    """(texts, LazyRecords, shards, lines) of the records [a, b) of each (chunk, a, b); with
+    ``key2`` the chunks' pre-scanned ``key2`` values go to the LazyRecords."""
     segs, seg, lo, hi, shards, lines, pieces = [], [], [], [], [], [], []
+    ids: List[tuple] = []
     parsed: Dict[int, Dict[str, Any]] = {}
     k = 0
     for c, a, b in pend:
@@ -583,21 +658,40 @@ def _assemble(key: str, pend: List[tuple]):
             if a <= j < b:
                 parsed[k + j - a] = r
         pieces.append(_slice_texts(c.texts, a, b))
+        if key2 is not None:
+            if c.ids is None:
+                z = np.zeros(b - a, dtype=np.int64)
+                ids.append((np.zeros(0, dtype=np.uint8), z, z, np.zeros(b - a, dtype=np.int8)))
+            else:
+                d, s_, e_, ok = c.ids
+                ids.append((d, s_[a:b], e_[a:b], ok[a:b]))
         k += b - a
     if not pend:
         from ..string_tensor import StringTensor
 
         z = np.zeros(0, dtype=np.int64)
         return StringTensor.from_list([]), LazyRecords(key, [], np.zeros(0, np.int32), z, z, {}), z, z
-    recs = LazyRecords(key, segs, np.concatenate(seg), np.concatenate(lo), np.concatenate(hi), parsed)
+    field = None
+    if key2 is not None:
+        field = (key2, *_compact_ids(ids))
+    recs = LazyRecords(key, segs, np.concatenate(seg), np.concatenate(lo), np.concatenate(hi), parsed, field)
     return _texts_of(pieces), recs, np.concatenate(shards), np.concatenate(lines)
 
 
-def jsonl_blocks(src, n: int, fix_text=None, scan=None) -> Iterator[RecordBlock]:
-    """``JsonlSource.iter_blocks``: blocks of ``n`` records from the current position."""
+def jsonl_blocks(src, n: int, fix_text=None, scan=None, fields: Sequence[str] = ()) -> Iterator[RecordBlock]:
+    """``JsonlSource.iter_blocks``: blocks of ``n`` records from the current position.
+    ``fields``: at most one more top-level string field decoded with the texts in the same
+    scan (``records.field_strings(idx, that field)`` then reads no line again)."""
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"n must be a positive int, got {n!r}")
     key = src.text_key
+    fields = [fields] if isinstance(fields, str) else list(fields)
+    if len(fields) > 1 or any(not isinstance(f, str) or not f for f in fields):
+        raise ValueError(f"fields must hold at most one non-empty str, got {fields!r}")
+    key2 = fields[0] if fields and scan is None and fields[0] != key else None
+    if key2 is not None:
+        def scan(*a, **kw):
+            return _scan(*a, **kw, key2=key2)
 
     def position(c: _Chunk, i: int) -> Dict[str, Any]:
         p = src._start_pos(c.shard)
@@ -605,7 +699,7 @@ def jsonl_blocks(src, n: int, fix_text=None, scan=None) -> Iterator[RecordBlock]
                  frame=int(c.frames[i]), frame_uoff=int(c.fuoffs[i]))
         return p
 
-    yield from _cut_blocks(src, _chunks(src, fix_text, scan=scan), n, lambda pend: _assemble(key, pend),
+    yield from _cut_blocks(src, _chunks(src, fix_text, scan=scan), n, lambda pend: _assemble(key, pend, key2),
                            position, src._start_pos)
 
 

@@ -535,16 +535,18 @@ class JsonlSource(_FileSource):
         changes ``_records`` (pipelines then read record by record)."""
         return type(self)._records is JsonlSource._records and type(self)._parse_line is JsonlSource._parse_line
 
-    def iter_blocks(self, n: int, fix_text: Optional[Callable[[Dict[str, Any], str], str]] = None
-                    ) -> Iterator["RecordBlock"]:
+    def iter_blocks(self, n: int, fix_text: Optional[Callable[[Dict[str, Any], str], str]] = None,
+                    fields: Sequence[str] = ()) -> Iterator["RecordBlock"]:
         """The records as columns, ``n`` at a time (see :class:`RecordBlock`): the same
         records, positions, errors and skips as iterating the source, without a Python
         object per record on the way (a C scanner decodes the text field of each line
         straight into a StringTensor; only lines it cannot vouch for go through
         ``json.loads``).  Like ``iter(source)`` it continues from the current position.
         ``fix_text(record, text) -> text`` is applied to the non-ASCII texts of the
-        records parsed by ``json.loads`` (the only ones that can hold lone surrogates)."""
-        return jsonl_blocks(self, n, fix_text)
+        records parsed by ``json.loads`` (the only ones that can hold lone surrogates).
+        ``fields``: at most one more top-level field (e.g. the ids) the scanner decodes in
+        the same pass, so that ``block.records.field_strings(idx, field)`` reads no line again."""
+        return jsonl_blocks(self, n, fix_text, fields=fields)
 
 
 class TextSource(_FileSource):
@@ -569,13 +571,14 @@ class TextSource(_FileSource):
         TextSource whose subclass does not change ``_records``."""
         return self.per == "line" and type(self)._records is TextSource._records
 
-    def iter_blocks(self, n: int, fix_text: Optional[Callable[[Dict[str, Any], str], str]] = None
-                    ) -> Iterator["RecordBlock"]:
+    def iter_blocks(self, n: int, fix_text: Optional[Callable[[Dict[str, Any], str], str]] = None,
+                    fields: Sequence[str] = ()) -> Iterator["RecordBlock"]:
         """The lines as columns, ``n`` at a time (``per="line"``; see :class:`RecordBlock`):
         the same texts, positions, errors (file:line, invalid UTF-8) and skips as iterating
         the source, the lines split and checked with numpy a megabyte at a time.
         ``records`` holds an empty dict per line.  ``fix_text`` is accepted for the
-        pipelines' sake and not needed (checked UTF-8 holds no lone surrogate)."""
+        pipelines' sake and not needed (checked UTF-8 holds no lone surrogate); ``fields``
+        too (a line has no other field)."""
         if self.per != "line":
             raise ValueError("iter_blocks reads lines: a TextSource with per='file' is read by iterating it")
         return text_blocks(self, n, fix_text)
@@ -729,14 +732,15 @@ class ParquetSource(Source):
         return type(self)._records is ParquetSource._records and type(self)._text_of is ParquetSource._text_of \
             and callable(getattr(self, "iter_blocks", None))
 
-    def iter_blocks(self, n: int, fix_text: Optional[Callable[[Dict[str, Any], str], str]] = None
-                    ) -> Iterator["RecordBlock"]:
+    def iter_blocks(self, n: int, fix_text: Optional[Callable[[Dict[str, Any], str], str]] = None,
+                    fields: Sequence[str] = ()) -> Iterator["RecordBlock"]:
         """The rows as columns, ``n`` at a time (see :class:`RecordBlock`): the text column as a
         StringTensor over the Arrow buffers (binary checked as UTF-8 by one cast), the other
         columns kept as Arrow (``records.table``; a row becomes a dict when read); the same
         records, positions, errors (file, row group, row) and skips as iterating the source.
         ``lines`` holds each row's index in its file.  ``fix_text`` is accepted for the
-        pipelines' sake and not needed (Arrow strings hold no lone surrogate)."""
+        pipelines' sake and not needed (Arrow strings hold no lone surrogate); ``fields`` too
+        (the other columns stay Arrow)."""
         return parquet_blocks(self, n, fix_text)
 
     def _batches(self, pf: Any, path: str, g: int, cols: Optional[List[str]]) -> Iterator[Any]:
