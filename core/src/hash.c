@@ -114,19 +114,6 @@ void lm_hash64_listed(const uint8_t *const *ptrs, const size_t *lens, const uint
   }
 }
 
-void lm_hash64_over12(const uint8_t *const *ptrs, const size_t *lens, size_t n, uint64_t seed, uint64_t *out) {
-  const xxh_u8 *secret = XXH3_kSecret;
-  const int avx2 = n ? lm_hash_uses_avx2() : 0;
-  for (size_t i = 0; i < n; i++) {
-    const size_t len = lens[i];
-    if (len - 9 < 8) { /* 9..16 (most of the long words) */
-      out[i] = XXH3_len_9to16_64b(ptrs[i], len, secret, seed);
-      continue;
-    }
-    out[i] = hash_long(ptrs[i], len, seed, avx2);
-  }
-}
-
 void lm_hash64_many_generic(const uint8_t *const *ptrs, const size_t *lens, size_t n, uint64_t seed,
                             uint64_t *out) {
   lm_hash64_many_impl(ptrs, lens, n, seed, out, 0);
@@ -164,7 +151,7 @@ int lm_hash_uses_avx2(void) {
 #endif
 }
 
-/* 1 when lm_hash64_views_avx512 may run: the CPU has AVX-512 F/DQ/BW/VL + VBMI2 and
+/* 1 when lm_hash64_views_avx512 may run: the CPU has AVX-512 F/DQ/BW/VL + VBMI + VBMI2 and
  * neither LM_NO_AVX512 nor LM_NO_AVX2 is set in the environment; read once. */
 int lm_hash_uses_avx512(void) {
 #if LM_HASH_HAVE_AVX512
@@ -174,7 +161,8 @@ int lm_hash_uses_avx512(void) {
     __builtin_cpu_init();
     c = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-        __builtin_cpu_supports("avx512vbmi2") && !lm_env_switch_on("LM_NO_AVX512") && !lm_env_switch_on("LM_NO_AVX2");
+        __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512vbmi2") &&
+        !lm_env_switch_on("LM_NO_AVX512") && !lm_env_switch_on("LM_NO_AVX2");
     __atomic_store_n(&cached, c, __ATOMIC_RELAXED);
   }
   return c;

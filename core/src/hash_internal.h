@@ -35,9 +35,6 @@ void lm_hash64_listed(const uint8_t *const *ptrs, const size_t *lens, const uint
  * bytes when avx2 (= lm_hash_uses_avx2()): for a caller that hashes long strings in order as it
  * checks them (ops_offsets_impl.h's hash64).  Thread-safe (pure). */
 uint64_t lm_hash64_any(const uint8_t *p, size_t len, uint64_t seed, int avx2);
-/* lm_hash64_many for a list of mostly 9..16-byte strings (the long views of words): one
- * loop, no class lists (any length is right, the others just take a branch). */
-void lm_hash64_over12(const uint8_t *const *ptrs, const size_t *lens, size_t n, uint64_t seed, uint64_t *out);
 /* 1 when the environment variable `name` is set and does not start with '0': the LM_NO_AVX2 /
  * LM_NO_AVX512 switches of every runtime-dispatched kernel (hash, ops, minhash).  Thread-safe
  * as getenv is (nothing here sets the environment). */
@@ -49,20 +46,32 @@ int lm_cpu_avx2_on(void);
 int lm_hash_uses_avx2(void);
 
 /* hash_avx512.c: XXH3-64 of the inline views (len <= 12, bytes in the view) 8 at a
- * time.  For the n <= LM_HASH_VIEWS_BLOCK views at `views` (lm_string_view[n], each view's
- * length read once): out[i] =
+ * time.  For the n <= LM_HASH_VIEWS_BLOCK views at `views` (lm_string_view[n]): out[i] =
  * XXH3_64bits_withSeed(bytes, len, seed) when views[i].len <= 12; the indices of the
  * others (len > 12, whose bytes are in a payload) go to rest[] in order (room for n + 8:
- * it is written 8 entries at a time)
- * and their out[i] is left to the caller; the return value is their count.  *pad is
- * made non-zero when an inline view has a non-zero byte at or past its length (the
- * padding, which must be 0).  Call only when lm_hash_uses_avx512() (the CPU has AVX-512 F/DQ/BW/VL and
- * VBMI2, and neither LM_NO_AVX512 nor LM_NO_AVX2 was set).  Thread-safe (pure). */
+ * it is written 8 entries at a time) and their out[i] is left to the caller; the return
+ * value is their count.  *pad is made non-zero when an inline view has a non-zero byte at
+ * or past its length (the padding, which must be 0).  `pending` (may be NULL): long strings
+ * of an earlier block that the caller checked (and prefetched), hashed during this call (one
+ * a step of the vector loop, in scalar code) and emptied.  Call only when
+ * lm_hash_uses_avx512() (the CPU has AVX-512 F/DQ/BW/VL, VBMI and VBMI2, and neither
+ * LM_NO_AVX512 nor LM_NO_AVX2 was set).  Thread-safe (pure; `pending` is the caller's). */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define LM_HASH_HAVE_AVX512 1
 #define LM_HASH_VIEWS_BLOCK 256 /* n <= this */
-size_t lm_hash64_views_avx512(const void *views, size_t n, uint64_t seed, uint64_t *out, uint32_t *rest,
-                              uint64_t *pad);
+#define LM_HASH_LONGS_MAX 128   /* lm_hash_longs holds at most this many */
+/* Checked long strings of one block of views: out[i[k]] = XXH3-64 of p[k][0..len[k]), k < n. */
+typedef struct {
+  uint64_t *out;
+  size_t n;
+  const uint8_t *p[LM_HASH_LONGS_MAX];
+  uint32_t len[LM_HASH_LONGS_MAX];
+  uint8_t i[LM_HASH_LONGS_MAX];
+} lm_hash_longs;
+size_t lm_hash64_views_avx512(const void *views, size_t n, uint64_t seed, uint64_t *out, uint8_t *rest,
+                              uint64_t *pad, lm_hash_longs *pending);
+/* Hashes l's strings into l->out and empties l. */
+void lm_hash64_longs(lm_hash_longs *l, uint64_t seed);
 /* The same kernel on (pointer, length) pairs (the offsets layout): out[i] = XXH3-64 of
  * ptrs[i][0..lens[i]) for i < n <= LM_HASH_VIEWS_BLOCK.  heads[i] must hold the 8 bytes at
  * ptrs[i] (little-endian load) wherever ptrs[i] + 8 <= end (the payload's end; elsewhere

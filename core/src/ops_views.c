@@ -260,46 +260,49 @@ static lm_status hash_range(void *arg, size_t begin, size_t end) {
   /* AVX-512: the inline views (<= 12 bytes) hashed from the views alone, 8 at a time
    * (hash_avx512.c); the long ones it lists are checked and hashed here */
   if (lm_hash_uses_avx512()) {
-    /* where long views are few (words), software-pipelined by one block: the payloads of
-     * block j's long views are prefetched when it is listed and hashed after block j+1's
-     * views (their bytes are sparse in the payload, a cache miss each otherwise) */
-    uint32_t rest[LM_HASH_VIEWS_BLOCK + 8];
+    /* where long views are few (words), software-pipelined by two blocks: the payloads of
+     * block j's long views are checked and prefetched when it is listed, and hashed by the
+     * kernel during block j+2's vector loop (their bytes are sparse in the payload, a cache
+     * miss each otherwise; one block ahead measured too close from memory) */
+    uint8_t rest[LM_HASH_VIEWS_BLOCK + 8];
     uint64_t h[LM_HASH_VIEWS_BLOCK];
-    const uint8_t *pp[2][LM_HASH_VIEWS_BLOCK];
-    size_t pl[2][LM_HASH_VIEWS_BLOCK], pi[2][LM_HASH_VIEWS_BLOCK], pn[2] = {0, 0};
-    int pend = -1; /* the list slot waiting to be hashed, if any */
+    lm_hash_longs ring[3];
+    ring[0].n = ring[1].n = ring[2].n = 0;
+    int f = 0; /* ring[f]: this block's list; ring[f + 1 mod 3]: two blocks back */
     for (size_t b0 = begin; b0 < end; b0 += LM_HASH_VIEWS_BLOCK) {
       const size_t m = end - b0 < LM_HASH_VIEWS_BLOCK ? end - b0 : LM_HASH_VIEWS_BLOCK;
-      const size_t nr = lm_hash64_views_avx512(c->views + b0, m, c->seed, c->out + b0, rest, &pad);
-      const int f = pend == 0 ? 1 : 0;
-      for (size_t k = 0; k < nr; k++) {
-        const lm_string_view *v = &c->views[b0 + rest[k]];
-        const view_fields fl = fields_of(v);
-        const uint8_t *s = bytes_at(v, fl, c->p);
-        if (!s) return LM_ERANGE; /* (no padding: the kernel read it as a long view) */
-        if (2 * nr < m) __builtin_prefetch(s); /* sparse: hashed one block later */
-        pp[f][k] = s;
-        pl[f][k] = fl.len;
-        pi[f][k] = b0 + rest[k];
+      lm_hash_longs *cur = &ring[f];
+      const size_t nr =
+          lm_hash64_views_avx512(c->views + b0, m, c->seed, c->out + b0, rest, &pad, &ring[f == 2 ? 0 : f + 1]);
+      if (2 * nr < m) { /* sparse (words; then nr < LM_HASH_LONGS_MAX): hashed two blocks later */
+        for (size_t k = 0; k < nr; k++) {
+          const lm_string_view *v = &c->views[b0 + rest[k]];
+          const view_fields fl = fields_of(v);
+          const uint8_t *s = bytes_at(v, fl, c->p);
+          if (!s) return LM_ERANGE; /* (no padding: the kernel read it as a long view) */
+          __builtin_prefetch(s); /* its first and last byte: 13..16 bytes may span two lines */
+          __builtin_prefetch(s + fl.len - 1);
+          cur->p[k] = s;
+          cur->len[k] = fl.len;
+          cur->i[k] = rest[k];
+        }
+        cur->n = nr;
+        cur->out = c->out + b0;
+      } else { /* dense (documents): their payload is a stream, hashed now by length class */
+        for (size_t k = 0; k < nr; k++) {
+          const lm_string_view *v = &c->views[b0 + rest[k]];
+          const view_fields fl = fields_of(v);
+          const uint8_t *s = bytes_at(v, fl, c->p);
+          if (!s) return LM_ERANGE;
+          ptrs[k] = s;
+          lens[k] = fl.len;
+        }
+        lm_hash64_many(ptrs, lens, nr, c->seed, h);
+        for (size_t k = 0; k < nr; k++) c->out[b0 + rest[k]] = h[k];
       }
-      pn[f] = nr;
-      int now = f; /* dense (documents): their payload is a stream, hashed now */
-      if (2 * nr < m) { /* sparse (words): this list waits one block, the previous one goes */
-        now = pend;
-        pend = f;
-      }
-      if (now >= 0 && pn[now]) {
-        /* a sparse list is mostly 13..16 bytes: one loop; a dense one by length class */
-        if (now == f) lm_hash64_many(pp[now], pl[now], pn[now], c->seed, h);
-        else lm_hash64_over12(pp[now], pl[now], pn[now], c->seed, h);
-        for (size_t k = 0; k < pn[now]; k++) c->out[pi[now][k]] = h[k];
-        pn[now] = 0;
-      }
+      f = f == 2 ? 0 : f + 1;
     }
-    if (pend >= 0 && pn[pend]) {
-      lm_hash64_over12(pp[pend], pl[pend], pn[pend], c->seed, h);
-      for (size_t k = 0; k < pn[pend]; k++) c->out[pi[pend][k]] = h[k];
-    }
+    for (int z = 0; z < 3; z++) lm_hash64_longs(&ring[(f + z) % 3], c->seed); /* oldest first */
     return pad ? LM_ECORRUPT : LM_OK;
   }
 #endif

@@ -155,7 +155,9 @@ def mutate():  # another thread rewrites offsets while the op reads them (the op
 th = threading.Thread(target=mutate)
 th.start()
 ok = err = 0
-for _ in range(400):
+# at least 400 calls, then on until an error was seen (at most 4,000): whether the writer runs
+# while a call reads depends on the machine's load and on how long a call takes
+while ok + err < 400 or (err == 0 and ok + err < 4000):
     try:
         T.OPS.hash64(t, buf.t, 1)
         ok += 1
@@ -174,4 +176,4 @@ def test_offsets_rewritten_during_the_hash_give_an_error_or_a_result_never_a_cra
                        capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     ok, err = map(int, p.stdout.split("RACE ")[1].split())
-    assert ok + err == 400 and err > 0
+    assert ok + err >= 400 and err > 0
