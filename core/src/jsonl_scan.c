@@ -12,27 +12,6 @@
 #define JL_HAVE_AVX2 1
 #include <immintrin.h>
 
-/* The length of the run of bytes in [0x20, 0x80) other than '"' and '\\' at p, counted 32 bytes
- * at a time while 32 bytes remain before end (so it may stop short of the run's end: the
- * caller goes on from there).  With o != NULL each 32 bytes read are also stored at o (the
- * run's bytes, then whatever follows them up to 31 bytes: the caller's o never runs ahead of
- * p, so o + 32 stays inside text_out's len bytes when p + 32 <= end). */
-__attribute__((target("avx2"))) static size_t jl_run_avx2(const uint8_t *p, const uint8_t *end, uint8_t *o) {
-  const uint8_t *s = p;
-  const __m256i quote = _mm256_set1_epi8('"'), bslash = _mm256_set1_epi8('\\'), space = _mm256_set1_epi8(0x20);
-  while (end - p >= 32) {
-    __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)p);
-    if (o != NULL) _mm256_storeu_si256((__m256i *)(void *)(o + (p - s)), v);
-    /* signed compare: 0x20 > v holds for the bytes < 0x20 and for those >= 0x80 (negative) */
-    __m256i sp = _mm256_or_si256(_mm256_or_si256(_mm256_cmpeq_epi8(v, quote), _mm256_cmpeq_epi8(v, bslash)),
-                                 _mm256_cmpgt_epi8(space, v));
-    unsigned m = (unsigned)_mm256_movemask_epi8(sp);
-    if (m != 0) return (size_t)(p - s) + (unsigned)__builtin_ctz(m);
-    p += 32;
-  }
-  return (size_t)(p - s);
-}
-
 static int jl_use_avx2(void) { return lm_cpu_avx2_on(); }
 #else
 #define JL_HAVE_AVX2 0
@@ -124,106 +103,183 @@ static uint8_t *jl_put_utf8(uint8_t *o, unsigned long cp) {
   return o;
 }
 
+/* The byte at *pp ends a plain run (or the line ends at *pp): handles it.  Returns 2 for the
+ * closing quote (*pp past it), 1 when the string goes on (*pp and *oo past the byte(s) handled:
+ * a valid UTF-8 sequence copied, an escape decoded), 0 for what strict JSON refuses or this
+ * scanner leaves to the exact parser (SLOW).  out != NULL semantics as jl_string's. */
+static inline __attribute__((always_inline)) int jl_special(const uint8_t **pp, const uint8_t *end, uint8_t **oo,
+                                                            int *escaped) {
+  const uint8_t *p = *pp;
+  uint8_t *o = *oo;
+  if (p >= end) return 0;
+  uint8_t ch = *p;
+  if (ch == '"') {
+    *pp = p + 1;
+    return 2;
+  }
+  if (ch < 0x20) return 0; /* a raw control character: strict JSON refuses it */
+  if (ch >= 0x80) {
+    size_t n = jl_utf8_len(p, end);
+    if (n == 0) return 0;
+    if (o != NULL) {
+      memcpy(o, p, n);
+      *oo = o + n;
+    }
+    *pp = p + n;
+    return 1;
+  }
+  /* a backslash */
+  if (escaped != NULL) *escaped = 1;
+  if (p + 1 >= end) return 0;
+  uint8_t e = p[1];
+  uint8_t lit = 0;
+  switch (e) {
+    case '"': lit = '"'; break;
+    case '\\': lit = '\\'; break;
+    case '/': lit = '/'; break;
+    case 'b': lit = '\b'; break;
+    case 'f': lit = '\f'; break;
+    case 'n': lit = '\n'; break;
+    case 'r': lit = '\r'; break;
+    case 't': lit = '\t'; break;
+    case 'u': break;
+    default: return 0;
+  }
+  if (e != 'u') {
+    if (o != NULL) *oo = o + 1, *o = lit;
+    *pp = p + 2;
+    return 1;
+  }
+  if (end - p < 6) return 0;
+  long cp = jl_hex4(p + 2);
+  if (cp < 0) return 0;
+  p += 6;
+  if (cp >= 0xD800 && cp <= 0xDBFF) {
+    /* a high surrogate: paired with a following \uDC00-\uDFFF escape, else lone */
+    if (end - p >= 6 && p[0] == '\\' && p[1] == 'u') {
+      long lo = jl_hex4(p + 2);
+      if (lo >= 0xDC00 && lo <= 0xDFFF) {
+        *pp = p + 6;
+        if (o != NULL)
+          *oo = jl_put_utf8(o, 0x10000UL + (((unsigned long)cp - 0xD800UL) << 10) + ((unsigned long)lo - 0xDC00UL));
+        return 1;
+      }
+    }
+    if (o != NULL) return 0; /* lone high surrogate in the decoded value */
+    *pp = p;
+    return 1;
+  }
+  if (cp >= 0xDC00 && cp <= 0xDFFF) {
+    if (o != NULL) return 0; /* lone low surrogate */
+    *pp = p;
+    return 1;
+  }
+  if (o != NULL) *oo = jl_put_utf8(o, (unsigned long)cp);
+  *pp = p;
+  return 1;
+}
+
+/* The plain run at p (bytes in [0x20, 0x80) other than '"' and '\\') found 8 bytes at a time
+ * (SWAR) then byte by byte, copied to *oo when out is kept; returns where it ends. */
+static inline __attribute__((always_inline)) const uint8_t *jl_run_scalar(const uint8_t *p, const uint8_t *end,
+                                                                         uint8_t **oo) {
+  const uint8_t *s = p;
+  for (uint64_t x, m; end - p >= 8; p += 8) { /* 8 bytes at a time while none ends the run */
+    memcpy(&x, p, 8);
+    if ((m = jl_special8(x)) != 0) {
+#if defined(__GNUC__) && defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+      p += (unsigned)__builtin_ctzll(m) >> 3; /* the lowest flag is exact: the first byte ending the run */
+#endif
+      break;
+    }
+  }
+  while (p < end && *p >= 0x20 && *p < 0x80 && *p != '"' && *p != '\\') p++;
+  if (*oo != NULL && p > s) {
+    memcpy(*oo, s, (size_t)(p - s));
+    *oo += p - s;
+  }
+  return p;
+}
+
+/* The byte a one-letter escape stands for (\" \\ \/ \b \f \n \r \t), indexed by the letter; 0 for
+ * the others (\u, invalid: jl_special handles them).  Same decoding as jl_special's switch. */
+static const uint8_t jl_simple_escape[256] = {['"'] = '"', ['\\'] = '\\', ['/'] = '/', ['b'] = '\b',
+                                              ['f'] = '\f', ['n'] = '\n', ['r'] = '\r', ['t'] = '\t'};
+
+#if JL_HAVE_AVX2
+/* jl_string with the plain runs found 32 bytes at a time (each 32 bytes read also stored at o:
+ * the run's bytes, then whatever follows them up to 31 bytes; o never runs ahead of p, so
+ * o + 32 stays inside the output's len bytes while p + 32 <= end), the bytes ending them
+ * handled in the same loop (jl_special), the last < 32 bytes of the line as the portable
+ * path does: it stops at the same bytes, so the result is the same. */
+__attribute__((target("avx2"))) static int jl_string_avx2(jl_cur *c, uint8_t *out, uint8_t **out_end,
+                                                          int *escaped) {
+  const uint8_t *p = c->p, *end = c->end;
+  uint8_t *o = out;
+  const __m256i quote = _mm256_set1_epi8('"'), bslash = _mm256_set1_epi8('\\'), space = _mm256_set1_epi8(0x20);
+  for (;;) {
+    for (;;) {
+      if (end - p < 32) {
+        p = jl_run_scalar(p, end, &o);
+        break;
+      }
+      __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)p);
+      if (o != NULL) _mm256_storeu_si256((__m256i *)(void *)o, v);
+      /* signed compare: 0x20 > v holds for the bytes < 0x20 and for those >= 0x80 (negative) */
+      __m256i sp = _mm256_or_si256(_mm256_or_si256(_mm256_cmpeq_epi8(v, quote), _mm256_cmpeq_epi8(v, bslash)),
+                                   _mm256_cmpgt_epi8(space, v));
+      unsigned m = (unsigned)_mm256_movemask_epi8(sp);
+      if (m != 0) {
+        unsigned k = (unsigned)__builtin_ctz(m);
+        p += k;
+        if (o != NULL) o += k;
+        break;
+      }
+      p += 32;
+      if (o != NULL) o += 32;
+    }
+    if (end - p >= 2 && *p == '\\' && jl_simple_escape[p[1]] != 0) { /* the common escapes (\n, \", ...) */
+      if (escaped != NULL) *escaped = 1;
+      if (o != NULL) *o++ = jl_simple_escape[p[1]];
+      p += 2;
+      continue;
+    }
+    int r = jl_special(&p, end, &o, escaped);
+    if (r != 1) {
+      if (r == 0) return 0;
+      c->p = p;
+      if (out_end != NULL) *out_end = o;
+      return 1;
+    }
+  }
+}
+#endif
+
 /* A string; c->p is just past the opening quote.  With out != NULL the decoded bytes
  * are written there (*out_end: where they end) and a lone surrogate escape fails;
  * without, the string is only validated (lone surrogates are valid JSON for Python).
  * *escaped is set when the string holds any escape.  Returns 1, or 0 (SLOW). */
 static int jl_string(jl_cur *c, uint8_t *out, uint8_t **out_end, int *escaped) {
+#if JL_HAVE_AVX2
+  if (c->end - c->p >= 32 && jl_use_avx2()) return jl_string_avx2(c, out, out_end, escaped);
+#endif
   const uint8_t *p = c->p, *end = c->end;
   uint8_t *o = out;
-#if JL_HAVE_AVX2
-  const int avx2 = end - p >= 32 && jl_use_avx2();
-#endif
   for (;;) {
-    /* the common run of plain ASCII */
-    int at_end_of_run = 0;
-#if JL_HAVE_AVX2
-    if (avx2 && end - p >= 32) { /* already copied to o */
-      size_t k = jl_run_avx2(p, end, o);
-      p += k;
-      if (o != NULL) o += k;
-      at_end_of_run = end - p >= 32; /* it stopped at the byte ending the run, not for want of 32 bytes */
-    }
-#endif
-    if (!at_end_of_run) {
-      const uint8_t *s = p;
-      for (uint64_t x, m; end - p >= 8; p += 8) { /* 8 bytes at a time while none ends the run */
-        memcpy(&x, p, 8);
-        if ((m = jl_special8(x)) != 0) {
-#if defined(__GNUC__) && defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-          p += (unsigned)__builtin_ctzll(m) >> 3; /* the lowest flag is exact: the first byte ending the run */
-#endif
-          break;
-        }
-      }
-      while (p < end && *p >= 0x20 && *p < 0x80 && *p != '"' && *p != '\\') p++;
-      if (o != NULL && p > s) {
-        memcpy(o, s, (size_t)(p - s));
-        o += p - s;
-      }
-    }
-    if (p >= end) return 0;
-    uint8_t ch = *p;
-    if (ch == '"') {
-      c->p = p + 1;
-      if (out_end != NULL) *out_end = o;
-      return 1;
-    }
-    if (ch < 0x20) return 0; /* a raw control character: strict JSON refuses it */
-    if (ch >= 0x80) {
-      size_t n = jl_utf8_len(p, end);
-      if (n == 0) return 0;
-      if (o != NULL) {
-        memcpy(o, p, n);
-        o += n;
-      }
-      p += n;
-      continue;
-    }
-    /* a backslash */
-    if (escaped != NULL) *escaped = 1;
-    if (p + 1 >= end) return 0;
-    uint8_t e = p[1];
-    uint8_t lit = 0;
-    switch (e) {
-      case '"': lit = '"'; break;
-      case '\\': lit = '\\'; break;
-      case '/': lit = '/'; break;
-      case 'b': lit = '\b'; break;
-      case 'f': lit = '\f'; break;
-      case 'n': lit = '\n'; break;
-      case 'r': lit = '\r'; break;
-      case 't': lit = '\t'; break;
-      case 'u': break;
-      default: return 0;
-    }
-    if (e != 'u') {
-      if (o != NULL) *o++ = lit;
+    p = jl_run_scalar(p, end, &o);
+    if (end - p >= 2 && *p == '\\' && jl_simple_escape[p[1]] != 0) { /* as in jl_string_avx2 */
+      if (escaped != NULL) *escaped = 1;
+      if (o != NULL) *o++ = jl_simple_escape[p[1]];
       p += 2;
       continue;
     }
-    if (end - p < 6) return 0;
-    long cp = jl_hex4(p + 2);
-    if (cp < 0) return 0;
-    p += 6;
-    if (cp >= 0xD800 && cp <= 0xDBFF) {
-      /* a high surrogate: paired with a following \uDC00-\uDFFF escape, else lone */
-      if (end - p >= 6 && p[0] == '\\' && p[1] == 'u') {
-        long lo = jl_hex4(p + 2);
-        if (lo >= 0xDC00 && lo <= 0xDFFF) {
-          p += 6;
-          if (o != NULL) o = jl_put_utf8(o, 0x10000UL + (((unsigned long)cp - 0xD800UL) << 10) + ((unsigned long)lo - 0xDC00UL));
-          continue;
-        }
-      }
-      if (o != NULL) return 0; /* lone high surrogate in the decoded value */
-      continue;
+    int r = jl_special(&p, end, &o, escaped);
+    if (r != 1) {
+      if (r == 0) return 0;
+      c->p = p;
+      if (out_end != NULL) *out_end = o;
+      return 1;
     }
-    if (cp >= 0xDC00 && cp <= 0xDFFF) {
-      if (o != NULL) return 0; /* lone low surrogate */
-      continue;
-    }
-    if (o != NULL) o = jl_put_utf8(o, (unsigned long)cp);
   }
 }
 
