@@ -9,9 +9,9 @@
  *   - 0..8 bytes, 8 views a step: XXH3_len_1to3's `combined` or XXH3_len_4to8's `input64`
  *     is one vpmultishiftqb of the string's bytes 0..7 (its byte offsets taken by the
  *     length from an 8-entry table, one 1-source vpermq), XORed with the seed-dependent key
- *     of its length (a second vpermq), and one xorshift-multiply chain finishes both
- *     classes (XXH64_avalanche and rrmxmx have the same shape: each lane takes its class's
- *     shifts and multipliers);
+ *     of its length (one vpermt2q; for len 0 the word XXH3_len_0to16 avalanches), and one
+ *     xorshift-multiply chain finishes every class (XXH64_avalanche and rrmxmx have the same
+ *     shape: each lane takes its class's shifts and multipliers);
  *   - 9..12 bytes (~15% of words) are listed (their index in the block, from the mask by a
  *     table: no vector op) and hashed after the block's loop 8 at a time in vector lanes
  *     (XXH3_len_9to16: the 64x64->128 multiply as four 32x32->64 products), their two view
@@ -20,8 +20,9 @@
  *     it; for sparse ones (words) the caller passes the checked list back two blocks
  *     later and the loop hashes one of them per step in scalar code, beside the vector work.
  * Per 8 views the loop has 2 vpermt2d (the views' length and bytes 0..7 / 8..11 in their
- * lanes), 2 vpermq and 1 vpmultishiftqb: on Zen 4 (512-bit ops double-pumped, few shuffle
- * pipes) each cut shuffle-class op measured (/tmp/h3b, words, one thread).
+ * lanes), 1 vpermq, 1 vpermt2q and 1 vpmultishiftqb (was 6 vpermt2q, vpshufb, vpmovqd and 2
+ * vpcompress): on Zen 4 (512-bit ops double-pumped, few shuffle pipes) each cut op was
+ * measured (/tmp/h3b harness, words, one thread, best of N).
  * The padding of the inline views is checked in the same pass (bytes 0..7 at or past the
  * length by a variable shift, bytes 8..11 of views of 0..8 bytes in the loop and of 9..12
  * bytes in the 9..12 pass).
@@ -48,12 +49,14 @@ static uint32_t rd32(const uint8_t *p) {
   return v;
 }
 
-/* The seed-dependent tables of the strings of 1..8 bytes, indexed by len & 7 (len 8 at 0:
- * vpermq reads the low 3 bits of each index): ctl[len] the byte offsets (in bits) of
- * vpmultishiftqb that turn the string's bytes 0..7 into XXH3_len_1to3's `combined` or
- * XXH3_len_4to8's `input64`, key[len] the value XORed into it; h0 the hash of "". */
+/* The seed-dependent tables of the strings of 0..8 bytes: ctl[len & 7] (len 8 at 0: vpermq
+ * reads the low 3 bits of each index) the byte offsets (in bits) of vpmultishiftqb that turn
+ * the string's bytes 0..7 into XXH3_len_1to3's `combined` or XXH3_len_4to8's `input64`;
+ * key0/key1 (entries 0..15, by vpermt2q) the value XORed into it: for len 0 the seed ^ secret
+ * word XXH3_len_0to16 avalanches, whose zero bytes (w = 0) make the 1..3 chain give the hash
+ * of "" (no blend). */
 typedef struct {
-  __m512i key, ctl, h0;
+  __m512i key0, key1, ctl;
 } short_tables;
 
 static void make_tables(uint64_t seed, short_tables *t) {
@@ -79,10 +82,12 @@ static void make_tables(uint64_t seed, short_tables *t) {
     }
     memcpy(&ctl[len & 7], c, 8);
   }
-  t->key = _mm512_loadu_si512(key);
+  uint64_t k16[16];
+  for (unsigned j = 0; j < 16; j++) k16[j] = key[j & 7]; /* 8..15: 8 (and meaningless lengths) */
+  k16[0] = seed ^ (rd64(s + 56) ^ rd64(s + 64)); /* XXH3_len_0to16, len 0 */
+  t->key0 = _mm512_loadu_si512(k16);
+  t->key1 = _mm512_loadu_si512(k16 + 8);
   t->ctl = _mm512_loadu_si512(ctl);
-  static const uint8_t empty = 0;
-  t->h0 = _mm512_set1_epi64((long long)XXH3_len_0to16_64b(&empty, 0, s, seed));
 }
 
 /* the tables of the last seed this thread used (every block of a call has the same seed) */
@@ -98,14 +103,14 @@ static const short_tables *tables_for(uint64_t seed) {
   return &t;
 }
 
-/* XXH3 of the lanes whose length is in 1..8, from len and the string's bytes 0..7 (w),
- * zero past len; k13 = the lanes of 0..3 bytes.  1..3 bytes finish with XXH64_avalanche,
+/* XXH3 of the lanes whose length is in 0..8, from len and the string's bytes 0..7 (w),
+ * zero past len; k13 = the lanes of 0..3 bytes.  0..3 bytes finish with XXH64_avalanche,
  * 4..8 with rrmxmx: both are xorshift, multiply, xorshift, multiply, xorshift, so one
  * chain runs both, each lane with its class's shifts and multipliers.  Lanes of other
- * lengths (0 too) get a meaningless value. */
-static inline __m512i hash_1to8(__m512i len, __m512i w, __mmask8 k13, const short_tables *t) {
+ * lengths get a meaningless value. */
+static inline __m512i hash_0to8(__m512i len, __m512i w, __mmask8 k13, const short_tables *t) {
   __m512i h = _mm512_xor_si512(_mm512_multishift_epi64_epi8(_mm512_permutexvar_epi64(len, t->ctl), w),
-                               _mm512_permutexvar_epi64(len, t->key));
+                               _mm512_permutex2var_epi64(t->key0, len, t->key1));
   /* 4..8: h ^= rotl(h, 49) ^ rotl(h, 24);  1..3: h ^= h >> 33 */
   const __m512i x = _mm512_ternarylogic_epi64(h, _mm512_rol_epi64(h, 49), _mm512_rol_epi64(h, 24), 0x96);
   h = _mm512_mask_xor_epi64(x, k13, h, _mm512_srli_epi64(h, 33));
@@ -259,13 +264,12 @@ size_t lm_hash64_views_avx512(const void *views, size_t n, uint64_t seed, uint64
     const __mmask8 kin = _mm512_cmple_epu64_mask(len, twelve);
     const __mmask8 k9 = _mm512_mask_cmpgt_epu64_mask(kin, len, eight), kl8 = live & (__mmask8)~kin;
     const __mmask8 k13 = _mm512_cmple_epu64_mask(len, three);
-    const __mmask8 k0 = _mm512_testn_epi64_mask(len, len);
     /* padding: bytes 0..7 at or past len (a shift by >= 64 gives 0), and bytes 8..11 of the
      * views of 0..8 bytes (of 9..12: mid_vec) */
     const __m512i wr = _mm512_srlv_epi64(w, _mm512_slli_epi64(len, 3));
     const __mmask8 kpw = _mm512_test_epi64_mask(wr, wr);
     padk |= (__mmask8)((kpw | _mm512_mask_test_epi64_mask((__mmask8)(kin & ~k9), qv, hi32)) & kin);
-    const __m512i h = _mm512_mask_mov_epi64(hash_1to8(len, w, k13, &t), k0, t.h0);
+    const __m512i h = hash_0to8(len, w, k13, &t);
     if (m == 8) _mm512_storeu_si512(out + i, h);
     else _mm512_mask_storeu_epi64(out + i, live, h);
     /* the lists of 9..12 and of long views: the indices of a mask's set bits from a table
@@ -296,7 +300,7 @@ void lm_hash64_ptrs_avx512(const uint8_t *const *ptrs, const size_t *lens, const
   uint64_t km[16];
   for (unsigned len = 0; len < 16; len++) km[len] = len >= 8 ? ~0ull : (1ull << (8 * len)) - 1;
   const __m512i km0 = _mm512_loadu_si512(km), km1 = _mm512_loadu_si512(km + 8);
-  const __m512i one = _mm512_set1_epi64(1), two = _mm512_set1_epi64(2), seven = _mm512_set1_epi64(7);
+  const __m512i one = _mm512_set1_epi64(1), three = _mm512_set1_epi64(3), seven = _mm512_set1_epi64(7);
   const __m512i nine = _mm512_set1_epi64(9), step = _mm512_set1_epi64(8);
   /* a string is read 8 bytes at a time only when those 8 bytes end at or before `end` */
   const uintptr_t e = (uintptr_t)end;
@@ -316,8 +320,8 @@ void lm_hash64_ptrs_avx512(const uint8_t *const *ptrs, const size_t *lens, const
     /* the caller loaded each string's first 8 bytes where they end at or before `end` */
     const __m512i w = _mm512_maskz_and_epi64(kv, _mm512_maskz_loadu_epi64(live, heads + i),
                                              _mm512_permutex2var_epi64(km0, len, km1));
-    const __mmask8 k13 = _mm512_cmple_epu64_mask(_mm512_sub_epi64(len, one), two);
-    const __m512i h = _mm512_mask_mov_epi64(hash_1to8(len, w, k13, &t), k0, t.h0);
+    const __mmask8 k13 = _mm512_cmple_epu64_mask(len, three); /* (w = 0 when len is 0) */
+    const __m512i h = hash_0to8(len, w, k13, &t);
     _mm512_mask_storeu_epi64(out + i, live, h);
     const __m256i i32 = _mm512_cvtepi64_epi32(idx);
     _mm256_storeu_si256((__m256i *)(mid + nm), _mm256_maskz_compress_epi32(k9, i32));
