@@ -138,6 +138,16 @@ class RunStats:
             self.groups_folded += _fold_groups(self.groups, self.MAX_GROUPS // 2)
         self._sample()
 
+    def add_counts(self, reasons: Dict[str, int], counters: Optional[Dict[str, Dict[str, int]]] = None) -> None:
+        """Adds dropped documents by reason and the stages' counters of batches already counted
+        by ``add_batch`` (a run adds these once a commit, not once a batch; no series point)."""
+        _add(self.dropped, reasons)
+        if counters:
+            _add(self.pii, counters.get("pii", {}))
+            _add(self.cleaner, counters.get("cleaner", {}))
+            _add(self.quality, counters.get("quality", {}))
+            _add(self.input_repairs, counters.get("input", {}))
+
     def add_skipped(self, n: int) -> None:
         self.skipped += int(n)
 

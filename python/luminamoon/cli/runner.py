@@ -35,7 +35,7 @@ import torch
 
 from .config import ConfigError, stage_kwargs
 from ..data.sources import BadRecordError
-from .report import RunStats, format_summary, length_histogram, reason_counts, render_report
+from .report import RunStats, format_summary, length_histogram, render_report
 from ..stages import DedupFullError
 from .writers import PART_RE, ShardWriter, id_text, repair_surrogates
 
@@ -43,6 +43,8 @@ __all__ = ["run_corpus", "RunError", "detect_format", "STATE_DIRNAME"]
 
 STATE_DIRNAME = ".luminamoon"
 _RUN_FILE = "run.json"
+#: a new run over JSONL reads its first block while it sets itself up (``_InputSource.prestart``)
+_PRESTART = True
 
 
 class RunError(Exception):
@@ -233,12 +235,30 @@ def _input_source(inner, id_field: str, text_field: str, names: Sequence[str]):
             self.surrogate_docs = 0
             self._seen_skipped = 0
             self.names = list(names)
+            self._pre: Optional[_FirstBlock] = None
 
         def position(self):
-            return self.inner.position()
+            pre = self._pre  # reading ahead of iter_blocks: where it started
+            return dict(pre.pos0) if pre is not None else self.inner.position()
 
         def seek(self, position):
+            self.cancel_prestart()
             self.inner.seek(position)
+
+        def prestart(self, n: int) -> None:
+            """Starts reading the first block of ``n`` records (a thread of its own) while the
+            run sets itself up; ``iter_blocks(n)`` then begins with it.  The source must be at
+            its start and not read yet; a ``seek`` or another ``n`` drops what was read."""
+            if self._pre is None and self._columnar:
+                pos0 = self.inner.position()
+                self._pre = _FirstBlock(self._blocks(n), n, pos0)
+
+        def cancel_prestart(self) -> None:
+            """Drops a first block read ahead (its file closed) and puts the source back where it was."""
+            pre, self._pre = self._pre, None
+            if pre is not None:
+                pre.cancel()
+                self.inner.seek(pre.pos0)
 
         @property
         def skipped(self):  # type: ignore[override]
@@ -255,6 +275,14 @@ def _input_source(inner, id_field: str, text_field: str, names: Sequence[str]):
         def iter_blocks(self, n):
             """The columnar path: ids are given when the batch is written (from each
             record's file and line), skips come with each block."""
+            pre = self._pre
+            if pre is not None and pre.n == n:
+                self._pre = None
+                return pre.blocks()
+            self.cancel_prestart()
+            return self._blocks(n)
+
+        def _blocks(self, n):
             def fix(rec, text):
                 fixed = repair_surrogates(text)  # ONE U+FFFD per lone surrogate
                 if fixed != text:
@@ -291,6 +319,45 @@ def _input_source(inner, id_field: str, text_field: str, names: Sequence[str]):
                 yield rec
 
     return _InputSource()
+
+
+class _FirstBlock:
+    """The first block of a source read on a thread of its own, ahead of the pipeline's reader
+    (``_InputSource.prestart``): ``blocks()`` yields it (or raises what reading it raised, as
+    the reader would have) and then the rest of the same iterator."""
+
+    def __init__(self, it, n: int, pos0: Dict[str, Any]) -> None:
+        import threading
+
+        self.it, self.n, self.pos0 = it, n, pos0
+        self.first: Any = None
+        self.exc: Optional[BaseException] = None
+        self.thread = threading.Thread(target=self._read, name="luminamoon-read-first", daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        try:
+            self.first = next(self.it, None)
+        except BaseException as e:  # raised where the block is taken
+            self.exc = e
+
+    def blocks(self):
+        self.thread.join()
+        if self.exc is not None:
+            raise self.exc
+        if self.first is None:
+            return
+        first, self.first = self.first, None
+        yield first
+        yield from self.it
+
+    def cancel(self) -> None:
+        self.thread.join()
+        self.first = None
+        try:
+            self.it.close()
+        except Exception:
+            pass
 
 
 # --------------------------------------------------------------- pipeline
@@ -372,26 +439,63 @@ class _MeasuredPipeline:
 
     def take(self) -> Dict[str, Any]:
         """The next batch's figures (consumer thread, batch order): ``len_in``, ``len_out`` (the
-        documents' byte lengths, int64 arrays), ``bytes_out`` and ``counters`` (the stages'
-        counts of that batch)."""
+        documents' byte lengths, int64 arrays) and ``bytes_out``.  The stages' counters after the
+        batch are kept: ``counters()`` gives their change since it was last called."""
         m = self.measures.popleft()
-        d = _delta(m.counters, self._last)
-        self._last = m.counters
+        self._taken = m.counters
         len_out = _lengths(m.off_out)
-        return {"len_in": _lengths(m.off_in), "len_out": len_out, "bytes_out": int(len_out.sum()),
-                "counters": _counter_view(d)}
+        return {"len_in": _lengths(m.off_in), "len_out": len_out, "bytes_out": int(len_out.sum())}
+
+    def counters(self) -> Dict[str, Dict[str, int]]:
+        """The stages' counts (``_counter_view``) of the batches taken since the last call (the
+        counters are cumulative integers: their change over several batches is the sum of the
+        batches' changes, so the statistics add them at each commit instead of once a batch)."""
+        now = getattr(self, "_taken", None)
+        if now is None:
+            return {}
+        d = _delta(now, self._last)
+        self._last, self._taken = now, None
+        return _counter_view(d)
 
 
-def _reason_counts(reasons: np.ndarray, names: Dict[int, str]) -> Dict[str, int]:
-    """``report.reason_counts`` (the dropped documents of a batch per reason name, codes in
-    ascending order) by ``np.bincount`` instead of a sort, for the small non-negative codes."""
-    if reasons.size and 0 <= int(reasons.min()) and int(reasons.max()) < 1 << 16:
-        counts = np.bincount(reasons)
-        codes = np.flatnonzero(counts)
+class _ReasonTally:
+    """The dropped documents by reason over the batches since the last ``flush``: one
+    ``np.bincount`` a batch into a running array, the names given at ``flush`` (codes in
+    ascending order), instead of a dict a batch; codes outside 0..65535 are counted by
+    ``np.unique`` (as ``report.reason_counts`` does)."""
+
+    def __init__(self) -> None:
+        self.counts = np.zeros(0, dtype=np.int64)
+        self.other: Dict[int, int] = {}
+
+    def add(self, reasons: np.ndarray) -> None:
+        if not reasons.size:
+            return
+        lo, hi = int(reasons.min()), int(reasons.max())
+        if lo < 0 or hi >= 1 << 16:
+            for c, k in zip(*np.unique(reasons, return_counts=True)):
+                if c:
+                    self.other[int(c)] = self.other.get(int(c), 0) + int(k)
+            return
+        if hi == 0:
+            return
+        c = np.bincount(reasons)
+        if len(c) > len(self.counts):
+            c[: len(self.counts)] += self.counts
+            self.counts = c.astype(np.int64, copy=False)
+        else:
+            self.counts[: len(c)] += c
+
+    def flush(self, names: Dict[int, str]) -> Dict[str, int]:
         from ..stages import reason_name
 
-        return {names.setdefault(c, reason_name(c)): k for c, k in zip(codes.tolist(), counts[codes].tolist()) if c}
-    return reason_counts(reasons, names)
+        codes = np.flatnonzero(self.counts).tolist()
+        got = {c: int(self.counts[c]) for c in codes if c}
+        for c, k in self.other.items():
+            got[c] = got.get(c, 0) + k
+        self.counts = np.zeros(0, dtype=np.int64)
+        self.other = {}
+        return {names.setdefault(c, reason_name(c)): got[c] for c in sorted(got)}
 
 
 def _counter_view(d: Dict[str, Any]) -> Dict[str, Dict[str, int]]:
@@ -750,10 +854,24 @@ def _run_locked(inputs, out, cfg, resume, overwrite, quiet, title, report, stop_
             raise RunError(f"the inputs mix formats ({', '.join(sorted(fmts))}): run them separately "
                            "or force one with --input-format")
         fmt = fmts.pop()
+    source = None
+    if _PRESTART and engine[0] == "local" and not got.stdin and cfg["near_dup"]["mode"] != "cluster" \
+            and not (resume and prev is not None) and fmt == "jsonl":
+        # a new run over JSONL files: the first block is read (inflated, scanned) on a thread of its
+        # own while the run fingerprints its inputs and sets up its state, so that the stages start
+        # on it at once; any error of that reading comes where it did (the pipeline's first block)
+        try:
+            source = _input_source(_make_source(paths, fmt, cfg), cfg["input"]["id_field"],
+                                   cfg["input"]["text_field"], got.names)
+            source.prestart(cfg["run"]["batch_size"])
+        except Exception:
+            source = None  # made again (and any error raised) where it always was
     try:
         ident = _run_identity(paths, fmt, cfg, fps)
         resuming, manifest = _prepare_output(out, ident, resume, overwrite, log, prev)
     except BaseException:
+        if source is not None:
+            source.cancel_prestart()
         if spooled:  # only the copy: the folder may hold another run's state
             _drop_spool(out, created_out)
         elif created_out:
@@ -771,23 +889,30 @@ def _run_locked(inputs, out, cfg, resume, overwrite, quiet, title, report, stop_
 
             return _run_ray(paths, got, fmt, out, cfg, keep, manifest, resuming, committed, quiet, log, title,
                             report, stop_after_batches, address=engine[1])
+        if resuming and source is not None:  # not a new run after all: read from the committed position
+            source.cancel_prestart()
+            source = None
         return _run(paths, got, fmt, out, cfg, keep, manifest, resuming, committed, quiet, log, title, report,
-                    stop_after_batches)
+                    stop_after_batches, source)
     except BaseException:
+        if source is not None:
+            source.cancel_prestart()
         if not committed[0]:
             _forget_run(out, manifest, created_out)
         raise
 
 
 def _run(paths, got: _Inputs, fmt: str, out: str, cfg: Dict[str, Any], keep: List[str], manifest: _Manifest,
-         resuming: bool, committed: List[bool], quiet: bool, log, title, report, stop_after_batches) -> Dict[str, Any]:
+         resuming: bool, committed: List[bool], quiet: bool, log, title, report, stop_after_batches,
+         source=None) -> Dict[str, Any]:
     from ..data.resumable import ResumablePipeline
 
     ocfg, rcfg = cfg["output"], cfg["run"]
     kwargs = stage_kwargs(cfg)
     state_dir = os.path.join(out, STATE_DIRNAME)
-    source = _input_source(_make_source(paths, fmt, cfg), cfg["input"]["id_field"], cfg["input"]["text_field"],
-                           got.names)
+    if source is None:  # else made (its first block read) by _run_locked
+        source = _input_source(_make_source(paths, fmt, cfg), cfg["input"]["id_field"], cfg["input"]["text_field"],
+                               got.names)
     threads = rcfg["threads"] or None
     nd = cfg["near_dup"]
     near_removed, near_info = None, None
@@ -828,27 +953,35 @@ def _run(paths, got: _Inputs, fmt: str, out: str, cfg: Dict[str, Any], keep: Lis
                            "config": cfg})
         if extra:
             log(f"resuming: {stats.docs_in:,} documents and {len(writer.parts)} part file(s) already committed")
-        # stats.json and report.png are recorded with the last part (one run.json write fewer at the end)
-        _loop(pipe, measured, source, writer, stats, cfg, keep, paths, fmt, quiet, stop_after_batches, manifest,
-              committed, near_removed, end_files=("stats.json", "report.png") if report else ("stats.json",))
-        if nd["mode"] == "stream":
-            near_info = {"mode": "stream", "removed": int(stats.dropped.get("near_duplicate", 0))}
-            ns = getattr(pipe, "near_dedup_stats", None)
-            if isinstance(ns, dict):
-                near_info["band_index"] = {k: ns[k] for k in ("entries", "table_bytes", "bytes_per_entry",
-                                                              "keys_per_document") if k in ns}
-                kept_total = max(stats.docs_kept + near_info["removed"], 1)
-                near_info["band_index"]["bytes_per_document"] = round(ns.get("table_bytes", 0) / kept_total, 1)
-        elif near_info is not None:
-            near_info["removed_in_output"] = int(stats.dropped.get("near_duplicate", 0))
-        if near_info is not None:
-            stats.meta["near_dup"] = near_info
-        result = stats.to_json()
-        result["output"]["parts"] = [p["name"] for p in writer.parts]
-        result["output"]["rows"] = writer.state()["rows"]
-        result["input_files"] = {"read": len(paths), "skipped": {k: len(v) for k, v in got.skipped.items()}}
-        manifest.add("stats.json")
-        _write_json(os.path.join(out, "stats.json"), result)
+        def final_stats() -> Dict[str, Any]:
+            """The content of stats.json, once the last batch is counted (the open part, if any,
+            is still to be written: it is counted as written)."""
+            near = near_info
+            if nd["mode"] == "stream":
+                near = {"mode": "stream", "removed": int(stats.dropped.get("near_duplicate", 0))}
+                ns = getattr(pipe, "near_dedup_stats", None)
+                if isinstance(ns, dict):
+                    near["band_index"] = {k: ns[k] for k in ("entries", "table_bytes", "bytes_per_entry",
+                                                             "keys_per_document") if k in ns}
+                    kept_total = max(stats.docs_kept + near["removed"], 1)
+                    near["band_index"]["bytes_per_document"] = round(ns.get("table_bytes", 0) / kept_total, 1)
+            elif near is not None:
+                near["removed_in_output"] = int(stats.dropped.get("near_duplicate", 0))
+            if near is not None:
+                stats.meta["near_dup"] = near
+            result = stats.to_json()
+            result["output"]["parts"] = [p["name"] for p in writer.parts] + \
+                ([writer.open_part_name()] if writer.pending_rows else [])
+            result["output"]["rows"] = writer.state()["rows"] + writer.pending_rows
+            result["input_files"] = {"read": len(paths), "skipped": {k: len(v) for k, v in got.skipped.items()}}
+            return result
+
+        # stats.json and report.png are recorded with the last part (one run.json write fewer at the end);
+        # stats.json is written while the last part is (see _loop's end)
+        result = _loop(pipe, measured, source, writer, stats, cfg, keep, paths, fmt, quiet, stop_after_batches,
+                       manifest, committed, near_removed,
+                       end_files=("stats.json", "report.png") if report else ("stats.json",),
+                       final_stats=(final_stats, os.path.join(out, "stats.json")))
         if report:
             manifest.add("report.png")
             render_report(result, os.path.join(out, "report.png"), title=title or f"luminamoon run → {out}")
@@ -927,7 +1060,11 @@ def _progress(paths: List[str], fmt: str, quiet: bool, start_docs: int):
 
 def _loop(pipe, measured, source, writer: ShardWriter, stats: RunStats, cfg, keep, paths, fmt, quiet,
           stop_after_batches, manifest: _Manifest, committed: List[bool],
-          near_removed: Optional[np.ndarray] = None, end_files: Sequence[str] = ()) -> None:
+          near_removed: Optional[np.ndarray] = None, end_files: Sequence[str] = (),
+          final_stats=None) -> Optional[Dict[str, Any]]:
+    """The batches into the writer and the statistics, with commits; at the end the last part, the
+    final commit, and (``final_stats``: (function giving the stats.json dict, its path)) stats.json,
+    which is returned."""
     from ..stages import reason_name
 
     id_field = cfg["input"]["id_field"]
@@ -941,13 +1078,20 @@ def _loop(pipe, measured, source, writer: ShardWriter, stats: RunStats, cfg, kee
     # the length histograms are counted over all the batches since the last commit at once (the
     # sum of the batches' histograms: one histogram of their lengths), before each commit
     lengths: "tuple[list, list]" = ([], [])
+    # likewise the dropped documents by reason and the stages' counters: added to the statistics
+    # at each commit (the same totals as a batch at a time; stats.json is written after the last)
+    tally = _ReasonTally()
 
-    def commit() -> None:
+    def fold() -> None:
+        stats.add_counts(tally.flush(names), measured.counters())
         if lengths[0]:
             stats.hist_in += length_histogram(np.concatenate(lengths[0]))
             stats.hist_out += length_histogram(np.concatenate(lengths[1]))
             lengths[0].clear()
             lengths[1].clear()
+
+    def commit() -> None:
+        fold()
         pipe.commit(extra={"writer": writer.state(), "stats": stats.state()})
         committed[0] = True
 
@@ -991,7 +1135,7 @@ def _loop(pipe, measured, source, writer: ShardWriter, stats: RunStats, cfg, kee
                 len_out = _lengths(batch.texts.offsets)
                 m = dict(m, len_out=len_out, bytes_out=int(len_out.sum()))
             reasons = batch.reasons.numpy()
-            dropped = _reason_counts(reasons, names)
+            tally.add(reasons)
             recs = batch.records
             skipped = 0
             surrogates = 0
@@ -1006,16 +1150,21 @@ def _loop(pipe, measured, source, writer: ShardWriter, stats: RunStats, cfg, kee
                     # only the ids are written: string ids straight from the lines (C scanner),
                     # the other records decoded as before
                     fast = recs.field_strings(kept_idx, id_field)
-                    kept_recs = [{id_field: v} if v is not None else recs[i] for i, v in zip(kept_idx, fast)]
+                    kept_recs = None
+                    if None not in fast and "".join(fast).isascii():
+                        ids = fast  # all strings, ASCII: as they are (no surrogate to repair)
+                    else:
+                        kept_recs = [{id_field: v} if v is not None else recs[i] for i, v in zip(kept_idx, fast)]
                 else:
                     kept_recs = [recs[i] for i in kept_idx]
-                ids = []
-                for i, r in zip(kept_idx, kept_recs):
-                    v = r.get(id_field)
-                    if v is None:
-                        sh = int(blk.shards[i])
-                        v = r[id_field] = f"{names_in[sh] if 0 <= sh < len(names_in) else 'doc'}:{int(blk.lines[i])}"
-                    ids.append(repair_surrogates(id_text(v)))
+                if kept_recs is not None:
+                    ids = []
+                    for i, r in zip(kept_idx, kept_recs):
+                        v = r.get(id_field)
+                        if v is None:
+                            sh = int(blk.shards[i])
+                            v = r[id_field] = f"{names_in[sh] if 0 <= sh < len(names_in) else 'doc'}:{int(blk.lines[i])}"
+                        ids.append(repair_surrogates(id_text(v)))
             else:
                 for r in recs:
                     if _SKIPPED in r:
@@ -1043,10 +1192,8 @@ def _loop(pipe, measured, source, writer: ShardWriter, stats: RunStats, cfg, kee
                     o = groups.setdefault(g, {})
                     key = "kept" if c == 0 else names.setdefault(c, reason_name(c))
                     o[key] = o.get(key, 0) + 1
-            counters = dict(m["counters"])
-            if surrogates:
-                counters["input"] = {"docs_with_lone_surrogates": surrogates}
-            stats.add_batch(batch.n_in, len(batch.texts), dropped, batch.bytes_in, m["bytes_out"],
+            counters = {"input": {"docs_with_lone_surrogates": surrogates}} if surrogates else None
+            stats.add_batch(batch.n_in, len(batch.texts), {}, batch.bytes_in, m["bytes_out"],
                             None, None, counters, skipped, groups)
             lengths[0].append(m["len_in"])
             lengths[1].append(m["len_out"])
@@ -1067,14 +1214,34 @@ def _loop(pipe, measured, source, writer: ShardWriter, stats: RunStats, cfg, kee
                                     f"kept {100 * stats.docs_kept / max(stats.docs_in, 1):.1f}%", refresh=False)
             if stop_after_batches is not None and nb >= stop_after_batches:
                 raise KeyboardInterrupt
-        # the end: skips after the last record, the last part, the final commit
+        # the end: skips after the last record, the last part, the final commit.  stats.json (its
+        # content is known once the last batch is counted) is written on a thread of its own while
+        # the last part is written, and the dedup log made durable there too (the commit then has
+        # no log to sync): the three files' writes and syncs overlap instead of following each other.
+        # The commit comes after both (the part durable before the commit that covers it); stats.json
+        # before the final commit is safe: it is listed in run.json before it exists, and a run killed
+        # before that commit rewrites the same stats.json when resumed.
         stats.add_skipped(source.skipped - source._seen_skipped)
-        finish_part(*end_files)
+        result = None
+        if final_stats is None:
+            finish_part(*end_files)
+        else:
+            fold()
+            manifest.add(*([writer.open_part_name()] if writer.pending_rows else []), *end_files)
+            result = final_stats[0]()
+            side = _Side(_end_writes, pipe.dedup, final_stats[1], result)
+            try:
+                finish_part()
+            except BaseException:
+                side.join(quiet=True)  # the part's error is the one to report
+                raise
+            side.join()
         commit()
         if bar is not None:
             if bar.total:
                 bar.update(bar.total - bar.n)
             bar.close()
+        return result
     except BaseException:
         if bar is not None:
             bar.close()
@@ -1082,6 +1249,46 @@ def _loop(pipe, measured, source, writer: ShardWriter, stats: RunStats, cfg, kee
     finally:
         if old_term is not None:
             signal.signal(signal.SIGTERM, old_term)
+
+
+def _end_writes(dedup, path: str, result: Dict[str, Any]) -> None:
+    """The run's end, beside the last part's write: the dedup log synced, stats.json written."""
+    if dedup is not None:
+        dedup.sync()
+    _write_json(path, result)
+
+
+class _Side:
+    """``fn(*args)`` on a thread of its own; ``join()`` waits for it and raises what it raised."""
+
+    def __init__(self, fn, *args) -> None:
+        import threading
+
+        self._exc: Optional[BaseException] = None
+
+        def go() -> None:
+            try:
+                fn(*args)
+            except BaseException as e:  # re-raised by join()
+                self._exc = e
+
+        self._thread = threading.Thread(target=go, name="luminamoon-end", daemon=True)
+        self._thread.start()
+
+    def join(self, quiet: bool = False) -> None:
+        """Waits for the thread (a signal while waiting -- Ctrl-C, SIGTERM -- is raised after it
+        ended: nothing of it is left writing behind the caller), then raises what it raised
+        unless ``quiet``."""
+        interrupted: Optional[BaseException] = None
+        while self._thread.is_alive():
+            try:
+                self._thread.join()
+            except BaseException as e:  # noqa: PERF203 - wait on: the thread ends on its own
+                interrupted = e
+        if interrupted is not None:
+            raise interrupted
+        if self._exc is not None and not quiet:
+            raise self._exc
 
 
 # ----------------------------------------------------------- near duplicates

@@ -223,13 +223,17 @@ class ShardWriter:
             cols[k] = col(self._extra[k], self.extra_types.get(k, pa.string()))
         return pa.table(cols)
 
+    def open_part_name(self) -> str:
+        """The file name the open part gets when it is finished (``part-NNNNN<suffix>``)."""
+        return f"part-{len(self.parts):05d}{self.suffix}"
+
     def finish_part(self) -> Optional[Dict[str, Any]]:
         """Writes the open part durably (temp file, fsync, rename, fsync folder)
         and returns its record; None when nothing is pending."""
         if self._rows == 0:
             return None
         table = self._table()
-        name = f"part-{len(self.parts):05d}{self.suffix}"
+        name = self.open_part_name()
         tmp = os.path.join(self.out_dir, f"{_TMP_PREFIX}{len(self.parts):05d}{self.suffix}")
         final = os.path.join(self.out_dir, name)
         try:
