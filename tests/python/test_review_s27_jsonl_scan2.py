@@ -131,7 +131,7 @@ class _Pairs(list):
     """An object's (key, value) pairs in order (json.loads' object_pairs_hook)."""
 
 
-def _ref(line):
+def _ref(line, key2="id"):
     """(simple, text_bytes, id_ok, id_bytes) from the standard library for one line (no newline)."""
     try:
         s = line.decode("utf-8")  # strict: what the scanner vouches for
@@ -147,8 +147,8 @@ def _ref(line):
         tb = texts[0].encode("utf-8")
     except UnicodeEncodeError:
         return False, None, 0, None
-    ids = [v for k, v in pairs if k == "id"]
-    if len(ids) == 1 and isinstance(ids[0], str):
+    ids = [v for k, v in pairs if k == key2]
+    if len(ids) == 1 and isinstance(ids[0], str) and key2 != "text":
         try:
             return True, tb, 1, ids[0].encode("utf-8")
         except UnicodeEncodeError:
@@ -156,7 +156,7 @@ def _ref(line):
     return True, tb, 0, None
 
 
-def _check(buf, res, escs=None):
+def _check(buf, res, escs=None, key2="id"):
     """res = _C.jsonl_scan(buf, "text", -1, "id") as numpy arrays; checks every line."""
     ends, status, toff, tdata, koff, kdata, kok = res
     raw = buf.split(b"\n")
@@ -172,7 +172,7 @@ def _check(buf, res, escs=None):
         if ln.strip() == b"":
             assert st == 1, ln
             continue
-        simple, tb, iok, ib = _ref(ln)
+        simple, tb, iok, ib = _ref(ln, key2)
         if st == 0:
             assert simple, ln
             assert tdata[toff[r]:toff[r + 1]].tobytes() == tb, ln
@@ -280,6 +280,11 @@ def test_scan2_matches_json_loads_and_levels_agree_and_no_read_past_the_end(tmp_
     assert n_ok > 1500 and n_id > 400 and n_ok - n_id > 400
     for buf in edges:
         _check(buf, _np(_C.jsonl_scan(buf, "text", -1, "id")))
+    # other second keys: a non-ASCII one, a prefix of others ("i"), one holding objects, the text key itself
+    buf, escs = cases[0]
+    for key2 in ("\u00e9", "i", "meta", "ID", "text", b"id"):
+        k2 = key2.decode() if isinstance(key2, bytes) else key2
+        _check(buf, _np(_C.jsonl_scan(buf, "text", -1, key2)), escs, k2)
     # the portable level (child, LM_NO_AVX2=1) gives the same bytes, also at a page's end
     bufs = [b for b, _ in cases]
     port, port_e = _scan_all(bufs, edges, {"LM_NO_AVX2": "1"}, tmp_path, "port")
