@@ -54,11 +54,25 @@ def _from(strings):
     return StringTensor(views=st.views, buffers=st.buffers)
 
 
-def _check(st, strings, seeds, what):
+def _od(strings):
+    """(offsets int64, data) of byte strings."""
+    st = StringTensor.from_list(strings, validate=False)
+    return st.offsets, st.data
+
+
+def _check(st, strings, seeds, what, offsets=None):
+    """st (views only): StringTensor.hash64 and the views op; offsets=(offsets, data): also the
+    offsets layout (StringTensor.hash64 of from_buffers, the hash64 op) on the same strings."""
     for seed in seeds:
         s = seed - (1 << 64) if seed >= 1 << 63 else seed
         want = _want(strings, seed)
-        for name, got in (("hash64", st.hash64(seed)), ("op", OPS.views_hash64(st.views, list(st.buffers), s))):
+        runs = [("hash64", st.hash64(seed)), ("op", OPS.views_hash64(st.views, list(st.buffers), s))]
+        if offsets is not None:
+            so = StringTensor.from_buffers(offsets[0], offsets[1], validate=False)
+            runs += [("offsets hash64", so.hash64(seed)), ("offsets op", OPS.hash64(offsets[0], offsets[1], s))]
+            o32 = offsets[0].to(torch.int32)
+            runs += [("offsets32 op", OPS.hash64(o32, offsets[1], s))]
+        for name, got in runs:
             g = _got(got)
             bad = [i for i in range(len(want)) if g[i] != want[i]]
             assert not bad, (f"{what} {name} seed {seed}: {len(bad)} of {len(want)} wrong, first at {bad[0]} "
@@ -100,7 +114,7 @@ _SEEDS = [0, 1, M64, (1 << 63) + 5, 0x9E3779B97F4A7C15]
 def _all_checks(level):
     rng = random.Random(27)
     for name, strings in _layouts(rng):
-        _check(_from(strings), strings, _SEEDS[:2] if "lengths" not in name else _SEEDS, f"{level} {name}")
+        _check(_from(strings), strings, _SEEDS[:2] if "lengths" not in name else _SEEDS, f"{level} {name}", _od(strings))
     # slices: non-zero starts into the views, lengths around a block
     strings = [_rand_bytes(rng, rng.choice([0, 3, 8, 9, 12, 13, 16, 40, 200])) for _ in range(3 * BLOCK + 50)]
     st = _from(strings)
@@ -133,13 +147,15 @@ def _page_end_checks(rng, level):
     libc = ctypes.CDLL(None, use_errno=True)
     libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     page = mmap.PAGESIZE
-    for n_last in (13, 14, 15, 16, 17, 31, 32, 33, 63, 64, 65, 128, 129, 239, 240, 241, 300):
+    for n_last in (0, 1, 3, 4, 7, 8, 9, 12, 13, 14, 15, 16, 17, 31, 32, 33, 63, 64, 65, 128, 129, 239, 240, 241, 300):
         for count in (1, BLOCK - 1, BLOCK + 1, 2 * BLOCK):
             strings = [_rand_bytes(rng, rng.randint(0, 14)) for _ in range(count - 1)] + [_rand_bytes(rng, n_last)]
             st = StringTensor.from_list(strings, validate=False)
             assert len(st.buffers) == 1
             data = st.buffers[0].numpy().tobytes()
             assert data.endswith(strings[-1])
+            if not data:
+                continue  # no payload byte to place (torch.frombuffer refuses an empty buffer)
             size = (len(data) + page - 1) // page * page
             m = mmap.mmap(-1, size + page)
             addr = ctypes.addressof(ctypes.c_char.from_buffer(m))
@@ -147,7 +163,8 @@ def _page_end_checks(rng, level):
             m[size - len(data):size] = data
             buf = torch.frombuffer(memoryview(m)[size - len(data):size], dtype=torch.uint8)
             try:
-                _check(StringTensor(views=st.views, buffers=[buf]), strings, [0], f"{level} page end {n_last}")
+                _check(StringTensor(views=st.views, buffers=[buf]), strings, [0], f"{level} page end {n_last}",
+                       (st.offsets, buf))
             finally:
                 del buf
                 assert libc.mprotect(addr + size, page, 3) == 0
