@@ -139,6 +139,7 @@ def _all_checks(level):
     finally:
         torch.set_num_threads(before)
     _page_end_checks(rng, level)
+    _views_at_page_end_checks(rng, level)
     _corrupt_checks(rng, level)
 
 
@@ -168,6 +169,38 @@ def _page_end_checks(rng, level):
             finally:
                 del buf
                 assert libc.mprotect(addr + size, page, 3) == 0
+
+
+def _views_at_page_end_checks(rng, level):
+    """The views array (and the offsets array) itself ending at an unmapped page: the kernel's
+    masked loads of the last views and the 9..12-byte gathers read nothing past view n-1."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    page = mmap.PAGESIZE
+    for n in list(range(1, 41)) + [BLOCK - 1, BLOCK, BLOCK + 1, 2 * BLOCK + 7]:
+        strings = [_rand_bytes(rng, rng.choice([0, 3, 8, 9, 11, 12, 13, 20])) for _ in range(n)]
+        st = StringTensor.from_list(strings, validate=False)
+        raw_v = st.views.numpy().tobytes()
+        raw_o = st.offsets.numpy().tobytes()
+        maps = []
+        try:
+            placed = []
+            for raw in (raw_v, raw_o):
+                size = (len(raw) + page - 1) // page * page
+                m = mmap.mmap(-1, size + page)
+                addr = ctypes.addressof(ctypes.c_char.from_buffer(m))
+                assert libc.mprotect(addr + size, page, 0) == 0
+                m[size - len(raw):size] = raw
+                maps.append((m, addr, size))
+                placed.append(torch.frombuffer(memoryview(m)[size - len(raw):size], dtype=torch.uint8))
+            views = placed[0].view(-1, 16)
+            offs = placed[1].view(st.offsets.dtype)
+            _check(StringTensor(views=views, buffers=st.buffers), strings, [0, 5], f"{level} views at page end n={n}",
+                   (offs, st.data))
+            del views, offs, placed
+        finally:
+            for m, addr, size in maps:
+                libc.mprotect(addr + size, page, 3)
 
 
 def _corrupt_checks(rng, level):
