@@ -23,6 +23,7 @@ once: one child process) and must give byte-identical outputs.  Then ``iter_bloc
 fields=("id",))``'s ``field_strings`` is compared with the plain (rescanning) path and
 ``json.loads`` for every record, over several block sizes and resumed from block positions."""
 import ctypes
+import gzip
 import json
 import mmap
 import os
@@ -35,6 +36,7 @@ import pytest
 import torch  # noqa: F401  (loads torch's libraries before the extension)
 
 from luminamoon import _C
+from luminamoon.data import _blocks
 from luminamoon.data._blocks import LazyRecords
 from luminamoon.data.sources import JsonlSource
 
@@ -327,8 +329,10 @@ def _ref_records(lines):
     return out
 
 
-@pytest.mark.parametrize("n", [1, 7, 64, 4096])
-def test_iter_blocks_ids_equal_plain_path_and_json_loads_across_blocks_and_resume(tmp_path, n):
+@pytest.mark.parametrize("n,comp,read", [(1, None, None), (7, "gz", None), (64, "gz2", 65537), (4096, None, 65537),
+                                         (33, "gz", 4097)])
+def test_iter_blocks_ids_equal_plain_path_and_json_loads_across_blocks_and_resume(tmp_path, monkeypatch, n, comp,
+                                                                                  read):
     """field_strings of the pre-scanned id == the plain path == json.loads for every record;
     a record's id is vouched (not None) exactly when the line is one the scanner decodes and
     json.loads finds one str id that encodes; malformed lines skipped between the records."""
@@ -361,8 +365,17 @@ def test_iter_blocks_ids_equal_plain_path_and_json_loads_across_blocks_and_resum
             simple, _tb, iok, _ib = _ref(ln)
             want.append(obj)
             vouch_l.append(bool(simple and iok and not esc))
-    path = tmp_path / "a.jsonl"
-    _write(path, lines, b"\r\n" if n == 7 else b"\n")
+    raw = (b"\r\n" if n == 7 else b"\n").join(lines) + b"\n"
+    if comp is None:
+        path = tmp_path / "a.jsonl"
+        path.write_bytes(raw)
+    else:  # gzip: the decompressed pieces of a read scanned in place; "gz2": two members
+        path = tmp_path / "a.jsonl.gz"
+        cut = len(raw) // 3 if comp == "gz2" else len(raw)
+        path.write_bytes(gzip.compress(raw[:cut]) + (gzip.compress(raw[cut:]) if cut < len(raw) else b""))
+    if read is not None:  # small reads: many reads, lines carried across them
+        monkeypatch.setattr(_blocks, "_READ", read)
+        monkeypatch.setattr(_blocks, "_READ_FIRST", read // 2 + 1)
 
     def run(src, k0):
         got, blocks = [], []
