@@ -32,6 +32,7 @@ import random
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch  # noqa: F401  (loads torch's libraries before the extension)
 
@@ -282,6 +283,28 @@ def test_scan2_matches_json_loads_and_levels_agree_and_no_read_past_the_end(tmp_
     assert n_ok > 1500 and n_id > 400 and n_ok - n_id > 400
     for buf in edges:
         _check(buf, _np(_C.jsonl_scan(buf, "text", -1, "id")))
+    # max_line_bytes: TOO_LONG (3) exactly for the lines whose body (without \n / \r\n) is longer;
+    # the other lines as without a limit, their texts and second values too
+    for buf, _escs in cases[:2]:
+        full = _np(_C.jsonl_scan(buf, "text", -1, "id"))
+        for lim in (0, 1, 37, 100, 300):
+            got = _np(_C.jsonl_scan(buf, "text", lim, "id"))
+            assert (got[0] == full[0]).all()
+            raw = buf.split(b"\n")
+            if raw[-1] == b"":
+                raw.pop()
+            # a line followed by \n loses a \r before it (CRLF); the last line without \n keeps all
+            ended = [i < len(raw) - 1 or buf.endswith(b"\n") for i in range(len(raw))]
+            bodies = [ln[:-1] if e and ln.endswith(b"\r") else ln for ln, e in zip(raw, ended)]
+            long_ = np.array([len(b) > lim for b in bodies])
+            assert ((got[1] == 3) == long_).all()
+            assert (got[1][~long_] == full[1][~long_]).all()
+            okf = np.flatnonzero(full[1] == 0)
+            keep = np.flatnonzero(~long_[okf])  # OK lines that stay OK under the limit
+            for r_new, r_old in enumerate(keep):
+                assert got[3][got[2][r_new]:got[2][r_new + 1]].tobytes() == full[3][full[2][r_old]:full[2][r_old + 1]].tobytes()
+                assert got[6][r_new] == full[6][r_old]
+                assert got[5][got[4][r_new]:got[4][r_new + 1]].tobytes() == full[5][full[4][r_old]:full[4][r_old + 1]].tobytes()
     # other second keys: a non-ASCII one, a prefix of others ("i"), one holding objects, the text key itself
     buf, escs = cases[0]
     for key2 in ("\u00e9", "i", "meta", "ID", "text", b"id"):
