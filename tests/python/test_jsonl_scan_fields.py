@@ -170,6 +170,9 @@ def test_blocks_prescanned_ids_equal_rescanning(tmp_path, monkeypatch, gz, read)
         old = _ids(JsonlSource(path, on_error="skip"), n, None)
         new = _ids(JsonlSource(path, on_error="skip"), n, ("id",))
         assert new == old
+        # with too-long lines skipped among them
+        lim = {"on_error": "skip", "max_record_bytes": 120}
+        assert _ids(JsonlSource(path, **lim), n, ("id",)) == _ids(JsonlSource(path, **lim), n, None)
         fast = 0
         for ln, idx, got, _t, _p, _s, few, few_all in new:
             assert few == few_all
@@ -223,3 +226,46 @@ def test_second_key_portable_level_same():
         assert r.returncode == 0, r.stderr
         outs.append(r.stdout.strip())
     assert outs[0] == outs[1] and len(outs[0]) == 64
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_scan_of_pieces_equals_scan_of_joined(seed):
+    """``_C.jsonl_scan(list of pieces)`` (how a read's decompressed pieces are scanned in place) gives
+    exactly what scanning their concatenation gives: cuts anywhere (inside lines, right after or
+    before a newline, empty pieces, a last line without its newline), bytes / bytearray /
+    memoryview pieces, with and without the second key and a line limit."""
+    rng = random.Random(seed)
+    lines = _lines(seed, 300)
+    raw = ("\n".join(lines) + ("\n" if seed % 2 else "")).encode("utf-8", "surrogatepass")
+    for it in range(60):
+        cuts = sorted(rng.randint(0, len(raw)) for _ in range(rng.randint(0, 8)))
+        if it % 3 == 0:  # at newlines and next to them
+            nls = [i for i, b in enumerate(raw) if b == 10]
+            cuts = sorted(rng.choice(nls) + d for _ in range(4) for d in (rng.choice((0, 1)),))
+        parts = [raw[a:b] for a, b in zip([0] + cuts, cuts + [len(raw)])]
+        kinds = [bytes, bytearray, memoryview]
+        parts = [kinds[rng.randrange(3)](p) for p in parts]
+        for lim, key2 in ((-1, "id"), (-1, None), (rng.randint(0, 200), "id")):
+            args = (lim,) if key2 is None else (lim, key2)
+            want = [x.numpy().tobytes() for x in _C.jsonl_scan(raw, "text", *args)]
+            got = [x.numpy().tobytes() for x in _C.jsonl_scan(parts, "text", *args)]
+            assert got == want, (it, [len(p) for p in parts], lim, key2)
+    assert [x.numel() for x in _C.jsonl_scan([], "text", -1)] == [0, 0, 1, 0]
+    assert [x.numel() for x in _C.jsonl_scan((b"", b""), "text", -1)] == [0, 0, 1, 0]
+    with pytest.raises(TypeError, match="bytes-like"):
+        _C.jsonl_scan([b'{"text": "a"}\n', "str"], "text", -1)
+
+
+def test_joined_slices():
+    from luminamoon.data._blocks import _Joined
+
+    rng = random.Random(3)
+    for _ in range(500):
+        parts = [bytes(rng.randrange(256) for _ in range(rng.randint(0, 6))) for _ in range(rng.randint(1, 5))]
+        parts = [rng.choice([bytes, bytearray, memoryview])(p) for p in parts]
+        whole = b"".join(bytes(p) for p in parts)
+        j = _Joined(parts)
+        assert len(j) == len(whole)
+        for _ in range(8):
+            a, b = rng.randint(-3, len(whole) + 3), rng.randint(-3, len(whole) + 3)
+            assert j[a:b] == whole[a:b]

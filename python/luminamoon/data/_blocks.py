@@ -18,6 +18,8 @@ the records before it were yielded.
 from __future__ import annotations
 
 import json
+from bisect import bisect_right
+from itertools import accumulate
 from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 import numpy as np
@@ -164,6 +166,36 @@ class RecordBlock:
         return len(self.records)
 
 
+class _Joined:
+    """Pieces of bytes read as their concatenation, never joined whole: the decompressed pieces of
+    one read, scanned in place by the C scanner (``_C.jsonl_scan`` takes the list); a slice is the
+    bytes of the pieces it covers (a record's line, read when the record is)."""
+
+    __slots__ = ("parts", "_ends")
+
+    def __init__(self, parts: List[Any]):
+        self.parts = parts
+        self._ends = list(accumulate(len(p) for p in parts))
+
+    def __len__(self) -> int:
+        return self._ends[-1] if self._ends else 0
+
+    def __getitem__(self, sl: slice) -> bytes:
+        a, b, _ = sl.indices(len(self))
+        if b <= a:
+            return b""
+        ends = self._ends
+        i = bisect_right(ends, a)
+        out = []
+        while a < b:
+            p0 = ends[i] - len(self.parts[i])
+            e = min(b, ends[i])
+            out.append(bytes(memoryview(self.parts[i])[a - p0:e - p0]))
+            a = e
+            i += 1
+        return out[0] if len(out) == 1 else b"".join(out)
+
+
 class _Chunk:
     """The records of one scanned piece of one file (arrays aligned per record)."""
 
@@ -201,13 +233,17 @@ def _scan(src, path: str, shard: int, buf: Any, cut: int, base: int, line0: int,
     from .. import _C
 
     lim = src.max_record_bytes
-    view = memoryview(buf)[:cut]
+    if isinstance(buf, _Joined):  # the pieces of a read, scanned in place (cut: all of them)
+        view = buf
+        arg = buf.parts
+    else:
+        view = memoryview(buf)[:cut]
+        arg = view
     if key2 is None:
-        ends_t, status_t, toff_t, tdata_t = _C.jsonl_scan(view, src.text_key, -1 if lim is None else lim)
-        c_ids = None
+        ends_t, status_t, toff_t, tdata_t = _C.jsonl_scan(arg, src.text_key, -1 if lim is None else lim)
     else:
         ends_t, status_t, toff_t, tdata_t, koff_t, kdata_t, kok_t = _C.jsonl_scan(
-            view, src.text_key, -1 if lim is None else lim, key2)
+            arg, src.text_key, -1 if lim is None else lim, key2)
         koff, kok = koff_t.numpy(), kok_t.numpy()
     ends = ends_t.numpy()
     status = status_t.numpy()
@@ -497,6 +533,8 @@ def _chunks(src, fix_text=None, own=None, scan=None) -> Iterator[_Chunk]:
     records of rank ``r`` of ``W`` in the global stream from here; see ``_scan``)."""
     lim = src.max_record_bytes
     g = 0  # stream items (non-blank lines) before the next chunk, with ``own``
+    # JSONL: a read's pieces are scanned in place (_Joined), never joined; other scans need one buffer
+    pieces_ok = scan is None or getattr(scan, "_pieces", False)
     scan = scan or _scan
     pos = dict(src._pos)
     first = True
@@ -515,7 +553,33 @@ def _chunks(src, fix_text=None, own=None, scan=None) -> Iterator[_Chunk]:
             carry = b""
             size = _READ_FIRST
             while True:
-                data = reader.read(size, carry)  # the partial line, then the next bytes
+                if pieces_ok and hasattr(reader, "read_parts"):
+                    parts = reader.read_parts(size)
+                    size = _READ
+                    # the read's last line end: the pieces up to it are the chunk, read in place
+                    j = len(parts) - 1
+                    k = -1
+                    while j >= 0:
+                        k = parts[j].rfind(b"\n")
+                        if k >= 0:
+                            break
+                        j -= 1
+                    if j >= 0:
+                        last = parts[j] if k + 1 == len(parts[j]) else memoryview(parts[j])[:k + 1]
+                        buf = _Joined(([carry] if carry else []) + parts[:j] + [last])
+                        rest = parts[j][k + 1:]
+                        tail = bytes(rest) + b"".join(parts[j + 1:]) if j + 1 < len(parts) else bytes(rest)
+                        r0 = rec0
+                        c, line0, rec0 = scan(src, path, shard, buf, len(buf), base, line0, rec0, reader, fix_text,
+                                               None if own is None else (*own, g))
+                        g += rec0 - r0
+                        yield c
+                        base += len(buf)
+                        carry = tail
+                        continue
+                    data = b"".join([carry] + parts) if parts else b""  # no line end: as below
+                else:
+                    data = reader.read(size, carry)  # the partial line, then the next bytes
                 size = _READ
                 if not data:
                     if carry:
@@ -692,6 +756,7 @@ def jsonl_blocks(src, n: int, fix_text=None, scan=None, fields: Sequence[str] = 
     if key2 is not None:
         def scan(*a, **kw):
             return _scan(*a, **kw, key2=key2)
+        scan._pieces = True  # reads the pieces of a read in place, as _scan does
 
     def position(c: _Chunk, i: int) -> Dict[str, Any]:
         p = src._start_pos(c.shard)

@@ -146,6 +146,11 @@ class _PlainReader:
             return b""
         return head + data if head else data
 
+    def read_parts(self, n: int) -> list:
+        """``read(n)`` as a list of pieces to be read as their concatenation ([] at EOF)."""
+        data = self.read(n)
+        return [data] if data else []
+
     def close(self) -> None:
         self._f.close()
 
@@ -412,10 +417,20 @@ class _FramedReader:
         block.  ``.offset`` counts the new bytes only.  Member starts stay in ``_bounds``
         until ``prune_bounds`` (the caller maps offsets inside what it read to members).
         A decompression error after some bytes were read is raised by the next call."""
+        parts = self.read_parts(n)
+        if not parts:
+            return b""
+        if head:
+            parts.insert(0, head)
+        return b"".join(parts) if len(parts) > 1 else bytes(parts[0])
+
+    def read_parts(self, n: int) -> list:
+        """``read(n)`` as the decompressed pieces (bytes) to be read as their concatenation, not
+        joined ([] at EOF): a caller that scans them in place copies none."""
         if self._failed is not None:
             e, self._failed = self._failed, None
             raise e
-        parts = [head] if head else []
+        parts = []
         got = len(self._buf)
         if got:
             parts.append(self._buf)
@@ -434,8 +449,8 @@ class _FramedReader:
         self.offset += got
         self._buf_uoff = self.offset
         if not got:
-            return b""
-        return b"".join(parts) if len(parts) > 1 else bytes(parts[0])
+            return []
+        return parts
 
     def prune_bounds(self, offset: int) -> None:
         """Forgets the member starts before the one holding ``offset``."""
