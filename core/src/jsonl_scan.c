@@ -206,6 +206,22 @@ static inline __attribute__((always_inline)) const uint8_t *jl_run_scalar(const 
 static const uint8_t jl_simple_escape[256] = {['"'] = '"', ['\\'] = '\\', ['/'] = '/', ['b'] = '\b',
                                               ['f'] = '\f', ['n'] = '\n', ['r'] = '\r', ['t'] = '\t'};
 
+/* The bytes that ended a plain run at *pp (both string paths, so they stop and decode alike): a
+ * one-letter escape by the table, else jl_special.  Returns -1 (go on with the next run), 0
+ * (SLOW), or 1 at the closing quote (*pp just past it). */
+static inline __attribute__((always_inline)) int jl_run_end(const uint8_t **pp, const uint8_t *end, uint8_t **oo,
+                                                            int *escaped) {
+  const uint8_t *p = *pp;
+  if (end - p >= 2 && *p == '\\' && jl_simple_escape[p[1]] != 0) { /* the common escapes (\n, \", ...) */
+    if (escaped != NULL) *escaped = 1;
+    if (*oo != NULL) *(*oo)++ = jl_simple_escape[p[1]];
+    *pp = p + 2;
+    return -1;
+  }
+  const int r = jl_special(pp, end, oo, escaped);
+  return r == 1 ? -1 : r == 0 ? 0 : 1;
+}
+
 #if JL_HAVE_AVX2
 /* jl_string with the plain runs found 32 bytes at a time (each 32 bytes read also stored at o:
  * the run's bytes, then whatever follows them up to 31 bytes; o never runs ahead of p, so
@@ -238,20 +254,13 @@ __attribute__((target("avx2"))) static int jl_string_avx2(jl_cur *c, uint8_t *ou
       p += 32;
       if (o != NULL) o += 32;
     }
-    if (end - p >= 2 && *p == '\\' && jl_simple_escape[p[1]] != 0) { /* the common escapes (\n, \", ...) */
-      if (escaped != NULL) *escaped = 1;
-      if (o != NULL) *o++ = jl_simple_escape[p[1]];
-      p += 2;
-      continue;
-    }
-    int r = jl_special(&p, end, &o, escaped);
-    if (r != 1) {
-      if (r == 0) return 0;
-      c->p = p;
-      if (out_end != NULL) *out_end = o;
-      return 1;
-    }
+    const int r = jl_run_end(&p, end, &o, escaped);
+    if (r == 0) return 0;
+    if (r == 1) break;
   }
+  c->p = p;
+  if (out_end != NULL) *out_end = o;
+  return 1;
 }
 #endif
 
@@ -267,20 +276,13 @@ static int jl_string(jl_cur *c, uint8_t *out, uint8_t **out_end, int *escaped) {
   uint8_t *o = out;
   for (;;) {
     p = jl_run_scalar(p, end, &o);
-    if (end - p >= 2 && *p == '\\' && jl_simple_escape[p[1]] != 0) { /* as in jl_string_avx2 */
-      if (escaped != NULL) *escaped = 1;
-      if (o != NULL) *o++ = jl_simple_escape[p[1]];
-      p += 2;
-      continue;
-    }
-    int r = jl_special(&p, end, &o, escaped);
-    if (r != 1) {
-      if (r == 0) return 0;
-      c->p = p;
-      if (out_end != NULL) *out_end = o;
-      return 1;
-    }
+    const int r = jl_run_end(&p, end, &o, escaped);
+    if (r == 0) return 0;
+    if (r == 1) break;
   }
+  c->p = p;
+  if (out_end != NULL) *out_end = o;
+  return 1;
 }
 
 /* A number as Python's json accepts it: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][-+]?[0-9]+)?
