@@ -231,28 +231,40 @@ def _edge_cases(seed):
 
 
 _CHILD = r"""
-import ctypes, mmap, pickle, sys
+import pickle, sys
 import torch
 from luminamoon import _C
+sys.path.insert(0, sys.argv[3])
+import test_review_s27_jsonl_scan2 as t
 bufs, edges = pickle.load(open(sys.argv[1], "rb"))
-libc = ctypes.CDLL(None, use_errno=True)
-libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-PAGE = mmap.PAGESIZE
-def at_edge(buf):
-    n = (len(buf) + PAGE - 1) // PAGE * PAGE or PAGE
-    m = mmap.mmap(-1, n + PAGE)
-    addr = ctypes.addressof(ctypes.c_char.from_buffer(m))
-    assert libc.mprotect(addr + n, PAGE, 0) == 0
-    m[n - len(buf):n] = buf
-    view = memoryview(m)[n - len(buf):n]
-    r = tuple(t.numpy().tobytes() for t in _C.jsonl_scan(view, "text", -1, "id"))
-    view.release()
-    assert libc.mprotect(addr + n, PAGE, 3) == 0
-    return r
-out = [tuple(t.numpy().tobytes() for t in _C.jsonl_scan(b, "text", -1, "id")) for b in bufs]
-out_e = [at_edge(b) for b in edges]
+out = [t._scan_bytes(b) for b in bufs]
+out_e = [t._at_page_end(b, t._scan_bytes) for b in edges]
 pickle.dump((out, out_e), open(sys.argv[2], "wb"))
 """
+
+
+def _scan_bytes(buf):
+    """_C.jsonl_scan(buf, "text", -1, "id") as bytes (comparable across processes)."""
+    return tuple(t.numpy().tobytes() for t in _C.jsonl_scan(buf, "text", -1, "id"))
+
+
+def _at_page_end(buf, fn):
+    """fn(view): view holds buf's bytes, its last byte the last before an unmapped (PROT_NONE) page."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    page = mmap.PAGESIZE
+    n = (len(buf) + page - 1) // page * page or page
+    m = mmap.mmap(-1, n + page)
+    addr = ctypes.addressof(ctypes.c_char.from_buffer(m))
+    assert libc.mprotect(addr + n, page, 0) == 0
+    m[n - len(buf):n] = buf
+    view = memoryview(m)[n - len(buf):n]
+    try:
+        return fn(view)
+    finally:
+        view.release()
+        assert libc.mprotect(addr + n, page, 3) == 0
+        m.close()
 
 
 def _scan_all(bufs, edges, env_extra, tmp_path, tag):
@@ -261,7 +273,8 @@ def _scan_all(bufs, edges, env_extra, tmp_path, tag):
     with open(cases, "wb") as f:
         pickle.dump((bufs, edges), f)
     env = dict(os.environ, **env_extra)
-    subprocess.run([sys.executable, "-c", _CHILD, str(cases), str(res)], check=True, env=env, timeout=300)
+    subprocess.run([sys.executable, "-c", _CHILD, str(cases), str(res), os.path.dirname(os.path.abspath(__file__))],
+                   check=True, env=env, timeout=300)
     with open(res, "rb") as f:
         return pickle.load(f)
 
@@ -315,23 +328,10 @@ def test_scan2_matches_json_loads_and_levels_agree_and_no_read_past_the_end(tmp_
     port, port_e = _scan_all(bufs, edges, {"LM_NO_AVX2": "1"}, tmp_path, "port")
     assert port == here
     # and at the default level the edge buffers read nothing past their end (else SIGSEGV)
-    edge_here = [tuple(t.numpy().tobytes() for t in _C.jsonl_scan(b, "text", -1, "id")) for b in edges]
+    edge_here = [_scan_bytes(b) for b in edges]
     assert port_e == edge_here
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    page = mmap.PAGESIZE
     for buf, want in zip(edges, edge_here):
-        n = (len(buf) + page - 1) // page * page or page
-        m = mmap.mmap(-1, n + page)
-        addr = ctypes.addressof(ctypes.c_char.from_buffer(m))
-        assert libc.mprotect(addr + n, page, 0) == 0
-        m[n - len(buf):n] = buf
-        view = memoryview(m)[n - len(buf):n]
-        got = tuple(t.numpy().tobytes() for t in _C.jsonl_scan(view, "text", -1, "id"))
-        view.release()
-        assert libc.mprotect(addr + n, page, 3) == 0
-        m.close()
-        assert got == want
+        assert _at_page_end(buf, _scan_bytes) == want
 
 
 def _write(path, lines, nl=b"\n"):
