@@ -244,8 +244,12 @@ class StringTensor:
             raise ValueError("offsets and data are on the meta device, which holds no values to check; "
                              "build the StringTensor on the CPU and move it with .to('meta')")
         if offsets.device.type == "cpu":
-            # monotone + bounds (raises ValueError/IndexError naming the argument)
-            _lib.prefix_match(offsets, data, "")
+            # monotone + bounds, checked in C by the cheapest op that checks them (its message names
+            # the op: said again here as from_buffers' own)
+            try:
+                _lib.prefix_match(offsets, data, "")
+            except ValueError as e:
+                raise ValueError(f"StringTensor.from_buffers: {str(e).split(': ', 1)[-1]}") from None
             if validate:
                 _C.validate_utf8(offsets, data)
         else:
