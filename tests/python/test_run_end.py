@@ -1,6 +1,5 @@
-"""`luminamoon run`'s statistics counted at commits, its end (stats.json written beside the
-last part, before the final commit) and its head (the first block read while the run sets
-itself up).
+"""`luminamoon run`'s statistics counted at commits and its end (stats.json written beside the
+last part, before the final commit).
 
 * The dropped documents by reason and the stages' counters are added to the statistics at
   each commit (``_ReasonTally``, ``_MeasuredPipeline.counters``), not once a batch: the
@@ -10,8 +9,6 @@ itself up).
 * stats.json is written on a thread of its own while the last part is written, before the
   final commit: a run killed right after stats.json is durable, or after the last part's
   rename, resumes to the output of an uninterrupted run.
-* The first block is read ahead on a thread of its own: same output as without, a bad first
-  record still names its file and line, a refused start leaves no thread or open input.
 """
 import collections
 import glob
@@ -20,7 +17,6 @@ import os
 import re
 import subprocess
 import sys
-import threading
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -32,7 +28,7 @@ from luminamoon.cli import runner
 from luminamoon.cli.config import default_config, stage_kwargs
 from luminamoon.cli.demo_corpus import generate
 from luminamoon.cli.report import reason_counts
-from luminamoon.cli.runner import RunError, run_corpus
+from luminamoon.cli.runner import run_corpus
 
 
 @pytest.fixture(scope="module")
@@ -198,71 +194,3 @@ def test_a_failing_stats_write_fails_the_run_before_its_final_commit(corpus, tmp
         run_corpus(corpus, out, _cfg(64), quiet=True, report=False)
     # nothing was committed: the run forgot itself (its part and state removed)
     assert not os.path.exists(out) or not os.listdir(out)
-
-
-# ------------------------------------------------------------------ the head
-def test_first_block_read_ahead_gives_the_same_output(corpus, tmp_path, monkeypatch):
-    outs = []
-    for pre in (True, False):
-        monkeypatch.setattr(runner, "_PRESTART", pre)
-        out = str(tmp_path / f"o{pre}")
-        run_corpus(corpus, out, _cfg(50, 25), quiet=True, report=False)
-        outs.append(out)
-    assert _parts(outs[0]) == _parts(outs[1]) and len(_parts(outs[0])) > 2
-    assert _stats(outs[0]) == _stats(outs[1])
-    # --overwrite of a finished run reads ahead too (a new run): same again
-    monkeypatch.setattr(runner, "_PRESTART", True)
-    run_corpus(corpus, outs[0], _cfg(50, 25), quiet=True, report=False, overwrite=True)
-    assert _parts(outs[0]) == _parts(outs[1])
-    # read ahead, then the block size differs from the prestart's: read again from the start
-    calls = []
-    real = runner._FirstBlock.cancel
-
-    def cancel(self):
-        calls.append(self.n)
-        real(self)
-
-    monkeypatch.setattr(runner._FirstBlock, "cancel", cancel)
-    src = runner._input_source(runner._make_source(corpus, "jsonl", _cfg(50)), "id", "text", ["a"] * len(corpus))
-    src.prestart(7)
-    assert src.position()["record"] == 0 and src.position()["shard"] == 0
-    a = [list(b.records) for b in src.iter_blocks(5)]
-    src2 = runner._input_source(runner._make_source(corpus, "jsonl", _cfg(50)), "id", "text", ["a"] * len(corpus))
-    assert a == [list(b.records) for b in src2.iter_blocks(5)] and calls == [7]
-
-
-def _open_inputs(paths):
-    real = {os.path.realpath(p) for p in paths}
-    got = []
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            if os.path.realpath(os.readlink(f"/proc/self/fd/{fd}")) in real:
-                got.append(fd)
-        except OSError:
-            pass
-    return got
-
-
-def test_first_block_read_ahead_errors_and_refused_starts(corpus, tmp_path, monkeypatch):
-    # a bad first record: the same error (file:line) with and without reading ahead, nothing left
-    bad = tmp_path / "bad.jsonl"
-    lines = open(corpus[0], encoding="utf-8").read().splitlines()
-    bad.write_text("\n".join(lines[:3] + ['{"text": "x", oops}'] + lines[3:]) + "\n", encoding="utf-8")
-    msgs = []
-    for pre in (True, False):
-        monkeypatch.setattr(runner, "_PRESTART", pre)
-        out = tmp_path / f"bad-{pre}"
-        with pytest.raises(RunError) as e:
-            run_corpus([str(bad)], str(out), _cfg(64), quiet=True, report=False)
-        msgs.append(str(e.value))
-        assert not out.exists()
-    assert msgs[0] == msgs[1] and "bad.jsonl:4" in msgs[0]
-    # a start refused after the first block was read ahead (the folder holds another run)
-    monkeypatch.setattr(runner, "_PRESTART", True)
-    out = str(tmp_path / "busy")
-    run_corpus(corpus, out, _cfg(64), quiet=True, report=False)
-    before = _open_inputs(corpus)
-    with pytest.raises(RunError, match="holds the state of another run"):
-        run_corpus(corpus, out, _cfg(64), quiet=True, report=False)
-    assert not [t for t in threading.enumerate() if t.name == "luminamoon-read-first"]
-    assert _open_inputs(corpus) == before == []

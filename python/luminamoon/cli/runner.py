@@ -43,8 +43,6 @@ __all__ = ["run_corpus", "RunError", "detect_format", "STATE_DIRNAME"]
 
 STATE_DIRNAME = ".luminamoon"
 _RUN_FILE = "run.json"
-#: a new run over JSONL reads its first block while it sets itself up (``_InputSource.prestart``)
-_PRESTART = True
 
 
 class RunError(Exception):
@@ -235,30 +233,12 @@ def _input_source(inner, id_field: str, text_field: str, names: Sequence[str]):
             self.surrogate_docs = 0
             self._seen_skipped = 0
             self.names = list(names)
-            self._pre: Optional[_FirstBlock] = None
 
         def position(self):
-            pre = self._pre  # reading ahead of iter_blocks: where it started
-            return dict(pre.pos0) if pre is not None else self.inner.position()
+            return self.inner.position()
 
         def seek(self, position):
-            self.cancel_prestart()
             self.inner.seek(position)
-
-        def prestart(self, n: int) -> None:
-            """Starts reading the first block of ``n`` records (a thread of its own) while the
-            run sets itself up; ``iter_blocks(n)`` then begins with it.  The source must be at
-            its start and not read yet; a ``seek`` or another ``n`` drops what was read."""
-            if self._pre is None and self._columnar:
-                pos0 = self.inner.position()
-                self._pre = _FirstBlock(self._blocks(n), n, pos0)
-
-        def cancel_prestart(self) -> None:
-            """Drops a first block read ahead (its file closed) and puts the source back where it was."""
-            pre, self._pre = self._pre, None
-            if pre is not None:
-                pre.cancel()
-                self.inner.seek(pre.pos0)
 
         @property
         def skipped(self):  # type: ignore[override]
@@ -275,14 +255,6 @@ def _input_source(inner, id_field: str, text_field: str, names: Sequence[str]):
         def iter_blocks(self, n):
             """The columnar path: ids are given when the batch is written (from each
             record's file and line), skips come with each block."""
-            pre = self._pre
-            if pre is not None and pre.n == n:
-                self._pre = None
-                return pre.blocks()
-            self.cancel_prestart()
-            return self._blocks(n)
-
-        def _blocks(self, n):
             def fix(rec, text):
                 fixed = repair_surrogates(text)  # ONE U+FFFD per lone surrogate
                 if fixed != text:
@@ -319,45 +291,6 @@ def _input_source(inner, id_field: str, text_field: str, names: Sequence[str]):
                 yield rec
 
     return _InputSource()
-
-
-class _FirstBlock:
-    """The first block of a source read on a thread of its own, ahead of the pipeline's reader
-    (``_InputSource.prestart``): ``blocks()`` yields it (or raises what reading it raised, as
-    the reader would have) and then the rest of the same iterator."""
-
-    def __init__(self, it, n: int, pos0: Dict[str, Any]) -> None:
-        import threading
-
-        self.it, self.n, self.pos0 = it, n, pos0
-        self.first: Any = None
-        self.exc: Optional[BaseException] = None
-        self.thread = threading.Thread(target=self._read, name="luminamoon-read-first", daemon=True)
-        self.thread.start()
-
-    def _read(self) -> None:
-        try:
-            self.first = next(self.it, None)
-        except BaseException as e:  # raised where the block is taken
-            self.exc = e
-
-    def blocks(self):
-        self.thread.join()
-        if self.exc is not None:
-            raise self.exc
-        if self.first is None:
-            return
-        first, self.first = self.first, None
-        yield first
-        yield from self.it
-
-    def cancel(self) -> None:
-        self.thread.join()
-        self.first = None
-        try:
-            self.it.close()
-        except Exception:
-            pass
 
 
 # --------------------------------------------------------------- pipeline
@@ -854,24 +787,10 @@ def _run_locked(inputs, out, cfg, resume, overwrite, quiet, title, report, stop_
             raise RunError(f"the inputs mix formats ({', '.join(sorted(fmts))}): run them separately "
                            "or force one with --input-format")
         fmt = fmts.pop()
-    source = None
-    if _PRESTART and engine[0] == "local" and not got.stdin and cfg["near_dup"]["mode"] != "cluster" \
-            and not (resume and prev is not None) and fmt == "jsonl":
-        # a new run over JSONL files: the first block is read (inflated, scanned) on a thread of its
-        # own while the run fingerprints its inputs and sets up its state, so that the stages start
-        # on it at once; any error of that reading comes where it did (the pipeline's first block)
-        try:
-            source = _input_source(_make_source(paths, fmt, cfg), cfg["input"]["id_field"],
-                                   cfg["input"]["text_field"], got.names)
-            source.prestart(cfg["run"]["batch_size"])
-        except Exception:
-            source = None  # made again (and any error raised) where it always was
     try:
         ident = _run_identity(paths, fmt, cfg, fps)
         resuming, manifest = _prepare_output(out, ident, resume, overwrite, log, prev)
     except BaseException:
-        if source is not None:
-            source.cancel_prestart()
         if spooled:  # only the copy: the folder may hold another run's state
             _drop_spool(out, created_out)
         elif created_out:
@@ -889,30 +808,23 @@ def _run_locked(inputs, out, cfg, resume, overwrite, quiet, title, report, stop_
 
             return _run_ray(paths, got, fmt, out, cfg, keep, manifest, resuming, committed, quiet, log, title,
                             report, stop_after_batches, address=engine[1])
-        if resuming and source is not None:  # not a new run after all: read from the committed position
-            source.cancel_prestart()
-            source = None
         return _run(paths, got, fmt, out, cfg, keep, manifest, resuming, committed, quiet, log, title, report,
-                    stop_after_batches, source)
+                    stop_after_batches)
     except BaseException:
-        if source is not None:
-            source.cancel_prestart()
         if not committed[0]:
             _forget_run(out, manifest, created_out)
         raise
 
 
 def _run(paths, got: _Inputs, fmt: str, out: str, cfg: Dict[str, Any], keep: List[str], manifest: _Manifest,
-         resuming: bool, committed: List[bool], quiet: bool, log, title, report, stop_after_batches,
-         source=None) -> Dict[str, Any]:
+         resuming: bool, committed: List[bool], quiet: bool, log, title, report, stop_after_batches) -> Dict[str, Any]:
     from ..data.resumable import ResumablePipeline
 
     ocfg, rcfg = cfg["output"], cfg["run"]
     kwargs = stage_kwargs(cfg)
     state_dir = os.path.join(out, STATE_DIRNAME)
-    if source is None:  # else made (its first block read) by _run_locked
-        source = _input_source(_make_source(paths, fmt, cfg), cfg["input"]["id_field"], cfg["input"]["text_field"],
-                               got.names)
+    source = _input_source(_make_source(paths, fmt, cfg), cfg["input"]["id_field"], cfg["input"]["text_field"],
+                           got.names)
     threads = rcfg["threads"] or None
     nd = cfg["near_dup"]
     near_removed, near_info = None, None
