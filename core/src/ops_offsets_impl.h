@@ -149,27 +149,12 @@ static lm_status RNG(prefix)(void *ctx, size_t begin, size_t end) {
     const uint64_t wlim = dlen - 8;
     /* strings of a cache line or more on average (documents): each string's first word is a
      * miss the hardware does not predict (the starts are an irregular stride apart), so the
-     * start LM_OFF_AHEAD strings on is prefetched; short strings share lines and skip it.
-     * (The average is only a choice of loop: offsets are still checked one by one.) */
+     * start LM_OFF_AHEAD strings on is prefetched; short strings share lines and skip it
+     * (pf_end = begin). The average only sets pf_end: offsets are still checked one by one. */
     const uint64_t span = (uint64_t)(UOFF_T)off[end] - (uint64_t)(UOFF_T)off[begin];
-    if (end - begin > LM_OFF_AHEAD && span / (end - begin) >= 64) {
-      for (size_t i = begin; i < end; i++) {
-        if (i + LM_OFF_AHEAD < end) LM_OFF_PREFETCH((uintptr_t)d + (uint64_t)(UOFF_T)off[i + LM_OFF_AHEAD]);
-        const UOFF_T a = (UOFF_T)off[i], z = (UOFF_T)off[i + 1];
-        const int ok = (a <= z) & (z <= lim);
-        const int fits = ok & ((uint64_t)a <= wlim);
-        const uint64_t w = lm_off_load64(d + (fits ? (uint64_t)a : 0));
-        if (fits) {
-          out[i] = (uint8_t)((z - a >= pl) & (((w ^ pw) & pm) == 0));
-        } else {
-          const int r = LM_CAT(SUF, _one)(off, i, d, dlen, lim, c->p, plen, 0, pw, pm);
-          if (r < 0) return LM_EINVAL;
-          out[i] = (uint8_t)r;
-        }
-      }
-      return LM_OK;
-    }
+    const size_t pf_end = end - begin > LM_OFF_AHEAD && span / (end - begin) >= 64 ? end - LM_OFF_AHEAD : begin;
     for (size_t i = begin; i < end; i++) {
+      if (i < pf_end) LM_OFF_PREFETCH((uintptr_t)d + (uint64_t)(UOFF_T)off[i + LM_OFF_AHEAD]);
       const UOFF_T a = (UOFF_T)off[i], z = (UOFF_T)off[i + 1];
       const int ok = (a <= z) & (z <= lim);
       const int fits = ok & ((uint64_t)a <= wlim);
