@@ -8,6 +8,10 @@ extern "C" {
 #include "luminamoon/pipeline.h"
 }
 
+#include <condition_variable>
+#include <deque>
+#include <thread>
+
 namespace luminamoon {
 
 py::dict fused_pii_counters(const lm_pii_counts &c);          // stages.cpp
@@ -64,6 +68,178 @@ py::dict counters_dict(const lm_fused_counters &c, bool has[5]) {
   return d;
 }
 
+
+// What one locked batch run ended with (the exception is raised later, with the GIL held).
+struct RunOutcome {
+  lm_status s = LM_OK;
+  int err = 0;
+  bool closed = false;
+};
+
+// After a run (the same locks held): what the batch's consumer records with it.
+struct RunSnapshot {
+  uint64_t lsn = 0, near_lsn = 0;
+  uint64_t cycle[LM_PII_TYPE_COUNT] = {};
+  lm_fused_counters counters;
+};
+
+// One batch through the pipeline with its locks held (the pipeline's, the deduplicators'); snap,
+// when given, is filled under the same locks (so it is the state right after this batch, whatever
+// runs next).  No GIL needed: called with it released, or from a thread of no interpreter.
+RunOutcome run_locked(Fused &f, const lm_docs &docs, lm_batch_result &r, const lm_exec &ex, RunSnapshot *snap) {
+  RunOutcome o;
+  std::lock_guard<std::mutex> lk(f.mu);
+  std::unique_lock<std::mutex> dl, nl;
+  if (f.dedup) {
+    dl = std::unique_lock<std::mutex>(f.dedup->mu);
+    o.closed = f.dedup->closed;
+  }
+  if (f.near) {
+    nl = std::unique_lock<std::mutex>(f.near->mu);
+    o.closed = o.closed || f.near->closed;
+  }
+  if (o.closed) return o;
+  errno = 0;
+  o.s = lm_fused_run(f.obj, &docs, &r, &ex);
+  o.err = errno;
+  if (snap && o.s == LM_OK) {
+    if (f.dedup) lm_dedup_lsn(f.dedup->obj, &snap->lsn);
+    if (f.near) lm_dedup_lsn(f.near->index(), &snap->near_lsn);
+    lm_fused_get_pii_cycle(f.obj, snap->cycle);
+    lm_fused_get_counters(f.obj, &snap->counters);
+  }
+  return o;
+}
+
+// The exception of a failed run (as FusedPipeline.run raises it); nothing when it succeeded.
+void raise_outcome(Fused &f, const RunOutcome &o) {
+  if (o.closed) throw py::value_error("FusedPipeline: its StreamDeduplicator or NearDeduplicator is closed");
+  if (o.s != LM_OK && f.near && lm_fused_near_failed(f.obj)) f.near->raise(o.s, "FusedPipeline", o.err);
+  if (o.s == LM_ETOOBIG && f.dedup) f.dedup->raise_full("FusedPipeline");
+  if (o.s == LM_ESTATE && f.dedup) f.dedup->raise_failed("FusedPipeline");
+  if (o.s != LM_OK) raise_status(o.s, "FusedPipeline", f.dedup ? f.dedup->path : "", o.err);
+}
+
+// FusedRunner: the batches of one stream run one after another on a thread of their own, which
+// never takes the GIL.  submit() queues a batch and returns at once; collect() returns the oldest
+// batch's result (waiting for it with the GIL released).  Why: the thread that called run() between
+// batches had to take the GIL back after each one, and with a reader and a consumer thread running
+// Python beside it, it waited for it (a core idle) -- here the next batch is already queued when one
+// ends.  After a failed batch no later batch runs (they are dropped: their results would follow a
+// batch that did not happen); collect() raises the failure, then "failed earlier".  close() drops the
+// queued batches, waits for the one running and joins the thread.  The inputs (DocsArg: Python
+// objects) are created and destroyed with the GIL held, never on the runner's thread.
+struct FusedRunner {
+  struct Job {
+    std::unique_ptr<DocsArg> in;
+    lm_exec ex;
+    lm_batch_result r;
+    RunOutcome o;
+    RunSnapshot snap;
+    Job() { lm_batch_result_init(&r); }
+    ~Job() { lm_batch_result_free(&r); }
+  };
+  std::shared_ptr<Fused> f;
+  size_t max_jobs;
+  std::mutex m;
+  std::condition_variable cv;
+  std::deque<std::unique_ptr<Job>> todo, done;
+  bool running = false, stop = false, failed = false;
+  std::thread th;
+
+  FusedRunner(std::shared_ptr<Fused> fused, size_t max_jobs_) : f(std::move(fused)), max_jobs(max_jobs_) {}
+  ~FusedRunner() {
+    {
+      std::lock_guard<std::mutex> lk(m);
+      stop = true;
+    }
+    cv.notify_all();
+    if (th.joinable()) {
+      py::gil_scoped_release nogil;  // the running batch may take a while
+      th.join();
+    }
+    // todo/done (Python objects inside) die here, with the GIL held
+  }
+
+  void loop() {
+    std::unique_lock<std::mutex> lk(m);
+    for (;;) {
+      cv.wait(lk, [&] { return stop || (!todo.empty() && !failed); });
+      if (stop) return;
+      std::unique_ptr<Job> j = std::move(todo.front());
+      todo.pop_front();
+      running = true;
+      lk.unlock();
+      j->o = run_locked(*f, j->in->docs, j->r, j->ex, &j->snap);
+      lk.lock();
+      running = false;
+      if (j->o.closed || j->o.s != LM_OK) failed = true;
+      done.push_back(std::move(j));
+      cv.notify_all();
+    }
+  }
+
+  void submit(py::handle off, py::handle data, int nt) {
+    auto j = std::make_unique<Job>();
+    j->in = std::make_unique<DocsArg>(off, data, "FusedPipeline");
+    j->ex = exec_for(nt);
+    {
+      std::lock_guard<std::mutex> lk(m);
+      if (stop) throw py::value_error("FusedRunner: closed");
+      if (todo.size() + done.size() + (running ? 1 : 0) >= max_jobs)
+        throw py::value_error("FusedRunner: " + std::to_string(max_jobs) +
+                              " batches are submitted and not collected: collect() first");
+      todo.push_back(std::move(j));
+      if (!th.joinable()) th = std::thread([this] { loop(); });
+    }
+    cv.notify_all();
+  }
+
+  py::tuple collect() {
+    std::unique_ptr<Job> j;
+    {
+      py::gil_scoped_release nogil;
+      std::unique_lock<std::mutex> lk(m);
+      cv.wait(lk, [&] { return stop || !done.empty() || (todo.empty() && !running) || (failed && !running); });
+      if (!done.empty()) {
+        j = std::move(done.front());
+        done.pop_front();
+      }
+    }
+    if (!j) {
+      std::lock_guard<std::mutex> lk(m);
+      if (stop) throw py::value_error("FusedRunner: closed");
+      if (failed) throw py::value_error("FusedRunner: an earlier batch failed; this one did not run");
+      throw py::value_error("FusedRunner: no batch submitted");
+    }
+    raise_outcome(*f, j->o);
+    py::tuple t = result_tensors(j->r);
+    py::list cyc;
+    for (int k = 0; k < LM_PII_TYPE_COUNT; k++) cyc.append(py::int_(j->snap.cycle[k]));
+    bool has[5] = {bool(f->cleaner), bool(f->quality), bool(f->dedup), bool(f->pii), bool(f->near)};
+    py::object near_lsn = f->near ? py::object(py::int_(j->snap.near_lsn)) : py::object(py::none());
+    return py::make_tuple(t[0], t[1], t[2], t[3], py::int_(j->snap.lsn), near_lsn, cyc,
+                          counters_dict(j->snap.counters, has));
+  }
+
+  void close() {
+    std::deque<std::unique_ptr<Job>> drop;
+    {
+      std::lock_guard<std::mutex> lk(m);
+      stop = true;
+      drop.swap(todo);
+    }
+    cv.notify_all();
+    if (th.joinable()) {
+      py::gil_scoped_release nogil;
+      th.join();
+    }
+    std::lock_guard<std::mutex> lk(m);
+    done.clear();
+    // drop (the batches never run) dies here, with the GIL held
+  }
+};
+
 }  // namespace
 
 void bind_pipeline(py::module_ &m) {
@@ -78,32 +254,12 @@ void bind_pipeline(py::module_ &m) {
             DocsArg in(off, data, "FusedPipeline");
             lm_exec ex = exec_for(nt);
             ResultGuard res;
-            lm_status s = LM_OK;
-            int err = 0;
-            bool closed = false;
+            RunOutcome o;
             {
               py::gil_scoped_release nogil;
-              std::lock_guard<std::mutex> lk(f.mu);
-              std::unique_lock<std::mutex> dl, nl;
-              if (f.dedup) {
-                dl = std::unique_lock<std::mutex>(f.dedup->mu);
-                closed = f.dedup->closed;
-              }
-              if (f.near) {
-                nl = std::unique_lock<std::mutex>(f.near->mu);
-                closed = closed || f.near->closed;
-              }
-              if (!closed) {
-                errno = 0;
-                s = lm_fused_run(f.obj, &in.docs, &res.r, &ex);
-                err = errno;
-              }
+              o = run_locked(f, in.docs, res.r, ex, nullptr);
             }
-            if (closed) throw py::value_error("FusedPipeline: its StreamDeduplicator or NearDeduplicator is closed");
-            if (s != LM_OK && f.near && lm_fused_near_failed(f.obj)) f.near->raise(s, "FusedPipeline", err);
-            if (s == LM_ETOOBIG && f.dedup) f.dedup->raise_full("FusedPipeline");
-            if (s == LM_ESTATE && f.dedup) f.dedup->raise_failed("FusedPipeline");
-            if (s != LM_OK) raise_status(s, "FusedPipeline", f.dedup ? f.dedup->path : "", err);
+            raise_outcome(f, o);
             return result_tensors(res.r);
           },
           py::arg("offsets"), py::arg("data"), py::arg("num_threads") = 0)
@@ -159,6 +315,17 @@ void bind_pipeline(py::module_ &m) {
         std::lock_guard<std::mutex> lk(f.mu);
         lm_fused_set_pii_cycle(f.obj, v.data());
       });
+
+  py::class_<FusedRunner>(m, "FusedRunner")
+      .def(py::init([](std::shared_ptr<Fused> f, size_t max_jobs) {
+             if (!f) throw py::type_error("FusedRunner: fused must be a FusedPipeline");
+             if (max_jobs < 1) throw py::value_error("FusedRunner: max_jobs must be >= 1");
+             return std::make_unique<FusedRunner>(std::move(f), max_jobs);
+           }),
+           py::arg("fused"), py::arg("max_jobs") = 2)
+      .def("submit", &FusedRunner::submit, py::arg("offsets"), py::arg("data"), py::arg("num_threads") = 0)
+      .def("collect", &FusedRunner::collect)
+      .def("close", &FusedRunner::close);
 }
 
 }  // namespace luminamoon

@@ -1135,6 +1135,41 @@ class FusedPipeline(_Pipeline):
     def pii_cycle(self, value) -> None:
         self._obj.set_pii_cycle(_cycle_arg(value))
 
+    def _stream(self, max_jobs: int = 2) -> "_FusedStream":
+        """The batches of one stream run on a thread of their own (see :class:`_FusedStream`)."""
+        return _FusedStream(self, max_jobs)
+
+
+class _FusedStream:
+    """A FusedPipeline's batches run one after another on a native thread that never takes the
+    GIL (``_C.FusedRunner``): ``submit(texts)`` queues a batch (at most ``max_jobs`` submitted and
+    not collected), ``collect()`` returns the oldest one's ``(StageResult, wal_lsn, near_wal_lsn,
+    pii_cycle, counters)`` -- the deduplicators' LSNs (``near_wal_lsn`` None without near dedup),
+    the PII cycle and the pipeline's counters right after that batch, taken under the batch's locks
+    -- or raises what ``pipe(texts)`` would have raised.  After a failed batch no later batch runs.
+    ``close()`` drops the batches not run and waits for the one running.
+
+    ResumablePipeline's reading path uses it: the thread that hands the batches over then no
+    longer has to win the GIL back (from the reader and the consumer) between two batches before
+    the next one can start; the next one is already queued.  Internal."""
+
+    def __init__(self, pipe: "FusedPipeline", max_jobs: int):
+        self._pipe = pipe
+        self._runner = _C.FusedRunner(pipe._obj, max_jobs)
+        #: the deduplicators whose LSNs collect() reports (the pipeline's own)
+        self.dedup, self.near_dedup = pipe.dedup, pipe.near_dedup
+
+    def submit(self, texts) -> None:
+        st = _as_string_tensor(texts)
+        self._runner.submit(st.offsets, st.data, self._pipe.num_threads)
+
+    def collect(self):
+        off, data, src, reasons, lsn, near_lsn, cycle, counters = self._runner.collect()
+        return StageResult(_texts_from(off, data), reasons, src), lsn, near_lsn, cycle, counters
+
+    def close(self) -> None:
+        self._runner.close()
+
 
 class ChainPipeline(_Pipeline):
     """The modular chain: clean -> quality -> dedup -> PII as four separate batch calls.

@@ -370,6 +370,11 @@ class _MeasuredPipeline:
         self.measures.append(_Measure(st.offsets, r.texts.offsets, self.pipe.counters))
         return r
 
+    def _stream(self, max_jobs: int) -> "_MeasuredStream":
+        """The pipeline's stream (``FusedPipeline._stream``: ResumablePipeline's reading path), the
+        batches measured as by ``__call__``."""
+        return _MeasuredStream(self, self.pipe._stream(max_jobs))
+
     def take(self) -> Dict[str, Any]:
         """The next batch's figures (consumer thread, batch order): ``len_in``, ``len_out`` (the
         documents' byte lengths, int64 arrays) and ``bytes_out``.  The stages' counters after the
@@ -389,6 +394,30 @@ class _MeasuredPipeline:
         d = _delta(now, self._last)
         self._last, self._taken = now, None
         return _counter_view(d)
+
+
+class _MeasuredStream:
+    """``_MeasuredPipeline``'s stream: each collected batch measured in submission order (its
+    counters as the stream took them right after it)."""
+
+    def __init__(self, measured: "_MeasuredPipeline", inner) -> None:
+        import collections
+
+        self._m, self._inner = measured, inner
+        self._offsets = collections.deque()
+        self.dedup, self.near_dedup = inner.dedup, inner.near_dedup
+
+    def submit(self, st) -> None:
+        self._inner.submit(st)
+        self._offsets.append(st.offsets)
+
+    def collect(self):
+        r, lsn, near_lsn, cycle, counters = self._inner.collect()
+        self._m.measures.append(_Measure(self._offsets.popleft(), r.texts.offsets, counters))
+        return r, lsn, near_lsn, cycle, counters
+
+    def close(self) -> None:
+        self._inner.close()
 
 
 class _ReasonTally:

@@ -41,7 +41,8 @@ import threading
 import weakref
 import zlib
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Union
+from collections import deque
+from typing import Any, Callable, Deque, Dict, Iterable, Iterator, List, Optional, Union
 
 import torch
 
@@ -105,6 +106,10 @@ def _run_all(steps: List[Callable[[], Any]]) -> Optional[BaseException]:
     return first
 
 
+#: Blocks submitted ahead to a pipeline's stream on the reading path (one running, one queued).
+STREAM_DEPTH = 2
+
+
 class _Producer:
     """What the prefetch thread runs.  It holds the source, the stages and the lock, never
     the ResumablePipeline itself (see ``_Resources``)."""
@@ -139,13 +144,12 @@ class _Producer:
     def _process(self, st: Any, records: Any, n: int, pos: Dict[str, Any], index: int, sample_index: int,
                  block: Any = None) -> "Batch":
         """Runs the stages on one batch of ``n`` input texts and makes its Batch."""
-        texts = range(n)  # only its length is used below
         bytes_in = st.nbytes
         cycle = None
         with self.res.lock:
             if self.pipeline is None:
-                out, reasons = st, torch.zeros(len(texts), dtype=torch.int32)
-                src_idx = torch.arange(len(texts), dtype=torch.int64)
+                out, reasons = st, torch.zeros(n, dtype=torch.int32)
+                src_idx = torch.arange(n, dtype=torch.int64)
             else:
                 r = self.pipeline(st)
                 out, reasons, src_idx = r.texts, r.reasons, r.source_index
@@ -157,13 +161,20 @@ class _Producer:
                 out, src_idx = r.texts, src_idx[r.source_index]
             lsn = self.dedup.lsn if self.dedup is not None else 0
             near_lsn = self.near.lsn if self.near is not None else None
+        return self._batch(out, reasons, src_idx, lsn, near_lsn, cycle, records, n, bytes_in, pos, index,
+                           sample_index, block)
+
+    def _batch(self, out: Any, reasons: torch.Tensor, src_idx: torch.Tensor, lsn: int, near_lsn: Optional[int],
+               cycle: Optional[List[int]], records: Any, n: int, bytes_in: int, pos: Dict[str, Any], index: int,
+               sample_index: int, block: Any) -> "Batch":
+        """The Batch of a processed batch, with its coordinate (what a commit after it records)."""
         coord = {"version": _STATE_VERSION, "source": pos, "batch_index": index + 1,
-                 "sample_index": sample_index + len(texts), "epoch": self.start["epoch"], "wal_lsn": lsn}
+                 "sample_index": sample_index + n, "epoch": self.start["epoch"], "wal_lsn": lsn}
         if near_lsn is not None:
             coord["near_wal_lsn"] = near_lsn
         if cycle is not None:
             coord["pii_cycle"] = cycle
-        return Batch(index, out, reasons, src_idx, records, len(texts), bytes_in, coord, block)
+        return Batch(index, out, reasons, src_idx, records, n, bytes_in, coord, block)
 
     def batches(self) -> Iterator["Batch"]:
         if getattr(self.source, "_columnar", False) and callable(getattr(self.source, "iter_blocks", None)):
@@ -195,7 +206,18 @@ class _Producer:
         else:
             def nxt():
                 return next(blocks, None)
+        stream = None
+        if not self.near_after and callable(getattr(self.pipeline, "_stream", None)):
+            stream = self.pipeline._stream(STREAM_DEPTH)
+            if stream.dedup is not self.dedup or stream.near_dedup is not self.near:
+                # the LSNs a commit records are those of this pipeline's deduplicators: a callable
+                # holding others (or none) goes batch by batch, reading them after each batch
+                stream.close()
+                stream = None
         try:
+            if stream is not None:
+                yield from self._streamed(stream, nxt, index, sample)
+                return
             while not self.res.stop.is_set():
                 blk = nxt()
                 if blk is None:
@@ -204,8 +226,46 @@ class _Producer:
                 index, sample = b.coord["batch_index"], b.coord["sample_index"]
                 yield b
         finally:
+            if stream is not None:
+                stream.close()  # the batches not run dropped, the running one waited for
             if pf is not None:
                 pf.stop()
+
+    def _streamed(self, stream: Any, nxt: Callable[[], Any], index: int, sample: int) -> Iterator["Batch"]:
+        """The blocks through the pipeline's stream (``FusedPipeline._stream``): up to
+        ``STREAM_DEPTH`` blocks are submitted ahead, so the native thread running them starts the
+        next one as soon as one ends, whoever holds the GIL then.  Same batches, coordinates and
+        errors as ``_process`` one block at a time: a block's results are yielded in order, a
+        failed batch raises at its turn (no later batch runs), and an error of the reader raises
+        after the batches of the blocks before it."""
+        pending: Deque[Any] = deque()
+        failure: Optional[BaseException] = None
+        ended = False
+        while not self.res.stop.is_set():
+            while not ended and failure is None and len(pending) < STREAM_DEPTH:
+                try:
+                    blk = nxt()
+                except Exception as e:  # raised after the batches before it, as one block at a time
+                    failure = e
+                    break
+                if blk is None:
+                    ended = True
+                    break
+                stream.submit(blk.texts)
+                pending.append(blk)
+            if not pending:
+                if failure is not None:
+                    raise failure
+                return
+            blk = pending.popleft()
+            n = len(blk)
+            bytes_in = blk.texts.nbytes
+            r, lsn, near_lsn, cycle, counters = stream.collect()
+            cycle = cycle if any(cycle) else None
+            b = self._batch(r.texts, r.reasons, r.source_index, lsn, near_lsn, cycle, blk.records, n, bytes_in,
+                            blk.position, index, sample, blk)
+            index, sample = b.coord["batch_index"], b.coord["sample_index"]
+            yield b
 
 
 def _get_cycle(pipeline: Any) -> Optional[List[int]]:
