@@ -28,7 +28,7 @@ import shutil
 import signal
 import sys
 import time
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 import torch
@@ -370,10 +370,15 @@ class _MeasuredPipeline:
         self.measures.append(_Measure(st.offsets, r.texts.offsets, self.pipe.counters))
         return r
 
-    def _stream(self, max_jobs: int) -> "_MeasuredStream":
+    @property
+    def _stream(self) -> Optional[Callable[[int], "_MeasuredStream"]]:
         """The pipeline's stream (``FusedPipeline._stream``: ResumablePipeline's reading path), the
-        batches measured as by ``__call__``."""
-        return _MeasuredStream(self, self.pipe._stream(max_jobs))
+        batches measured as by ``__call__``; None when the stages have no stream (a ChainPipeline):
+        the reading path then calls this pipeline batch by batch."""
+        inner = getattr(self.pipe, "_stream", None)
+        if not callable(inner):
+            return None
+        return lambda max_jobs: _MeasuredStream(self, inner(max_jobs))
 
     def take(self) -> Dict[str, Any]:
         """The next batch's figures (consumer thread, batch order): ``len_in``, ``len_out`` (the

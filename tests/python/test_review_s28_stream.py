@@ -1,0 +1,313 @@
+"""Review of the native stream runner (aa36fa8: ``_C.FusedRunner``, ``FusedPipeline._stream``, used
+by ResumablePipeline's columnar reading path and by ``luminamoon run``): a user abandoning or
+interrupting a stream, committing while the runner works ahead, forking, dropping pipelines,
+bad records at block boundaries, the memory bound, and the pipelines that have no stream.
+
+Each test compares against what the path gives without the stream (FusedPipeline._stream hidden:
+every batch then goes through ``pipe(texts)``), or against an uninterrupted run.
+"""
+from __future__ import annotations
+
+import gc
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch  # noqa: F401  (torch's libraries before the extension)
+
+from luminamoon import stages
+from luminamoon.data import JsonlSource, ResumablePipeline
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+WORDS = ("the of and to in is was for on that with as by at from it be this are have not an or but which one all "
+         "were there their been has had more will would who can its also about into other than some time only new "
+         "after two first may these such over most where when many any both those then made use through each "
+         "between well under much").split()
+
+
+def _docs(seed: int, n: int):
+    import random
+
+    rnd = random.Random(seed)
+    out = []
+    for i in range(n):
+        s = [" ".join(rnd.choice(WORDS) for _ in range(rnd.randint(8, 16))).capitalize() + "."
+             for _ in range(rnd.randint(2, 8))]
+        if i % 5 == 0:
+            s.append(f"Write to user{seed}x{i}@example.org for more.")
+        out.append(" ".join(s))
+    return out
+
+
+def _corpus(path, n=700, bad_lines=()):
+    """JSONL with exact duplicates far apart (dedup drops them only across batches) and PII;
+    ``bad_lines``: 0-based line numbers replaced by malformed JSON."""
+    docs = _docs(3, n // 2)
+    docs = docs + docs[::4] + _docs(4, n - len(docs) - len(docs[::4]))
+    lines = [json.dumps({"id": f"d{i}", "text": t}) for i, t in enumerate(docs)]
+    for k in bad_lines:
+        lines[k] = '{"id": "broken", "text": "no end'
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _tasks() -> int:
+    """Threads of this process (native ones included: the runner is not a Python thread)."""
+    return len(os.listdir("/proc/self/task"))
+
+
+def _pipeline(corpus, state_dir, **kw):
+    kw.setdefault("batch_size", 64)
+    kw.setdefault("num_threads", 2)
+    kw.setdefault("stages", {"pii": {"mode": "datatrove"}})
+    src_kw = kw.pop("source_kw", {})
+    return ResumablePipeline(JsonlSource(str(corpus), **src_kw), state_dir=str(state_dir), **kw)
+
+
+def _row(b):
+    return (b.index, b.texts.tolist(), b.reasons.tolist(), [r["id"] for r in b.kept_records], b.coord)
+
+
+def _all(corpus, state_dir, **kw):
+    with _pipeline(corpus, state_dir, **kw) as p:
+        return [_row(b) for b in p]
+
+
+@pytest.fixture
+def no_stream(monkeypatch):
+    """Hide FusedPipeline._stream: the reading path goes batch by batch (the reference)."""
+    def off():
+        monkeypatch.setattr(stages.FusedPipeline, "_stream", None)
+    return off
+
+
+# ----------------------------------------------------------------- abandoning and resuming
+
+@pytest.mark.parametrize("prefetch", [0, 2])
+def test_break_mid_stream_commit_close_then_resume_equals_uninterrupted(tmp_path, prefetch):
+    """The consumer leaves the loop while the runner has the next batches queued or running (their
+    hashes already in the dedup table and WAL), commits, closes; the resumed run's batches are the
+    uninterrupted run's (nothing dropped as a duplicate of a batch that was never delivered)."""
+    corpus = _corpus(tmp_path / "c.jsonl")
+    want = _all(corpus, tmp_path / "ref", prefetch_batches=prefetch)
+    assert len(want) >= 8 and any(1 in w[2] for w in want[4:])  # later batches drop duplicates
+    got = []
+    with _pipeline(corpus, tmp_path / "s", prefetch_batches=prefetch) as p:
+        for b in p:
+            got.append(_row(b))
+            if len(got) == 3:
+                p.commit()
+                break
+        lsn_committed = got[-1][4]["wal_lsn"]
+        assert p.dedup.lsn >= lsn_committed
+    with _pipeline(corpus, tmp_path / "s", prefetch_batches=prefetch) as p:
+        assert p.state_dict()["wal_lsn"] == lsn_committed
+        got += [_row(b) for b in p]
+    assert [g[:4] for g in got] == [w[:4] for w in want]
+    assert got[-1][4]["wal_lsn"] == want[-1][4]["wal_lsn"]
+
+
+def test_commit_after_every_batch_while_the_runner_runs_ahead(tmp_path):
+    """commit() from the consumer while the runner thread runs the next batch: the committed LSN is
+    the delivered batch's (never the runner's, which is further), the WAL is durable up to it, and
+    a restart from each of those commits (a crash right after it) gives the uninterrupted output."""
+    corpus = _corpus(tmp_path / "c.jsonl")
+    want = _all(corpus, tmp_path / "ref", prefetch_batches=0)
+    states = []
+    with _pipeline(corpus, tmp_path / "s", prefetch_batches=0) as p:
+        for b in p:
+            p.commit()
+            st = p.dedup.stats
+            states.append((b.index, b.coord["wal_lsn"], p.state_dict()["wal_lsn"]))
+            assert st["durable_lsn"] >= b.coord["wal_lsn"]
+            if len(states) == 4:
+                break
+    assert [s[1] for s in states] == [w[4]["wal_lsn"] for w in want[:4]]
+    assert all(s[1] == s[2] for s in states)
+    with _pipeline(corpus, tmp_path / "s", prefetch_batches=0) as p:
+        rest = [_row(b) for b in p]
+    assert [r[:4] for r in rest] == [w[:4] for w in want[4:]]
+
+
+def test_close_while_the_iterator_is_still_held(tmp_path):
+    """close() with the generator still referenced (prefetch_batches=0: the stream lives in the
+    consumer's generator): no hang; the next next() raises or ends; the folder is free again and
+    the runner thread ends when the iterator is dropped."""
+    corpus = _corpus(tmp_path / "c.jsonl")
+    base = _tasks()
+    p = _pipeline(corpus, tmp_path / "s", prefetch_batches=0)
+    it = iter(p)
+    next(it)
+    next(it)
+    p.close()
+    with pytest.raises(Exception):
+        for _ in range(20):
+            next(it)
+    del it
+    gc.collect()
+    assert _tasks() <= base
+    with _pipeline(corpus, tmp_path / "s", prefetch_batches=0) as q:  # the lock was released
+        assert len([b for b in q]) > 0
+
+
+@pytest.mark.parametrize("prefetch", [0, 2])
+def test_dropped_without_close_releases_everything(tmp_path, prefetch):
+    corpus = _corpus(tmp_path / "c.jsonl")
+    base = _tasks()
+    p = _pipeline(corpus, tmp_path / "s", prefetch_batches=prefetch)
+    it = iter(p)
+    next(it)
+    del p, it
+    gc.collect()
+    assert _tasks() <= base  # the prefetch, reader and runner threads all ended
+    with _pipeline(corpus, tmp_path / "s", prefetch_batches=prefetch) as q:
+        assert len([b for b in q]) > 0
+
+
+@pytest.mark.parametrize("prefetch", [0, 4])
+def test_no_hang_at_interpreter_exit_mid_stream(tmp_path, prefetch):
+    corpus = _corpus(tmp_path / "c.jsonl", n=3000)
+    code = textwrap.dedent(f"""
+        from luminamoon.data import ResumablePipeline, JsonlSource
+        p = ResumablePipeline(JsonlSource({str(corpus)!r}), batch_size=16, prefetch_batches={prefetch},
+                              state_dir={str(tmp_path / 's')!r}, num_threads=1)
+        it = iter(p); next(it); print('ok', flush=True)
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "ok" in r.stdout, r.stderr
+
+
+# ----------------------------------------------------------------- several pipelines
+
+def test_two_pipelines_interleaved_in_one_thread(tmp_path):
+    ca, cb = _corpus(tmp_path / "a.jsonl"), _corpus(tmp_path / "b.jsonl", n=500)
+    want_a = _all(ca, tmp_path / "ra", prefetch_batches=0)
+    want_b = _all(cb, tmp_path / "rb", prefetch_batches=2, near_dedup=True)
+    got_a, got_b = [], []
+    with _pipeline(ca, tmp_path / "a", prefetch_batches=0) as pa, \
+            _pipeline(cb, tmp_path / "b", prefetch_batches=2, near_dedup=True) as pb:
+        ia, ib = iter(pa), iter(pb)
+        while True:
+            a, b = next(ia, None), next(ib, None)
+            if a is None and b is None:
+                break
+            if a is not None:
+                got_a.append(_row(a))
+            if b is not None:
+                got_b.append(_row(b))
+    assert got_a == want_a and got_b == want_b
+
+
+@pytest.mark.parametrize("num_threads", [1, None])
+def test_num_threads_and_near_dedup_equal_batch_by_batch(tmp_path, no_stream, num_threads):
+    corpus = _corpus(tmp_path / "c.jsonl")
+    got = _all(corpus, tmp_path / "s", num_threads=num_threads, near_dedup=True)
+    no_stream()
+    want = _all(corpus, tmp_path / "r", num_threads=num_threads, near_dedup=True)
+    assert got == want and "near_wal_lsn" in got[-1][4]
+
+
+# ----------------------------------------------------------------- reader errors at block boundaries
+
+@pytest.mark.parametrize("bad", [[63], [64], [127, 128], [0], [699]])
+def test_bad_record_at_a_block_boundary_skipped_equals_batch_by_batch(tmp_path, no_stream, bad):
+    corpus = _corpus(tmp_path / "c.jsonl", bad_lines=bad)
+    kw = {"source_kw": {"on_error": "skip"}}
+    got = _all(corpus, tmp_path / "s", **kw)
+    no_stream()
+    want = _all(corpus, tmp_path / "r", **kw)
+    assert got == want
+    assert sum(len(w[2]) for w in want) == 700 - len(bad)
+
+
+@pytest.mark.parametrize("bad", [63, 64, 128])
+@pytest.mark.parametrize("prefetch", [0, 2])
+def test_bad_record_at_a_block_boundary_raises_after_the_batches_before_it(tmp_path, no_stream, bad, prefetch):
+    corpus = _corpus(tmp_path / "c.jsonl", bad_lines=[bad])
+
+    def run(sd):
+        out, err = [], None
+        with _pipeline(corpus, sd, prefetch_batches=prefetch) as p:
+            try:
+                for b in p:
+                    out.append(_row(b))
+            except Exception as e:
+                err = (type(e).__name__, str(e))
+        return out, err
+
+    got = run(tmp_path / "s")
+    no_stream()
+    want = run(tmp_path / "r")
+    assert got == want and want[1] is not None and want[1][0] == "BadRecordError"
+    assert len(want[0]) == bad // 64
+
+
+# ----------------------------------------------------------------- memory bound
+
+def test_max_prefetch_bytes_still_bounds_the_queue(tmp_path):
+    corpus = _corpus(tmp_path / "c.jsonl", n=1500)
+    with _pipeline(corpus, tmp_path / "s", prefetch_batches=8, max_prefetch_bytes=1) as p:
+        sizes = []
+        it = iter(p)
+        b = next(it)
+        sizes.append(b.memory_bytes)
+        for b in it:
+            sizes.append(b.memory_bytes)
+        st = p.prefetch_stats
+    assert st["peak_batches"] == 1 and st["peak_bytes"] <= max(sizes)
+
+
+# ----------------------------------------------------------------- luminamoon run
+
+def _run_cfg(pipeline="fused", prefetch=2):
+    from luminamoon.cli.config import default_config
+
+    cfg = default_config()
+    cfg["run"]["batch_size"] = 64
+    cfg["run"]["threads"] = 2
+    cfg["run"]["pipeline"] = pipeline
+    cfg["run"]["prefetch_batches"] = prefetch
+    return cfg
+
+
+def _parts_rows(out):
+    import glob
+
+    import pyarrow.parquet as pq
+
+    rows = []
+    for p in sorted(glob.glob(os.path.join(out, "part-*"))):
+        rows += pq.read_table(p).to_pylist()
+    return rows
+
+
+def test_run_chain_pipeline_over_jsonl(tmp_path):
+    """``luminamoon run --chain`` over JSONL (the columnar reading path): the run's callable has
+    ``_stream`` whatever its stages are, but a ChainPipeline has none."""
+    from luminamoon.cli.runner import run_corpus
+
+    corpus = _corpus(tmp_path / "c.jsonl")
+    run_corpus([str(corpus)], str(tmp_path / "fused"), _run_cfg("fused"), quiet=True, report=False)
+    run_corpus([str(corpus)], str(tmp_path / "chain"), _run_cfg("chain"), quiet=True, report=False)
+    fused = _parts_rows(str(tmp_path / "fused"))
+    assert fused and _parts_rows(str(tmp_path / "chain")) == fused
+
+
+@pytest.mark.parametrize("prefetch", [0, 2])
+def test_run_interrupted_then_resumed_equals_uninterrupted(tmp_path, prefetch):
+    from luminamoon.cli.runner import run_corpus
+
+    corpus = _corpus(tmp_path / "c.jsonl", n=1500)
+    cfg = _run_cfg(prefetch=prefetch)
+    cfg["output"]["part_docs"] = 150
+    run_corpus([str(corpus)], str(tmp_path / "ref"), cfg, quiet=True, report=False)
+    with pytest.raises(KeyboardInterrupt):
+        run_corpus([str(corpus)], str(tmp_path / "out"), cfg, quiet=True, report=False, stop_after_batches=7)
+    run_corpus([str(corpus)], str(tmp_path / "out"), cfg, resume=True, quiet=True, report=False)
+    ref = _parts_rows(str(tmp_path / "ref"))
+    assert ref and _parts_rows(str(tmp_path / "out")) == ref
