@@ -8,9 +8,12 @@ extern "C" {
 #include "luminamoon/pipeline.h"
 }
 
+#include <unistd.h>
+
 #include <condition_variable>
 #include <deque>
 #include <thread>
+#include <vector>
 
 namespace luminamoon {
 
@@ -129,6 +132,13 @@ void raise_outcome(Fused &f, const RunOutcome &o) {
 // batch that did not happen); collect() raises the failure, then "failed earlier".  close() drops the
 // queued batches, waits for the one running and joins the thread.  The inputs (DocsArg: Python
 // objects) are created and destroyed with the GIL held, never on the runner's thread.
+//
+// fork(): os.fork() first waits until no runner runs a batch and starts none until the fork is done
+// (pause/resume, registered with os.register_at_fork below), so the batch locks -- the pipeline's and
+// the deduplicators' mutexes -- are free in the child, which can use the pipeline and close its
+// deduplicators.  The thread itself is not in the child: there a runner is not usable (submit and
+// collect raise), and closing or dropping it neither joins the thread nor destroys the condition
+// variable the parent's thread waits on (both would wait forever or abort); they are left as they are.
 struct FusedRunner {
   struct Job {
     std::unique_ptr<DocsArg> in;
@@ -142,29 +152,74 @@ struct FusedRunner {
   std::shared_ptr<Fused> f;
   size_t max_jobs;
   std::mutex m;
-  std::condition_variable cv;
+  std::unique_ptr<std::condition_variable> cv{new std::condition_variable};  // left alone in a forked child
   std::deque<std::unique_ptr<Job>> todo, done;
-  bool running = false, stop = false, failed = false;
-  std::thread th;
+  bool running = false, stop = false, failed = false, paused = false;
+  std::unique_ptr<std::thread> th;  // started by the first submit(); left alone in a forked child
+  pid_t pid = 0;                    // the process th runs in
 
   FusedRunner(std::shared_ptr<Fused> fused, size_t max_jobs_) : f(std::move(fused)), max_jobs(max_jobs_) {}
   ~FusedRunner() {
+    if (forked()) {
+      abandon();
+      return;
+    }
     {
       std::lock_guard<std::mutex> lk(m);
       stop = true;
     }
-    cv.notify_all();
-    if (th.joinable()) {
+    cv->notify_all();
+    if (th && th->joinable()) {
       py::gil_scoped_release nogil;  // the running batch may take a while
-      th.join();
+      th->join();
     }
     // todo/done (Python objects inside) die here, with the GIL held
+  }
+
+  // This process is a child forked after the thread started: the thread is the parent's.
+  bool forked() const { return pid != 0 && pid != getpid(); }
+
+  // In a forked child (GIL held, no other thread of this runner here): the jobs dropped, the thread
+  // and the condition variable left as they are (not joined, not destroyed), the mutex not taken
+  // (the parent's thread may have held it).
+  void abandon() {
+    (void)th.release();
+    (void)cv.release();
+    stop = true;
+    todo.clear();
+    done.clear();
+  }
+
+  void check_here() {
+    if (forked())
+      throw py::value_error("FusedRunner: started in process " + std::to_string(pid) +
+                            "; this process is a child forked from it and the stream's thread is not here: "
+                            "start a new stream");
+  }
+
+  // os.fork(), before: no batch running when it returns, none started until resume().
+  void pause() {
+    if (!th || forked()) return;
+    py::gil_scoped_release nogil;
+    std::unique_lock<std::mutex> lk(m);
+    paused = true;
+    cv->wait(lk, [&] { return !running; });
+  }
+
+  // os.fork(), after, in the parent.
+  void resume() {
+    if (forked()) return;
+    {
+      std::lock_guard<std::mutex> lk(m);
+      paused = false;
+    }
+    cv->notify_all();
   }
 
   void loop() {
     std::unique_lock<std::mutex> lk(m);
     for (;;) {
-      cv.wait(lk, [&] { return stop || (!todo.empty() && !failed); });
+      cv->wait(lk, [&] { return stop || (!todo.empty() && !failed && !paused); });
       if (stop) return;
       std::unique_ptr<Job> j = std::move(todo.front());
       todo.pop_front();
@@ -175,11 +230,12 @@ struct FusedRunner {
       running = false;
       if (j->o.closed || j->o.s != LM_OK) failed = true;
       done.push_back(std::move(j));
-      cv.notify_all();
+      cv->notify_all();
     }
   }
 
   void submit(py::handle off, py::handle data, int nt) {
+    check_here();
     auto j = std::make_unique<Job>();
     j->in = std::make_unique<DocsArg>(off, data, "FusedPipeline");
     j->ex = exec_for(nt);
@@ -190,17 +246,21 @@ struct FusedRunner {
         throw py::value_error("FusedRunner: " + std::to_string(max_jobs) +
                               " batches are submitted and not collected: collect() first");
       todo.push_back(std::move(j));
-      if (!th.joinable()) th = std::thread([this] { loop(); });
+      if (!th) {
+        th.reset(new std::thread([this] { loop(); }));
+        pid = getpid();
+      }
     }
-    cv.notify_all();
+    cv->notify_all();
   }
 
   py::tuple collect() {
+    check_here();
     std::unique_ptr<Job> j;
     {
       py::gil_scoped_release nogil;
       std::unique_lock<std::mutex> lk(m);
-      cv.wait(lk, [&] { return stop || !done.empty() || (todo.empty() && !running) || (failed && !running); });
+      cv->wait(lk, [&] { return stop || !done.empty() || (todo.empty() && !running) || (failed && !running); });
       if (!done.empty()) {
         j = std::move(done.front());
         done.pop_front();
@@ -223,22 +283,47 @@ struct FusedRunner {
   }
 
   void close() {
+    if (forked()) {
+      abandon();
+      return;
+    }
     std::deque<std::unique_ptr<Job>> drop;
     {
       std::lock_guard<std::mutex> lk(m);
       stop = true;
       drop.swap(todo);
     }
-    cv.notify_all();
-    if (th.joinable()) {
+    cv->notify_all();
+    if (th && th->joinable()) {
       py::gil_scoped_release nogil;
-      th.join();
+      th->join();
     }
     std::lock_guard<std::mutex> lk(m);
     done.clear();
     // drop (the batches never run) dies here, with the GIL held
   }
 };
+
+// The live runners, for the fork hooks (changed with the GIL held).  weak_ptr: a hook holds the
+// runners it waits for, so a runner dropped meanwhile by another thread outlives the wait.
+std::vector<std::weak_ptr<FusedRunner>> &live_runners() {
+  static auto *v = new std::vector<std::weak_ptr<FusedRunner>>;
+  return *v;
+}
+
+std::vector<std::shared_ptr<FusedRunner>> take_live_runners() {
+  std::vector<std::shared_ptr<FusedRunner>> out;
+  auto &v = live_runners();
+  size_t k = 0;
+  for (auto &w : v) {
+    if (auto r = w.lock()) {
+      out.push_back(std::move(r));
+      v[k++] = w;
+    }
+  }
+  v.resize(k);
+  return out;
+}
 
 }  // namespace
 
@@ -316,16 +401,28 @@ void bind_pipeline(py::module_ &m) {
         lm_fused_set_pii_cycle(f.obj, v.data());
       });
 
-  py::class_<FusedRunner>(m, "FusedRunner")
+  py::class_<FusedRunner, std::shared_ptr<FusedRunner>>(m, "FusedRunner")
       .def(py::init([](std::shared_ptr<Fused> f, size_t max_jobs) {
              if (!f) throw py::type_error("FusedRunner: fused must be a FusedPipeline");
              if (max_jobs < 1) throw py::value_error("FusedRunner: max_jobs must be >= 1");
-             return std::make_unique<FusedRunner>(std::move(f), max_jobs);
+             auto r = std::make_shared<FusedRunner>(std::move(f), max_jobs);
+             take_live_runners();  // drops the expired entries
+             live_runners().push_back(r);
+             return r;
            }),
            py::arg("fused"), py::arg("max_jobs") = 2)
       .def("submit", &FusedRunner::submit, py::arg("offsets"), py::arg("data"), py::arg("num_threads") = 0)
       .def("collect", &FusedRunner::collect)
       .def("close", &FusedRunner::close);
+
+  // os.fork(): the runners pause (no batch holds its locks at the fork) and resume in the parent.
+  py::module_::import("os").attr("register_at_fork")(
+      py::arg("before") = py::cpp_function([] {
+        for (auto &r : take_live_runners()) r->pause();
+      }),
+      py::arg("after_in_parent") = py::cpp_function([] {
+        for (auto &r : take_live_runners()) r->resume();
+      }));
 }
 
 }  // namespace luminamoon

@@ -311,3 +311,108 @@ def test_run_interrupted_then_resumed_equals_uninterrupted(tmp_path, prefetch):
     run_corpus([str(corpus)], str(tmp_path / "out"), cfg, resume=True, quiet=True, report=False)
     ref = _parts_rows(str(tmp_path / "ref"))
     assert ref and _parts_rows(str(tmp_path / "out")) == ref
+
+
+# ----------------------------------------------------------------- fork
+
+_FORK_STREAM = textwrap.dedent("""
+    import json, os, sys
+    import torch
+    from luminamoon import StringTensor
+    from luminamoon.stages import FusedPipeline, StreamDeduplicator
+    mode = sys.argv[1]
+    pipe = FusedPipeline(num_threads=1, dedup=StreamDeduplicator())
+    docs = json.load(open(sys.argv[2]))
+    a, b = StringTensor.from_list(docs[:300]), StringTensor.from_list(docs[300:600])
+    s = pipe._stream(2)
+    s.submit(a)
+    want = len(s.collect()[0].texts)
+    if mode == "busy":  # a long batch submitted right before the fork: running (or about to) then
+        s.submit(StringTensor.from_list(docs[600:]))
+    pid = os.fork()
+    if pid == 0:
+        if mode in ("pipe", "busy"):  # the pipeline itself: its locks are free in the child
+            print("child pipe", len(pipe(b).texts), pipe.dedup.lsn > 0, flush=True)
+            sys.exit(0)
+        if mode == "use":  # the parent's stream: an error, not a wait for a thread that is not here
+            try:
+                s.submit(b)
+                s.collect()
+                print("no error", flush=True)
+            except ValueError as e:
+                print("raised", e, flush=True)
+        s2 = pipe._stream(2)  # a stream of its own works
+        s2.submit(b)
+        print("child", len(s2.collect()[0].texts), flush=True)
+        s2.close()
+        if mode == "close":
+            s.close()
+        sys.exit(0)  # a normal exit: the parent's stream object is destroyed here
+    _, status = os.waitpid(pid, 0)
+    print("status", status, flush=True)
+    if mode == "busy":
+        s.collect()
+    s.submit(b)
+    print("parent", want, len(s.collect()[0].texts), flush=True)
+    s.close()
+""")
+
+
+@pytest.mark.parametrize("mode", ["exit", "close", "use", "pipe", "busy"])
+def test_forked_child_with_a_runner_thread_in_the_parent(tmp_path, mode):
+    """A process forks while a stream's runner thread is alive (idle; "busy": a long batch just
+    submitted).  The child has no such thread: dropping or closing the stream there must not join
+    it (std::thread::join on a thread of another process: abort or a hang) nor destroy the condition
+    variable that thread waits on (a hang), using it must raise, its own stream must work, and the
+    pipeline's locks must be free there (os.fork waits for the running batch)."""
+    docs = _docs(7, 600) + _docs(8, 6000)
+    ref = stages.FusedPipeline(num_threads=1, dedup=stages.StreamDeduplicator())
+    n_a, n_b = len(ref(docs[:300]).texts), len(ref(docs[300:600]).texts)
+    assert n_a > 0 and n_b > 0
+    (tmp_path / "docs.json").write_text(json.dumps(docs))
+    script = tmp_path / "fork_stream.py"
+    script.write_text(_FORK_STREAM)
+    r = subprocess.run([sys.executable, str(script), mode, str(tmp_path / "docs.json")], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    lines = r.stdout.splitlines()
+    assert "status 0" in lines, (r.stdout, r.stderr)
+    if mode == "busy":  # the parent's long batch ran first there: b's output after it
+        assert any(ln.startswith(f"parent {n_a} ") for ln in lines), r.stdout
+    else:
+        assert f"parent {n_a} {n_b}" in lines, r.stdout
+    child = f"child pipe {n_b} True" if mode in ("pipe", "busy") else f"child {n_b}"
+    assert child in lines, (r.stdout, r.stderr)
+    if mode == "use":
+        assert any(ln.startswith("raised") and "fork" in ln for ln in lines), r.stdout
+
+
+_FORK_RESUMABLE = textwrap.dedent("""
+    import os, sys
+    import torch
+    from luminamoon.data import ResumablePipeline, JsonlSource
+    corpus, sd, prefetch = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    p = ResumablePipeline(JsonlSource(corpus), batch_size=64, prefetch_batches=prefetch, state_dir=sd,
+                          num_threads=1)
+    it = iter(p)
+    next(it)
+    pid = os.fork()
+    if pid == 0:
+        print("child", flush=True)
+        sys.exit(0)  # interpreter exit in the child: the iterator and the pipeline are finalized
+    _, status = os.waitpid(pid, 0)
+    n = 1 + sum(1 for _ in it)
+    p.close()
+    print("status", status, "parent", n, flush=True)
+""")
+
+
+@pytest.mark.parametrize("prefetch", [0, 2])
+def test_forked_child_of_an_iterating_resumable_pipeline_exits(tmp_path, prefetch):
+    corpus = _corpus(tmp_path / "c.jsonl")
+    script = tmp_path / "fork_resumable.py"
+    script.write_text(_FORK_RESUMABLE)
+    r = subprocess.run([sys.executable, str(script), str(corpus), str(tmp_path / "s"), str(prefetch)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    assert "child" in r.stdout and f"status 0 parent {700 // 64 + 1}" in r.stdout, (r.stdout, r.stderr)
