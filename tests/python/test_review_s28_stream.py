@@ -416,3 +416,52 @@ def test_forked_child_of_an_iterating_resumable_pipeline_exits(tmp_path, prefetc
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, (r.stdout, r.stderr)
     assert "child" in r.stdout and f"status 0 parent {700 // 64 + 1}" in r.stdout, (r.stdout, r.stderr)
+
+
+# ----------------------------------------------------------------- interrupts inside the stream
+
+@pytest.mark.parametrize("prefetch", [0, 2])
+@pytest.mark.parametrize("at", [1, 5])
+def test_run_interrupted_between_collect_and_yield_then_resumed(tmp_path, monkeypatch, prefetch, at):
+    """A Ctrl-C / SIGTERM (KeyboardInterrupt) landing in the reading path right after a batch was
+    collected from the stream (its hashes admitted, the next batch queued or running) but before it
+    was delivered; the resumed run equals an uninterrupted one."""
+    from luminamoon.cli.runner import run_corpus
+    from luminamoon.data import resumable
+
+    corpus = _corpus(tmp_path / "c.jsonl", n=1500)
+    cfg = _run_cfg(prefetch=prefetch)
+    cfg["output"]["part_docs"] = 100
+    run_corpus([str(corpus)], str(tmp_path / "ref"), cfg, quiet=True, report=False)
+    real = resumable._Producer._batch
+    calls = []
+
+    def interrupted(self, *a, **k):
+        calls.append(1)
+        if len(calls) == at + 3:
+            raise KeyboardInterrupt
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(resumable._Producer, "_batch", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run_corpus([str(corpus)], str(tmp_path / "out"), cfg, quiet=True, report=False)
+    monkeypatch.setattr(resumable._Producer, "_batch", real)
+    run_corpus([str(corpus)], str(tmp_path / "out"), cfg, resume=True, quiet=True, report=False)
+    ref = _parts_rows(str(tmp_path / "ref"))
+    assert ref and _parts_rows(str(tmp_path / "out")) == ref
+
+
+# ----------------------------------------------------------------- prefetch_batches=0
+
+def test_prefetch_zero_produces_nothing_ahead_of_the_consumer(tmp_path):
+    """prefetch_batches=0 is documented as "produce in the consumer's thread" (and the reader then
+    reads no block ahead): when a batch is received, the source and the deduplicator stand exactly
+    at its coordinate -- no next block read from the source, no next batch's hashes admitted."""
+    corpus = _corpus(tmp_path / "c.jsonl")
+    n = 0
+    with _pipeline(corpus, tmp_path / "s", prefetch_batches=0) as p:
+        for b in p:
+            assert p.source.position() == b.coord["source"], b.index
+            assert p.dedup_stats["lsn"] == b.coord["wal_lsn"], b.index
+            n += 1
+    assert n == 700 // 64 + 1

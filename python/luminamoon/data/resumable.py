@@ -207,7 +207,9 @@ class _Producer:
             def nxt():
                 return next(blocks, None)
         stream = None
-        if not self.near_after and callable(getattr(self.pipeline, "_stream", None)):
+        # not with prefetch_batches=0 (read_ahead 0): the consumer's own thread then produces each
+        # batch when asked, nothing ahead (the stream would read and run the next block meanwhile)
+        if self.read_ahead and not self.near_after and callable(getattr(self.pipeline, "_stream", None)):
             stream = self.pipeline._stream(STREAM_DEPTH)
             if stream.dedup is not self.dedup or stream.near_dedup is not self.near:
                 # the LSNs a commit records are those of this pipeline's deduplicators: a callable
