@@ -465,3 +465,55 @@ def test_prefetch_zero_produces_nothing_ahead_of_the_consumer(tmp_path):
             assert p.dedup_stats["lsn"] == b.coord["wal_lsn"], b.index
             n += 1
     assert n == 700 // 64 + 1
+
+
+# ----------------------------------------------------------------- full tables, closing from another thread
+
+@pytest.mark.parametrize("near", [False, True])
+def test_run_full_table_mid_stream_then_resume_with_a_larger_bound(tmp_path, near):
+    """The dedup (or near-dup band) table fills while the runner has the next batch queued: the run
+    stops with the bound named; resumed with a larger bound it equals a run that never hit it."""
+    from luminamoon.cli.runner import RunError, run_corpus
+
+    corpus = _corpus(tmp_path / "c.jsonl", n=1500)
+    cfg = _run_cfg(prefetch=2)
+    cfg["output"]["part_docs"] = 100
+    if near:
+        cfg["near_dup"]["mode"] = "stream"
+    run_corpus([str(corpus)], str(tmp_path / "ref"), cfg, quiet=True, report=False)
+    small = json.loads(json.dumps(cfg))
+    small["near_dup" if near else "dedup"]["max_entries"] = 400 if not near else 6000
+    with pytest.raises(RunError, match="max_entries"):
+        run_corpus([str(corpus)], str(tmp_path / "out"), small, quiet=True, report=False)
+    assert os.path.exists(tmp_path / "out")
+    run_corpus([str(corpus)], str(tmp_path / "out"), cfg, resume=True, quiet=True, report=False)
+    ref = _parts_rows(str(tmp_path / "ref"))
+    assert ref and _parts_rows(str(tmp_path / "out")) == ref
+
+
+@pytest.mark.parametrize("after", [0, 2, 5])
+def test_close_from_another_thread_while_the_consumer_iterates(tmp_path, after):
+    """close() from another thread while the consumer is inside next() (the producer thread inside
+    stream.collect(), the runner in a batch): no hang; the consumer's loop ends or raises; the
+    folder then resumes from the last commit to the uninterrupted output."""
+    import threading
+
+    corpus = _corpus(tmp_path / "c.jsonl", n=1500)
+    want = _all(corpus, tmp_path / "ref")
+    got = []
+    p = _pipeline(corpus, tmp_path / "s")
+    closer = threading.Thread(target=p.close)
+    try:
+        for b in p:
+            got.append(_row(b))
+            if len(got) == after + 1:
+                p.commit()
+                closer.start()
+    except ValueError as e:
+        assert "closed" in str(e)
+    closer.join(30)
+    assert not closer.is_alive()
+    committed = got[: after + 1]
+    with _pipeline(corpus, tmp_path / "s") as q:
+        rest = [_row(b) for b in q]
+    assert [r[:4] for r in committed + rest] == [w[:4] for w in want]
