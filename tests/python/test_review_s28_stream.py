@@ -86,10 +86,24 @@ def no_stream(monkeypatch):
     return off
 
 
+@pytest.fixture
+def streams(monkeypatch):
+    """The streams opened (FusedPipeline._stream calls): which reading path a test exercised."""
+    opened = []
+    real = stages.FusedPipeline._stream
+
+    def spy(self, max_jobs=2):
+        opened.append(max_jobs)
+        return real(self, max_jobs)
+
+    monkeypatch.setattr(stages.FusedPipeline, "_stream", spy)
+    return opened
+
+
 # ----------------------------------------------------------------- abandoning and resuming
 
-@pytest.mark.parametrize("prefetch", [0, 2])
-def test_break_mid_stream_commit_close_then_resume_equals_uninterrupted(tmp_path, prefetch):
+@pytest.mark.parametrize("prefetch", [0, 1, 2])
+def test_break_mid_stream_commit_close_then_resume_equals_uninterrupted(tmp_path, streams, prefetch):
     """The consumer leaves the loop while the runner has the next batches queued or running (their
     hashes already in the dedup table and WAL), commits, closes; the resumed run's batches are the
     uninterrupted run's (nothing dropped as a duplicate of a batch that was never delivered)."""
@@ -110,16 +124,18 @@ def test_break_mid_stream_commit_close_then_resume_equals_uninterrupted(tmp_path
         got += [_row(b) for b in p]
     assert [g[:4] for g in got] == [w[:4] for w in want]
     assert got[-1][4]["wal_lsn"] == want[-1][4]["wal_lsn"]
+    assert len(streams) == (3 if prefetch else 0)  # the stream path with a prefetch thread only
 
 
-def test_commit_after_every_batch_while_the_runner_runs_ahead(tmp_path):
+@pytest.mark.parametrize("prefetch", [1, 2])
+def test_commit_after_every_batch_while_the_runner_runs_ahead(tmp_path, streams, prefetch):
     """commit() from the consumer while the runner thread runs the next batch: the committed LSN is
     the delivered batch's (never the runner's, which is further), the WAL is durable up to it, and
-    a restart from each of those commits (a crash right after it) gives the uninterrupted output."""
+    a restart from the last of those commits (a crash right after it) gives the uninterrupted output."""
     corpus = _corpus(tmp_path / "c.jsonl")
-    want = _all(corpus, tmp_path / "ref", prefetch_batches=0)
+    want = _all(corpus, tmp_path / "ref", prefetch_batches=prefetch)
     states = []
-    with _pipeline(corpus, tmp_path / "s", prefetch_batches=0) as p:
+    with _pipeline(corpus, tmp_path / "s", prefetch_batches=prefetch) as p:
         for b in p:
             p.commit()
             st = p.dedup.stats
@@ -129,18 +145,20 @@ def test_commit_after_every_batch_while_the_runner_runs_ahead(tmp_path):
                 break
     assert [s[1] for s in states] == [w[4]["wal_lsn"] for w in want[:4]]
     assert all(s[1] == s[2] for s in states)
-    with _pipeline(corpus, tmp_path / "s", prefetch_batches=0) as p:
+    with _pipeline(corpus, tmp_path / "s", prefetch_batches=prefetch) as p:
         rest = [_row(b) for b in p]
     assert [r[:4] for r in rest] == [w[:4] for w in want[4:]]
+    assert len(streams) == 3
 
 
-def test_close_while_the_iterator_is_still_held(tmp_path):
-    """close() with the generator still referenced (prefetch_batches=0: the stream lives in the
-    consumer's generator): no hang; the next next() raises or ends; the folder is free again and
-    the runner thread ends when the iterator is dropped."""
+@pytest.mark.parametrize("prefetch", [0, 2])
+def test_close_while_the_iterator_is_still_held(tmp_path, prefetch):
+    """close() with the consumer's iterator still referenced: no hang; the next next() raises or
+    ends; the folder is free again and the threads (prefetch, reader, runner) have ended once the
+    iterator is dropped."""
     corpus = _corpus(tmp_path / "c.jsonl")
     base = _tasks()
-    p = _pipeline(corpus, tmp_path / "s", prefetch_batches=0)
+    p = _pipeline(corpus, tmp_path / "s", prefetch_batches=prefetch)
     it = iter(p)
     next(it)
     next(it)
@@ -151,7 +169,7 @@ def test_close_while_the_iterator_is_still_held(tmp_path):
     del it
     gc.collect()
     assert _tasks() <= base
-    with _pipeline(corpus, tmp_path / "s", prefetch_batches=0) as q:  # the lock was released
+    with _pipeline(corpus, tmp_path / "s", prefetch_batches=prefetch) as q:  # the lock was released
         assert len([b for b in q]) > 0
 
 
@@ -420,7 +438,7 @@ def test_forked_child_of_an_iterating_resumable_pipeline_exits(tmp_path, prefetc
 
 # ----------------------------------------------------------------- interrupts inside the stream
 
-@pytest.mark.parametrize("prefetch", [0, 2])
+@pytest.mark.parametrize("prefetch", [0, 1, 2])
 @pytest.mark.parametrize("at", [1, 5])
 def test_run_interrupted_between_collect_and_yield_then_resumed(tmp_path, monkeypatch, prefetch, at):
     """A Ctrl-C / SIGTERM (KeyboardInterrupt) landing in the reading path right after a batch was
