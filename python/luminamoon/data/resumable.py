@@ -351,7 +351,11 @@ class ResumablePipeline:
             (``Batch.memory_bytes`` summed over the queue; default 256 MiB,
             ``None``: only ``prefetch_batches`` bounds it).  A single batch
             larger than the bound is still delivered, alone in the queue.
-            ``prefetch_stats`` reports queued and peak bytes.
+            ``prefetch_stats`` reports queued and peak bytes.  Besides the queue,
+            the columnar reading path (file sources, ``prefetch_batches >= 1``)
+            holds up to two read blocks ahead of it and ``STREAM_DEPTH`` (2) in the
+            stages: one running on a native thread that needs no GIL, the next
+            queued behind it (``FusedPipeline``; other pipelines one at a time).
         state_dir: where the state slots, commit sidecars and the dedup WAL
             live.  ``None``: a private temporary folder (in-process
             ``state_dict``/``load_state_dict`` still work; nothing survives the
