@@ -535,3 +535,23 @@ def test_close_from_another_thread_while_the_consumer_iterates(tmp_path, after):
     with _pipeline(corpus, tmp_path / "s") as q:
         rest = [_row(b) for b in q]
     assert [r[:4] for r in committed + rest] == [w[:4] for w in want]
+
+
+@pytest.mark.parametrize("bad", [range(64, 200), range(600, 700), range(0, 130)])
+def test_whole_blocks_of_bad_records_skipped_equal_batch_by_batch(tmp_path, no_stream, streams, bad):
+    """Whole blocks of bad lines skipped (on_error="skip"): blocks with few or no records go
+    through the stream as the batch-by-batch path runs them (same batches, coordinates, skips)."""
+    corpus = _corpus(tmp_path / "c.jsonl", bad_lines=list(bad))
+
+    def run(sd):
+        out = []
+        with _pipeline(corpus, sd, source_kw={"on_error": "skip"}) as p:
+            for b in p:
+                out.append(_row(b) + (b.block.skipped if b.block is not None else None,))
+            return out, p.source.skipped
+
+    got = run(tmp_path / "s")
+    assert streams
+    no_stream()
+    want = run(tmp_path / "r")
+    assert got == want and want[1] == len(bad)
