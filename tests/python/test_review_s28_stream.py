@@ -555,3 +555,55 @@ def test_whole_blocks_of_bad_records_skipped_equal_batch_by_batch(tmp_path, no_s
     no_stream()
     want = run(tmp_path / "r")
     assert got == want and want[1] == len(bad)
+
+
+# ----------------------------------------------------------------- callables that are not plain FusedPipelines
+
+class _Logged(stages.FusedPipeline):
+    """A FusedPipeline whose __call__ does more (here: counts and marks its outputs)."""
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.calls = 0
+
+    def __call__(self, texts):
+        self.calls += 1
+        r = super().__call__(texts)
+        return stages.StageResult(type(r.texts).from_list([t.upper() for t in r.texts.tolist()]), r.reasons,
+                                  r.source_index)
+
+
+class _Delegating:
+    """A wrapper whose __call__ does more, the rest of a FusedPipeline's attributes delegated."""
+
+    def __init__(self, inner):
+        self.inner, self.calls = inner, 0
+
+    def __call__(self, texts):
+        self.calls += 1
+        return self.inner(texts)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+@pytest.mark.parametrize("kind", ["subclass", "wrapper", "plain"])
+def test_a_callable_pipeline_is_called_for_every_batch(tmp_path, streams, kind):
+    """ResumablePipeline(pipeline=<callable>): the callable's own __call__ runs every batch.  A
+    FusedPipeline subclass overriding __call__ (or a wrapper delegating _stream through
+    __getattr__) was bypassed by the stream, which runs the C pipeline directly; a plain
+    FusedPipeline still goes through the stream."""
+    corpus = _corpus(tmp_path / "c.jsonl")
+    fp = {"subclass": lambda: _Logged(dedup=False, num_threads=2), "plain": lambda: stages.FusedPipeline(
+        dedup=False, num_threads=2), "wrapper": lambda: _Delegating(stages.FusedPipeline(dedup=False, num_threads=2))}
+    pipe = fp[kind]()
+    with ResumablePipeline(JsonlSource(str(corpus)), pipeline=pipe, dedup=False, batch_size=64,
+                           state_dir=str(tmp_path / "s")) as p:
+        got = [b.texts.tolist() for b in p]
+    assert len(got) == 700 // 64 + 1
+    if kind == "plain":
+        assert len(streams) == 1
+    else:
+        assert pipe.calls == len(got) and not streams
+    if kind == "subclass":
+        assert all(t == t.upper() for b in got for t in b) and any(b for b in got)

@@ -209,7 +209,7 @@ class _Producer:
         stream = None
         # not with prefetch_batches=0 (read_ahead 0): the consumer's own thread then produces each
         # batch when asked, nothing ahead (the stream would read and run the next block meanwhile)
-        if self.read_ahead and not self.near_after and callable(getattr(self.pipeline, "_stream", None)):
+        if self.read_ahead and not self.near_after and _streams_as_called(self.pipeline):
             stream = self.pipeline._stream(STREAM_DEPTH)
             if stream.dedup is not self.dedup or stream.near_dedup is not self.near:
                 # the LSNs a commit records are those of this pipeline's deduplicators: a callable
@@ -268,6 +268,24 @@ class _Producer:
                             blk.position, index, sample, blk)
             index, sample = b.coord["batch_index"], b.coord["sample_index"]
             yield b
+
+
+def _streams_as_called(pipeline: Any) -> bool:
+    """Whether the pipeline's batches may go through its ``_stream`` (which runs the C pipeline
+    itself): ``_stream`` is defined by its class, and ``__call__`` / ``_run_raw`` are not overridden
+    below the class that defines it (a FusedPipeline subclass with its own ``__call__`` is called;
+    so is a wrapper that reaches a pipeline's ``_stream`` through ``__getattr__``)."""
+    if not callable(getattr(pipeline, "_stream", None)):
+        return False
+    mro = type(pipeline).__mro__
+
+    def owner(name: str) -> Any:
+        return next((c for c in mro if name in vars(c)), None)
+
+    home = owner("_stream")
+    if home is None:
+        return False
+    return all(o is None or issubclass(home, o) for o in (owner("__call__"), owner("_run_raw")))
 
 
 def _get_cycle(pipeline: Any) -> Optional[List[int]]:
