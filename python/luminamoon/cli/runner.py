@@ -1004,6 +1004,11 @@ def _progress(paths: List[str], fmt: str, quiet: bool, start_docs: int):
     return bar
 
 
+#: _loop adds the statistics of this many batches or more (length histograms, drop reasons, stage
+#: counters) while it waits for the next batch, rather than all at the next commit
+_FOLD_IDLE_BATCHES = 8
+
+
 def _loop(pipe, measured, source, writer: ShardWriter, stats: RunStats, cfg, keep, paths, fmt, quiet,
           stop_after_batches, manifest: _Manifest, committed: List[bool],
           near_removed: Optional[np.ndarray] = None, end_files: Sequence[str] = (),
@@ -1063,6 +1068,12 @@ def _loop(pipe, measured, source, writer: ShardWriter, stats: RunStats, cfg, kee
         nb = 0
         it = iter(pipe)
         while True:
+            if len(lengths[0]) >= _FOLD_IDLE_BATCHES and not pipe.prefetch_stats["queued_batches"]:
+                # the next batch is not there yet (this thread would wait for it): the statistics
+                # of the batches so far are added now instead of at the next commit -- the same
+                # sums; at the end of the input (the last batches are the run's serial tail) only
+                # the last few are left to add
+                fold()
             try:
                 batch = next(it)
             except StopIteration:
