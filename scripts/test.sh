@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up everything, then run every test: the C core's GoogleTest suite (plain and
 # under AddressSanitizer + UndefinedBehaviorSanitizer), every libFuzzer target
-# (LM_FUZZ_SECONDS each, default 40), the multi-threaded tests under
+# (LM_FUZZ_SECONDS each, default 30), the multi-threaded tests under
 # ThreadSanitizer, the nvcc compile check of all CUDA sources, and the pytest suite.
 # Extra arguments go to pytest.
 set -euo pipefail
@@ -12,31 +12,31 @@ export LM_WERROR=1  # CI: warnings are errors in setup.py's core build (CMake ha
 
 scripts/setup.sh
 
-echo "== core: GoogleTest"
+echo "== core: GoogleTest [$(date +%T)]"
 cmake -S . -B build-cmake -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLM_BUILD_BENCH=ON >/dev/null
 cmake --build build-cmake -j"$JOBS" >/dev/null
 ctest --test-dir build-cmake --output-on-failure -j"$JOBS" | tail -n 4
 
-echo "== core: GoogleTest under ASan + UBSan"
+echo "== core: GoogleTest under ASan + UBSan [$(date +%T)]"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DLM_SANITIZE=ON -DLM_BUILD_BENCH=OFF >/dev/null
 cmake --build build-asan -j"$JOBS" >/dev/null
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure -j"$JOBS" | tail -n 4
 
-echo "== core: libFuzzer targets (ASan + UBSan), ${LM_FUZZ_SECONDS:-40} s each"
-scripts/fuzz.sh "${LM_FUZZ_SECONDS:-40}"
+echo "== core: libFuzzer targets (ASan + UBSan), ${LM_FUZZ_SECONDS:-30} s each [$(date +%T)]"
+scripts/fuzz.sh "${LM_FUZZ_SECONDS:-30}"
 
-echo "== core: ThreadSanitizer on the multi-threaded tests"
+echo "== core: ThreadSanitizer on the multi-threaded tests [$(date +%T)]"
 scripts/tsan.sh
 
-echo "== CUDA sources compile with nvcc"
+echo "== CUDA sources compile with nvcc [$(date +%T)]"
 if command -v nvcc >/dev/null 2>&1 && [ -x scripts/check_cuda_compile.sh ]; then
   scripts/check_cuda_compile.sh
 else
   echo "nvcc not found: CUDA compile check skipped"
 fi
 
-echo "== pytest (a skip fails the run unless it is a GPU test's, or a shared-corpus test's outside CI: tests/python/conftest.py)"
+echo "== pytest (a skip fails the run unless it is a GPU test's, or a shared-corpus test's outside CI: tests/python/conftest.py) [$(date +%T)]"
 log=$(mktemp)
 rc=0
 $PY -m pytest -q -p no:cacheprovider -rs --durations=30 tests/python "$@" 2>&1 | tee "$log" || rc=$?

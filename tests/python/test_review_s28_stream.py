@@ -378,13 +378,13 @@ _FORK_STREAM = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("mode", ["exit", "close", "use", "pipe", "busy"])
-def test_forked_child_with_a_runner_thread_in_the_parent(tmp_path, mode):
+def test_forked_child_with_a_runner_thread_in_the_parent(tmp_path):
     """A process forks while a stream's runner thread is alive (idle; "busy": a long batch just
     submitted).  The child has no such thread: dropping or closing the stream there must not join
     it (std::thread::join on a thread of another process: abort or a hang) nor destroy the condition
     variable that thread waits on (a hang), using it must raise, its own stream must work, and the
-    pipeline's locks must be free there (os.fork waits for the running batch)."""
+    pipeline's locks must be free there (os.fork waits for the running batch).  One process a mode,
+    the five run side by side."""
     docs = _docs(7, 600) + _docs(8, 6000)
     ref = stages.FusedPipeline(num_threads=1, dedup=stages.StreamDeduplicator())
     n_a, n_b = len(ref(docs[:300]).texts), len(ref(docs[300:600]).texts)
@@ -392,19 +392,28 @@ def test_forked_child_with_a_runner_thread_in_the_parent(tmp_path, mode):
     (tmp_path / "docs.json").write_text(json.dumps(docs))
     script = tmp_path / "fork_stream.py"
     script.write_text(_FORK_STREAM)
-    r = subprocess.run([sys.executable, str(script), mode, str(tmp_path / "docs.json")], capture_output=True,
-                       text=True, timeout=60)
-    assert r.returncode == 0, (r.stdout, r.stderr)
-    lines = r.stdout.splitlines()
-    assert "status 0" in lines, (r.stdout, r.stderr)
-    if mode == "busy":  # the parent's long batch ran first there: b's output after it
-        assert any(ln.startswith(f"parent {n_a} ") for ln in lines), r.stdout
-    else:
-        assert f"parent {n_a} {n_b}" in lines, r.stdout
-    child = f"child pipe {n_b} True" if mode in ("pipe", "busy") else f"child {n_b}"
-    assert child in lines, (r.stdout, r.stderr)
-    if mode == "use":
-        assert any(ln.startswith("raised") and "fork" in ln for ln in lines), r.stdout
+    modes = ["exit", "close", "use", "pipe", "busy"]
+    procs = {mode: subprocess.Popen([sys.executable, str(script), mode, str(tmp_path / "docs.json")],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for mode in modes}
+    try:
+        outs = {mode: p.communicate(timeout=90) + (p.returncode,) for mode, p in procs.items()}
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+    for mode in modes:
+        stdout, stderr, rc = outs[mode]
+        assert rc == 0, (mode, stdout, stderr)
+        lines = stdout.splitlines()
+        assert "status 0" in lines, (mode, stdout, stderr)
+        if mode == "busy":  # the parent's long batch ran first there: b's output after it
+            assert any(ln.startswith(f"parent {n_a} ") for ln in lines), stdout
+        else:
+            assert f"parent {n_a} {n_b}" in lines, (mode, stdout)
+        child = f"child pipe {n_b} True" if mode in ("pipe", "busy") else f"child {n_b}"
+        assert child in lines, (mode, stdout, stderr)
+        if mode == "use":
+            assert any(ln.startswith("raised") and "fork" in ln for ln in lines), stdout
 
 
 _FORK_RESUMABLE = textwrap.dedent("""

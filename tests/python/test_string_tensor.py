@@ -338,9 +338,14 @@ def test_from_list_reuses_released_payloads_and_cached_utf8_correctly():
 
     alphabet = ["a", "é", "日", "😀", "z", " ", "ß", "Ж"]
 
-    def make(n, seed):
+    codes = np.array([ord(c) for c in alphabet], dtype="<u4")
+
+    def make(n, seed):  # n random strings of 0..119 characters of the alphabet (one decode, then slices)
         r = np.random.default_rng(seed)
-        return ["".join(alphabet[k] for k in r.integers(0, len(alphabet), int(m))) for m in r.integers(0, 120, n)]
+        lens = r.integers(0, 120, n)
+        text = codes[r.integers(0, len(alphabet), int(lens.sum()))].tobytes().decode("utf-32-le")
+        ends = np.cumsum(lens).tolist()
+        return [text[a:b] for a, b in zip([0] + ends[:-1], ends)]
 
     items = make(2000, 1)
     half = items[::2]
