@@ -20,6 +20,7 @@ import torch  # noqa: F401  (torch's libraries before the extension)
 
 from luminamoon import stages
 from luminamoon.data import JsonlSource, ResumablePipeline
+from test_run_end import _rows as _parts_rows  # the rows of a run's parts, in part order
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -293,17 +294,6 @@ def _run_cfg(pipeline="fused", prefetch=2):
     cfg["run"]["pipeline"] = pipeline
     cfg["run"]["prefetch_batches"] = prefetch
     return cfg
-
-
-def _parts_rows(out):
-    import glob
-
-    import pyarrow.parquet as pq
-
-    rows = []
-    for p in sorted(glob.glob(os.path.join(out, "part-*"))):
-        rows += pq.read_table(p).to_pylist()
-    return rows
 
 
 def test_run_chain_pipeline_over_jsonl(tmp_path):
