@@ -263,9 +263,8 @@ class _Producer:
             n = len(blk)
             bytes_in = blk.texts.nbytes
             r, lsn, near_lsn, cycle, counters = stream.collect()
-            cycle = cycle if any(cycle) else None
-            b = self._batch(r.texts, r.reasons, r.source_index, lsn, near_lsn, cycle, blk.records, n, bytes_in,
-                            blk.position, index, sample, blk)
+            b = self._batch(r.texts, r.reasons, r.source_index, lsn, near_lsn, _cycle_or_none(cycle), blk.records,
+                            n, bytes_in, blk.position, index, sample, blk)
             index, sample = b.coord["batch_index"], b.coord["sample_index"]
             yield b
 
@@ -294,6 +293,11 @@ def _get_cycle(pipeline: Any) -> Optional[List[int]]:
         cyc = pipeline.pii_cycle
     except AttributeError:
         return None
+    return _cycle_or_none(cyc)
+
+
+def _cycle_or_none(cyc: Any) -> Optional[List[int]]:
+    """A PII replacement cycle as the coordinate records it: a list of ints, None when all zeros."""
     cyc = [int(x) for x in cyc]
     return cyc if any(cyc) else None
 
