@@ -19,7 +19,10 @@ what each row costs when the wall times do not (the run adds reading -- gzip inf
 scan -- and writing to the stages' CPU).  "others CPU s" is the CPU other processes took
 during that round (/proc/stat's busy time of the machine minus this process's; 0 where there
 is no /proc/stat): above ~0.1 s the round shared the cores and its wall time is not the
-row's own.  gzip is inflated by ISA-L when the ``isal``
+row's own.  "paired x (min / median / max)": each round's FusedPipeline time over the
+row's time in the same round -- the rows of a round run seconds apart, so a drift of the
+machine's speed between rounds (this project's VM moves +-40% from one minute to the next)
+cancels in the pair; the spread says how far one round's ratio can be trusted.  gzip is inflated by ISA-L when the ``isal``
 package is installed (``LM_NO_ISAL=1``: the standard library's zlib).
 
     python bench/bench_run.py [--threads 2] [--rounds 2] [--batch-size 2048]
@@ -29,6 +32,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -116,6 +120,7 @@ def main() -> None:
     best = {k: float("inf") for k in rows}
     cpu = {k: 0.0 for k in rows}
     others = {k: 0.0 for k in rows}
+    times = {k: [] for k in rows}  # every round's wall time, for the paired ratios
     writes = {"luminamoon run (end to end)": "out", "ResumablePipeline (JsonlSource, columnar)": "state",
               "ResumablePipeline (record by record)": "state"}
     for _ in range(args.rounds):
@@ -128,14 +133,23 @@ def main() -> None:
             fn(*arg)
             t, c = time.perf_counter() - t0, time.process_time() - c0
             o = max(0.0, machine_busy() - m0 - c) if m0 else 0.0
+            times[name].append(t)
             if t < best[name]:
                 best[name], cpu[name], others[name] = t, c, o
     shutil.rmtree(tmp, ignore_errors=True)
     base = best["FusedPipeline (texts in memory)"]
-    table = [[name, f"{n / t:,.0f}", f"{mb / t:.1f}", f"{base / t:.2f}", f"{cpu[name]:.2f}", f"{others[name]:.2f}"]
-             for name, t in best.items()]
-    print_table(f"luminamoon run vs FusedPipeline, {n:,} docs ({mb:.0f} MB), {T} threads, batch {B}",
-                ["what", "docs/s", "MB/s", "x FusedPipeline", "CPU s", "others CPU s"], table)
+    fused_t = times["FusedPipeline (texts in memory)"]
+
+    def paired(name: str) -> str:
+        r = sorted(f / t for f, t in zip(fused_t, times[name]))
+        return f"{r[0]:.2f} / {statistics.median(r):.2f} / {r[-1]:.2f}"
+
+    table = [[name, f"{n / t:,.0f}", f"{mb / t:.1f}", f"{base / t:.2f}", paired(name), f"{cpu[name]:.2f}",
+              f"{others[name]:.2f}"] for name, t in best.items()]
+    print_table(f"luminamoon run vs FusedPipeline, {n:,} docs ({mb:.0f} MB), {T} threads, batch {B}, "
+                f"{args.rounds} rounds",
+                ["what", "docs/s", "MB/s", "x FusedPipeline", "paired x (min / median / max)", "CPU s",
+                 "others CPU s"], table)
 
 
 if __name__ == "__main__":
