@@ -298,6 +298,8 @@ int main(int argc, char **argv) {
   double mb = (double)(c.off[c.n] - c.off[0]) / 1e6;
   printf("%s: %llu docs, %.1f MB, batch %zu, dedup %d\n", ht ? "heavy-then-tiny" : argv[a], (unsigned long long)c.n,
          mb, batch, dedup);
+  double best1 = 0, best2 = 0, ratios[64];
+  int nr = 0;
   for (int r = 0; r < rounds; r++) {
     double cpu1, cpu2, crit1, crit2;
     double m0 = machine_busy(), s0 = self_cpu();
@@ -313,6 +315,9 @@ int main(int argc, char **argv) {
     usage p1 = g_proc, m1 = g_main;
     double t2 = run(&c, batch, 2, dedup, &cpu2, &crit2);
     usage p2 = g_proc, m2 = g_main;
+    if (best1 == 0 || t1 < best1) best1 = t1;
+    if (best2 == 0 || t2 < best2) best2 = t2;
+    if (nr < 64) ratios[nr++] = t1 / t2;
     printf("round %d: 1 thread %.3f s (%.0f docs/s, %.1f MB/s, cpu %.2f s) | 2 threads %.3f s (%.0f docs/s, "
            "%.1f MB/s, cpu %.2f s, critical path %.2f s) | wall speed-up %.2fx | cpu(1 thread) / critical "
            "path(2) %.2fx\n",
@@ -331,6 +336,18 @@ int main(int argc, char **argv) {
     printf("         other processes' CPU during the round (/proc/stat, +-0.03 s): %.2f s%s\n", others,
            others > 0.1 ? " (noisy round)" : "");
     fflush(stdout);
+  }
+  if (nr > 0) { /* the best of the rounds for each count, and the rounds' own ratios (paired in time) */
+    for (int i = 1; i < nr; i++)
+      for (int j = i; j > 0 && ratios[j - 1] > ratios[j]; j--) {
+        double x = ratios[j];
+        ratios[j] = ratios[j - 1];
+        ratios[j - 1] = x;
+      }
+    double med = nr % 2 ? ratios[nr / 2] : (ratios[nr / 2 - 1] + ratios[nr / 2]) / 2;
+    printf("best of %d rounds: 1 thread %.3f s (%.0f docs/s), 2 threads %.3f s (%.0f docs/s): %.2fx | rounds' "
+           "speed-ups min / median / max %.2fx / %.2fx / %.2fx\n",
+           nr, best1, c.n / best1, best2, c.n / best2, best1 / best2, ratios[0], med, ratios[nr - 1]);
   }
   return 0;
 }
