@@ -273,6 +273,6 @@ setup(
     install_requires=["numpy", "pyarrow>=15"],
     extras_require={"polars": ["polars"], "test": ["pytest", "hypothesis", "polars"],
                     "ray": ["ray[data]==2.60.0"]},  # luminamoon.ray, luminamoon run --engine ray
-    entry_points={"console_scripts": ["luminamoon=luminamoon.cli:main"]},
+    entry_points={"console_scripts": ["luminamoon=luminamoon.cli:entry"]},
     zip_safe=False,
 )

@@ -1,6 +1,6 @@
 """``python -m luminamoon``: the same as the ``luminamoon`` command."""
 import sys
 
-from .cli import main
+from .cli import entry
 
-sys.exit(main())
+sys.exit(entry())

@@ -56,6 +56,66 @@ def _np_view(t: torch.Tensor) -> np.ndarray:
     return t.numpy() if t.numel() else np.empty(0, dtype=t.numpy().dtype)
 
 
+def string_array(values) -> pa.Array:
+    """``pa.array(values, type=pa.string())`` for a list of ``str``, without pyarrow's lazy import
+    of pandas: ``pa.array`` imports pandas the first time a process calls it (to recognise pandas
+    objects), 0.2-0.4 s that every ``luminamoon run`` paid in its first batch (the ids).  The strings
+    are encoded by the C ``from_list`` and its two buffers wrapped as the Arrow array's (no copy).
+    A list ``from_list`` refuses (a value that is not a str, a lone surrogate) goes to ``pa.array``,
+    which converts or raises as before."""
+    try:
+        off, data = _C.from_list(values)
+    except (TypeError, ValueError):
+        return pa.array(values, type=pa.string())
+    typ = pa.string() if off.dtype == torch.int32 else pa.large_string()
+    return pa.Array.from_buffers(typ, off.numel() - 1, [None, pa.py_buffer(_np_view(off)),
+                                                          pa.py_buffer(_np_view(data))])
+
+
+def int64_array(values) -> pa.Array:
+    """``pa.array(values, type=pa.int64())`` for integers (a sequence or numpy array), without
+    pyarrow's lazy pandas import (see ``string_array``); the buffer is shared when ``values`` is a
+    contiguous int64 numpy array."""
+    arr = np.ascontiguousarray(values, dtype=np.int64)
+    return pa.Array.from_buffers(pa.int64(), len(arr), [None, pa.py_buffer(arr)])
+
+
+def _chunks_of(col) -> list:
+    return list(col.chunks) if isinstance(col, pa.ChunkedArray) else [col]
+
+
+def _valid_bits(chunk) -> np.ndarray:
+    """The chunk's validity as bools (True: a value), read from its bitmap."""
+    n, off = len(chunk), chunk.offset
+    if chunk.null_count == 0:
+        return np.ones(n, dtype=bool)
+    raw = np.frombuffer(chunk.buffers()[0], dtype=np.uint8)[off // 8:(off + n + 7) // 8]
+    return np.unpackbits(raw, bitorder="little")[off % 8:off % 8 + n].astype(bool)
+
+
+def null_mask(col) -> np.ndarray:
+    """``col.is_null().to_numpy()`` for an Array or ChunkedArray, from the validity bitmaps:
+    ``to_numpy`` imports pandas on its first call in a process (see ``string_array``)."""
+    parts = [~_valid_bits(c) for c in _chunks_of(col)]
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=bool)
+
+
+def int_values(col) -> np.ndarray:
+    """The values of an int32/int64 Array or ChunkedArray as int64 (a null's value 0), from the
+    buffers (``to_numpy`` imports pandas; see ``string_array``)."""
+    parts = []
+    for c in _chunks_of(col):
+        if not len(c):
+            continue
+        dt = {pa.int32(): np.int32, pa.int64(): np.int64}[c.type]
+        v = np.frombuffer(c.buffers()[1], dtype=dt, count=len(c), offset=c.offset * np.dtype(dt).itemsize)
+        v = v.astype(np.int64)
+        if c.null_count:
+            v[~_valid_bits(c)] = 0
+        parts.append(v)
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+
 def to_arrow(st: StringTensor, zero_copy: bool = True) -> pa.Array:
     offsets, data = st.offsets, st.data
     if offsets.device.type != "cpu":

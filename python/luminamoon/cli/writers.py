@@ -26,6 +26,7 @@ from typing import Any, Dict, List, Optional, Sequence
 import pyarrow as pa
 
 from .._durable import atomic_replace
+from ..arrow import string_array
 
 __all__ = ["ShardWriter", "PART_RE", "repair_surrogates", "json_value", "id_text"]
 
@@ -181,7 +182,7 @@ class ShardWriter:
             nbytes = sum(len(t.encode("utf-8")) for t in texts)
         if arr.type != pa.large_string():
             arr = arr.cast(pa.large_string()) if arr.type == pa.string_view() else arr
-        self._ids.append(pa.array(ids, type=pa.string()))
+        self._ids.append(string_array(ids))
         self._texts.append(arr)
         for k in self.extra_fields:
             vals = (extra or {}).get(k)
@@ -200,9 +201,8 @@ class ShardWriter:
                 raise ValueError(f"kept field {k!r}: a value does not fit its input column type {typ} "
                                  f"({e})") from None
         if self.fmt == "jsonl":  # JSON text, spliced into each line as is (_ndjson)
-            return pa.array([_json_text(v) for v in vals], type=pa.string())
-        return pa.array([None if v is None else v if isinstance(v, str) else _json_text(v) for v in vals],
-                        type=pa.string())
+            return string_array([_json_text(v) for v in vals])
+        return string_array([None if v is None else v if isinstance(v, str) else _json_text(v) for v in vals])
 
     def should_finish(self) -> bool:
         """True when the open part is full (part_docs or part_bytes reached)."""

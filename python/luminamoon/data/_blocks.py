@@ -954,6 +954,8 @@ def _pq_texts(col, lim: Optional[int]):
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    from ..arrow import int_values, null_mask
+
     t = col.type
     n = len(col)
     if pa.types.is_dictionary(t):
@@ -968,18 +970,20 @@ def _pq_texts(col, lim: Optional[int]):
         t = col.type
     if not (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t)):
         return np.full(n, 2, dtype=np.int8), None, None
+    # the masks and sizes read from the Arrow buffers: to_numpy and fill_null (a pa.scalar) import
+    # pandas on their first call in a process (~0.3 s; see luminamoon.arrow.string_array)
     kind = np.zeros(n, dtype=np.int8)
     if col.null_count:
-        kind[col.is_null().to_numpy(zero_copy_only=False)] = 1
-    sizes = pc.binary_length(col).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64) if lim else None
+        kind[null_mask(col)] = 1
+    sizes = int_values(pc.binary_length(col)) if lim else None  # a null's size 0
     return kind, sizes, col
 
 
 def _pq_pieces(src, fix_text=None) -> Iterator[_PqPiece]:
     """The ParquetSource's kept records from its current position, a batch at a time."""
-    import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from ..arrow import int64_array
     from ..string_tensor import StringTensor
 
     tc = src.text_column
@@ -1061,7 +1065,7 @@ def _pq_pieces(src, fix_text=None) -> Iterator[_PqPiece]:
                         sk.append(src.skipped)
                     keep = np.asarray(keep_l, dtype=np.int64)
                     skipped = np.asarray(sk, dtype=np.int64)
-                sel = pa.array(keep, type=pa.int64())
+                sel = int64_array(keep)  # pa.array would import pandas (arrow.string_array)
                 whole = len(keep) == m
                 if slow is not None:
                     c.texts = StringTensor.from_list(slow)

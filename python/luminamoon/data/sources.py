@@ -385,12 +385,15 @@ class _FileSource(Source):
         self._file_split = self.world_size > 1 and len(self.paths) >= self.world_size
         self.index_dir = index_dir or os.environ.get("LUMINAMOON_INDEX_DIR") or os.path.join(
             os.path.expanduser("~"), ".cache", "luminamoon", "gzindex")
-        if gzip_index == "auto":
-            try:
-                import indexed_gzip  # noqa: F401
-                gzip_index = True
-            except ImportError:
-                gzip_index = False
+        # "auto": indexed_gzip when it is installed -- looked up, not imported (its import costs
+        # ~90 ms, in the run's serial start, and a read from a gzip file's start needs no index);
+        # imported by the first reader that seeks into a gzip file, and a failed import there
+        # falls back to the framed reader, as "auto" did when the import failed here
+        self._gzip_index_auto = gzip_index == "auto"
+        if self._gzip_index_auto:
+            import importlib.util
+
+            gzip_index = importlib.util.find_spec("indexed_gzip") is not None
         self.gzip_index = bool(gzip_index)
         if isinstance(gzip_spacing, bool) or not isinstance(gzip_spacing, int):
             raise TypeError(f"gzip_spacing must be an int, got {type(gzip_spacing).__name__}")
@@ -427,7 +430,13 @@ class _FileSource(Source):
         if comp == "plain":
             return _PlainReader(path, pos["offset"])
         if comp == "gzip" and self.gzip_index:
-            return _IndexedGzipReader(path, pos["offset"], self.index_dir, self.gzip_spacing)
+            if self._gzip_index_auto:
+                try:
+                    import indexed_gzip  # noqa: F401
+                except ImportError:  # found but not importable (a broken install): as if absent
+                    self.gzip_index = False
+            if self.gzip_index:
+                return _IndexedGzipReader(path, pos["offset"], self.index_dir, self.gzip_spacing)
         return _FramedReader(path, comp, pos["offset"], pos["frame"], pos["frame_uoff"])
 
     def _open_stream(self, path: str, pos: Dict[str, Any]):
