@@ -393,7 +393,10 @@ class _FileSource(Source):
         if self._gzip_index_auto:
             import importlib.util
 
-            gzip_index = importlib.util.find_spec("indexed_gzip") is not None
+            try:
+                gzip_index = importlib.util.find_spec("indexed_gzip") is not None
+            except (ImportError, ValueError):  # a parent that fails, a module in sys.modules without a spec
+                gzip_index = False
         self.gzip_index = bool(gzip_index)
         if isinstance(gzip_spacing, bool) or not isinstance(gzip_spacing, int):
             raise TypeError(f"gzip_spacing must be an int, got {type(gzip_spacing).__name__}")
