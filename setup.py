@@ -271,7 +271,7 @@ setup(
     cmdclass={"build_clib": BuildClib, "build_ext": BuildExt},
     python_requires=">=3.10",
     install_requires=["numpy", "pyarrow>=15"],
-    extras_require={"polars": ["polars"], "test": ["pytest", "hypothesis", "polars"],
+    extras_require={"polars": ["polars"], "test": ["pytest", "pytest-xdist", "hypothesis", "polars"],
                     "ray": ["ray[data]==2.60.0"]},  # luminamoon.ray, luminamoon run --engine ray
     entry_points={"console_scripts": ["luminamoon=luminamoon.cli:entry"]},
     zip_safe=False,
