@@ -155,9 +155,14 @@ def mutate():  # another thread rewrites offsets while the op reads them (the op
 th = threading.Thread(target=mutate)
 th.start()
 ok = err = 0
-# at least 400 calls, then on until an error was seen (at most 4,000): whether the writer runs
-# while a call reads depends on the machine's load and on how long a call takes
-while ok + err < 400 or (err == 0 and ok + err < 4000):
+# at least 400 calls, then on until an error was seen (for at most 120 s): whether the writer runs
+# while a call reads depends on the machine's load and on how long a call takes -- with the other
+# core busy (the suite runs two tests at a time) 4,000 short calls once went by without the writer
+# getting in; a short switch interval hands it the GIL more often
+import time
+sys.setswitchinterval(0.0002)
+deadline = time.monotonic() + 120
+while ok + err < 400 or (err == 0 and time.monotonic() < deadline):
     try:
         T.OPS.hash64(t, buf.t, 1)
         ok += 1
