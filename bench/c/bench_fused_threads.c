@@ -267,6 +267,11 @@ static int retained(const corpus *src, int with_quality) {
   return 0;
 }
 
+static int cmp_double(const void *a, const void *b) {
+  const double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
 int main(int argc, char **argv) {
   if (argc > 2 && strcmp(argv[1], "--retained") == 0) {
     corpus c;
@@ -298,7 +303,8 @@ int main(int argc, char **argv) {
   double mb = (double)(c.off[c.n] - c.off[0]) / 1e6;
   printf("%s: %llu docs, %.1f MB, batch %zu, dedup %d\n", ht ? "heavy-then-tiny" : argv[a], (unsigned long long)c.n,
          mb, batch, dedup);
-  double best1 = 0, best2 = 0, ratios[64];
+  double best1 = 0, best2 = 0;
+  double *ratios = rounds > 0 ? (double *)malloc((size_t)rounds * sizeof *ratios) : NULL;
   int nr = 0;
   for (int r = 0; r < rounds; r++) {
     double cpu1, cpu2, crit1, crit2;
@@ -317,7 +323,7 @@ int main(int argc, char **argv) {
     usage p2 = g_proc, m2 = g_main;
     if (best1 == 0 || t1 < best1) best1 = t1;
     if (best2 == 0 || t2 < best2) best2 = t2;
-    if (nr < 64) ratios[nr++] = t1 / t2;
+    if (ratios) ratios[nr++] = t1 / t2;
     printf("round %d: 1 thread %.3f s (%.0f docs/s, %.1f MB/s, cpu %.2f s) | 2 threads %.3f s (%.0f docs/s, "
            "%.1f MB/s, cpu %.2f s, critical path %.2f s) | wall speed-up %.2fx | cpu(1 thread) / critical "
            "path(2) %.2fx\n",
@@ -338,16 +344,12 @@ int main(int argc, char **argv) {
     fflush(stdout);
   }
   if (nr > 0) { /* the best of the rounds for each count, and the rounds' own ratios (paired in time) */
-    for (int i = 1; i < nr; i++)
-      for (int j = i; j > 0 && ratios[j - 1] > ratios[j]; j--) {
-        double x = ratios[j];
-        ratios[j] = ratios[j - 1];
-        ratios[j - 1] = x;
-      }
+    qsort(ratios, (size_t)nr, sizeof *ratios, cmp_double);
     double med = nr % 2 ? ratios[nr / 2] : (ratios[nr / 2 - 1] + ratios[nr / 2]) / 2;
     printf("best of %d rounds: 1 thread %.3f s (%.0f docs/s), 2 threads %.3f s (%.0f docs/s): %.2fx | rounds' "
            "speed-ups min / median / max %.2fx / %.2fx / %.2fx\n",
            nr, best1, c.n / best1, best2, c.n / best2, best1 / best2, ratios[0], med, ratios[nr - 1]);
   }
+  free(ratios);
   return 0;
 }
