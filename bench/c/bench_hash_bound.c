@@ -11,7 +11,11 @@
  *   one str  lm_o64_hash64 on the whole payload as one string: XXH3's long loop streaming from
  *            memory with no per-string work at all (setup, last stripe, merge, short strings)
  * prints GB/s and ns a string for each: hashing from memory runs at most at the slower of
- * `read` and `in L2`.
+ * `read` and `in L2`.  Then one thread against two (wall time, best of R, interleaved):
+ *   read x2  each of two threads reads its half of the payload (the loads only): how much more
+ *            this machine's memory gives two cores than one, the bound on how any memory-bound
+ *            op (equality and hashing of documents) can scale on 2 threads
+ *   hash64   lm_o64_hash64 with 1 and with 2 threads (exec {2, 0}: the core's pool)
  *
  *   build-cmake/bench_hash_bound [N_MB] [R]
  */
@@ -20,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <time.h>
 
 #include "luminamoon/string_tensor.h"
@@ -54,6 +59,25 @@ static uint64_t read_all(const uint8_t *p, size_t bytes, int avx2) {
 #endif
   (void)avx2;
   return read_sse2(p, bytes);
+}
+
+typedef struct {
+  const uint8_t *p;
+  size_t bytes;
+  int avx2;
+  uint64_t sum;
+} read_job;
+
+static void *read_thread(void *arg) {
+  read_job *j = (read_job *)arg;
+  j->sum = read_all(j->p, j->bytes, j->avx2);
+  return NULL;
+}
+
+static double wall_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
 }
 
 static double cpu_ns(void) {
@@ -130,6 +154,36 @@ int main(int argc, char **argv) {
     printf("  in L2  %6.1f GB/s  %6.1f ns a string (the first %zu strings, %.2f MB, 16 times)\n",
            (double)off[n2] / best_l2, best_l2 / (double)n2, n2, (double)off[n2] / 1e6);
   printf("  one str %5.1f GB/s  (the whole payload as one string)\n", (double)bytes / best_one);
+  /* one thread against two, wall time */
+  double w_read1 = 1e30, w_read2 = 1e30, w_hash1 = 1e30, w_hash2 = 1e30;
+  const lm_exec two = {2, 0};
+  const size_t half = (bytes / 2) & ~(size_t)127;
+  for (int r = 0; r < rounds; r++) {
+    double t0 = wall_ns();
+    sink += read_all(data, bytes, avx2);
+    double t1 = wall_ns();
+    read_job j[2] = {{data, half, avx2, 0}, {data + half, bytes - half, avx2, 0}};
+    pthread_t th;
+    if (pthread_create(&th, NULL, read_thread, &j[1]) != 0) return 1;
+    read_thread(&j[0]);
+    pthread_join(th, NULL);
+    double t2 = wall_ns();
+    sink += j[0].sum + j[1].sum;
+    if (lm_o64_hash64(off, n, data, 0, out, &one) != LM_OK) return 1;
+    double t3 = wall_ns();
+    if (lm_o64_hash64(off, n, data, 0, out, &two) != LM_OK) return 1;
+    double t4 = wall_ns();
+    sink += out[n / 3];
+    if (t1 - t0 < w_read1) w_read1 = t1 - t0;
+    if (t2 - t1 < w_read2) w_read2 = t2 - t1;
+    if (t3 - t2 < w_hash1) w_hash1 = t3 - t2;
+    if (t4 - t3 < w_hash2) w_hash2 = t4 - t3;
+  }
+  printf("one thread against two (wall time, best of %d, interleaved):\n", rounds);
+  printf("  read    1: %6.1f GB/s  2: %6.1f GB/s  speed-up %.2fx\n", (double)bytes / w_read1,
+         (double)bytes / w_read2, w_read1 / w_read2);
+  printf("  hash64  1: %6.1f GB/s  2: %6.1f GB/s  speed-up %.2fx\n", (double)bytes / w_hash1,
+         (double)bytes / w_hash2, w_hash1 / w_hash2);
   printf("(%llx)\n", (unsigned long long)sink);
   free(data);
   free(off);

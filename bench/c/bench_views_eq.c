@@ -1,0 +1,133 @@
+/* fast_eq(StringTensor) in C, without Python around it (issue 13): equality of two string
+ * arrays built as bench/bench_strings.py builds them, from a docs file (bench_docs.h; made from
+ * the shared corpus as bench_fused_threads.c says): the regime's strings (words: split on ASCII
+ * whitespace; lines: split on '\n'; docs: the documents), and the right-hand side in a payload
+ * of its own with every other string replaced by its neighbour (about half the pairs equal).
+ * One thread, CPU time, best of R rounds, the rows interleaved in every round:
+ *   views    lm_views_equal (what StringTensor.fast_eq(StringTensor) runs on the CPU)
+ *   offsets  lm_o32_equal (torch.ops.luminamoon.equal on int32 offsets)
+ *   peer     per pair: the two lengths from int32 offsets, then memcmp when they are equal
+ *            (what an Arrow kernel does per element, without its null handling)
+ * prints ns a string for each and peer / row.  Under valgrind --tool=callgrind use R = 1 and a
+ * small N: the instruction counts of the first loop repeat exactly.
+ *
+ *   build-cmake/bench_views_eq DOCS_FILE words|lines|docs [N] [R]
+ */
+#define _GNU_SOURCE
+#include <ctype.h>
+
+#include "bench_docs.h"
+#include "luminamoon/string_tensor.h"
+
+typedef struct {
+  size_t n;
+  int32_t *off;
+  uint8_t *data;
+} arr;
+
+static void push(arr *a, size_t *cap, const uint8_t *s, size_t len, size_t *bytes_cap) {
+  if (a->n + 2 > *cap) {
+    *cap = *cap ? 2 * *cap : 1024;
+    a->off = (int32_t *)realloc(a->off, *cap * 4);
+  }
+  const size_t at = a->n ? (size_t)a->off[a->n] : 0;
+  if (at + len > *bytes_cap) {
+    *bytes_cap = 2 * (at + len) + 4096;
+    a->data = (uint8_t *)realloc(a->data, *bytes_cap);
+  }
+  if (!a->n) a->off[0] = 0;
+  memcpy(a->data + at, s, len);
+  a->off[a->n + 1] = (int32_t)(at + len);
+  a->n++;
+}
+
+static int peer_equal(const arr *a, const arr *b, uint8_t *out) {
+  for (size_t i = 0; i < a->n; i++) {
+    const int32_t la = a->off[i + 1] - a->off[i], lb = b->off[i + 1] - b->off[i];
+    out[i] = la == lb && memcmp(a->data + a->off[i], b->data + b->off[i], (size_t)la) == 0;
+  }
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 3) {
+    fprintf(stderr, "usage: %s DOCS_FILE words|lines|docs [N] [R]\n", argv[0]);
+    return 2;
+  }
+  corpus c;
+  if (load(argv[1], &c)) {
+    fprintf(stderr, "cannot read %s\n", argv[1]);
+    return 2;
+  }
+  (void)get_usage; /* bench_docs.h's helpers this benchmark does not need */
+  (void)machine_busy;
+  const char *regime = argv[2];
+  size_t want = argc > 3 ? strtoull(argv[3], NULL, 10) : 0;
+  const int rounds = argc > 4 ? atoi(argv[4]) : 15;
+  if (!want) want = !strcmp(regime, "words") ? 1000000 : !strcmp(regime, "lines") ? 500000 : (size_t)c.n;
+  arr a = {0, NULL, NULL}, b = {0, NULL, NULL};
+  size_t cap = 0, bcap = 0, cap2 = 0, bcap2 = 0;
+  for (uint64_t d = 0; d < c.n && a.n < want; d++) {
+    const uint8_t *s = c.data + c.off[d], *e = c.data + c.off[d + 1];
+    if (!strcmp(regime, "docs")) {
+      push(&a, &cap, s, (size_t)(e - s), &bcap);
+    } else if (!strcmp(regime, "lines")) {
+      const uint8_t *p = s;
+      for (const uint8_t *q = s; q <= e && a.n < want; q++)
+        if (q == e || *q == '\n') {
+          push(&a, &cap, p, (size_t)(q - p), &bcap);
+          p = q + 1;
+        }
+    } else {
+      const uint8_t *p = s;
+      while (p < e && a.n < want) {
+        while (p < e && isspace(*p)) p++;
+        const uint8_t *q = p;
+        while (q < e && !isspace(*q)) q++;
+        if (q > p) push(&a, &cap, p, (size_t)(q - p), &bcap);
+        p = q;
+      }
+    }
+  }
+  const size_t n = a.n;
+  for (size_t i = 0; i < n; i++) {
+    const size_t j = i % 2 == 0 ? i : (i + 1) % n;
+    push(&b, &cap2, a.data + a.off[j], (size_t)(a.off[j + 1] - a.off[j]), &bcap2);
+  }
+  lm_string_view *va = (lm_string_view *)malloc(n * sizeof *va), *vb = (lm_string_view *)malloc(n * sizeof *vb);
+  if (lm_views_from_offsets32(a.off, n, a.data, (size_t)a.off[n], 0, va, NULL) ||
+      lm_views_from_offsets32(b.off, n, b.data, (size_t)b.off[n], 0, vb, NULL)) {
+    fprintf(stderr, "views failed (payload over 2 GiB?)\n");
+    return 2;
+  }
+  const uint8_t *pda[1] = {a.data}, *pdb[1] = {b.data};
+  const size_t psa[1] = {(size_t)a.off[n]}, psb[1] = {(size_t)b.off[n]};
+  const lm_payloads pa = {pda, psa, 1}, pb = {pdb, psb, 1};
+  uint8_t *o1 = (uint8_t *)malloc(n + 1), *o2 = (uint8_t *)malloc(n + 1), *o3 = (uint8_t *)malloc(n + 1);
+  double best[3] = {1e30, 1e30, 1e30};
+  size_t equal = 0;
+  for (int r = 0; r < rounds; r++) {
+    /* the rows in a rotating order: the arrays are larger than the L3, and what one row leaves
+     * there helps or hurts the next */
+    for (int q = 0; q < 3; q++) {
+      const int k = (q + r) % 3;
+      const double t0 = now(CLOCK_PROCESS_CPUTIME_ID);
+      if (k == 0 && lm_views_equal(va, &pa, vb, &pb, n, o1, NULL)) return 3;
+      if (k == 1 && lm_o32_equal(a.off, a.data, b.off, b.data, n, o2, NULL)) return 3;
+      if (k == 2) peer_equal(&a, &b, o3);
+      const double t = now(CLOCK_PROCESS_CPUTIME_ID) - t0;
+      if (t < best[k]) best[k] = t;
+    }
+    if (memcmp(o1, o3, n) || memcmp(o2, o3, n)) {
+      fprintf(stderr, "answers differ\n");
+      return 4;
+    }
+  }
+  for (size_t i = 0; i < n; i++) equal += o3[i];
+  printf("%s: %zu strings, %.1f MB (%.1f B each), %zu pairs equal\n", regime, n, (double)a.off[n] / 1e6,
+         (double)a.off[n] / (double)n, equal);
+  static const char *names[3] = {"views  ", "offsets", "peer   "};
+  for (int k = 0; k < 3; k++)
+    printf("  %s %6.2f ns a string   peer / this %.2fx\n", names[k], best[k] / (double)n * 1e9, best[2] / best[k]);
+  return 0;
+}
