@@ -75,9 +75,17 @@ def string_array(values) -> pa.Array:
 def int64_array(values) -> pa.Array:
     """``pa.array(values, type=pa.int64())`` for integers (a sequence or numpy array), without
     pyarrow's lazy pandas import (see ``string_array``); the buffer is shared when ``values`` is a
-    contiguous int64 numpy array."""
-    arr = np.ascontiguousarray(values, dtype=np.int64)
-    return pa.Array.from_buffers(pa.int64(), len(arr), [None, pa.py_buffer(arr)])
+    contiguous int64 numpy array.  Anything else -- floats, which pyarrow refuses to truncate,
+    unsigned values past the int64 range, objects -- goes to ``pa.array``, which converts or raises
+    as it always did."""
+    arr = np.asarray(values)
+    if arr.ndim == 1 and (arr.dtype.kind == "i" or (arr.dtype.kind == "u" and (
+            arr.dtype.itemsize < 8 or not arr.size or int(arr.max()) <= np.iinfo(np.int64).max))):
+        arr = np.ascontiguousarray(arr, dtype=np.int64)
+        return pa.Array.from_buffers(pa.int64(), len(arr), [None, pa.py_buffer(arr)])
+    if arr.ndim == 1 and arr.size == 0:  # [] reads as float64
+        return pa.Array.from_buffers(pa.int64(), 0, [None, pa.py_buffer(np.empty(0, dtype=np.int64))])
+    return pa.array(values, type=pa.int64())
 
 
 def _chunks_of(col) -> list:

@@ -83,6 +83,21 @@ def test_int64_array_equals_pa_array(vals):
     assert got.equals(pa.array(np.asarray(vals, dtype=np.int64), type=pa.int64()))
 
 
+@pytest.mark.parametrize("vals", [np.array([2**63], dtype=np.uint64), [2**63], ["a"], [True, False],
+                                  [1.5, 2.0], [1, None], np.array([1.0, 2.0])])
+def test_int64_array_gives_what_pa_array_gives_or_raises_it(vals):
+    # the fast path took np.ascontiguousarray(dtype=int64), which wrapped uint64 past 2**63 to
+    # negative numbers and cast floats without pyarrow's checks
+    try:
+        want = pa.array(vals, type=pa.int64())
+    except Exception as e:  # noqa: BLE001 - the same exception type is the contract
+        with pytest.raises(type(e)):
+            int64_array(vals)
+        return
+    got = int64_array(vals)
+    assert got.type == pa.int64() and got.equals(want)
+
+
 @pytest.mark.parametrize("typ", [pa.int32(), pa.int64()])
 @pytest.mark.parametrize("seed", range(6))
 def test_null_mask_and_int_values_equal_pyarrow_s(typ, seed):
