@@ -75,9 +75,9 @@ def string_array(values) -> pa.Array:
 def int64_array(values) -> pa.Array:
     """``pa.array(values, type=pa.int64())`` for integers (a sequence or numpy array), without
     pyarrow's lazy pandas import (see ``string_array``); the buffer is shared when ``values`` is a
-    contiguous int64 numpy array.  Anything else -- floats, which pyarrow refuses to truncate,
-    unsigned values past the int64 range, objects -- goes to ``pa.array``, which converts or raises
-    as it always did."""
+    contiguous int64 numpy array.  Anything else -- floats (pyarrow truncates a list's, refuses a
+    float array's fractions), unsigned values past the int64 range, bools, None, objects -- goes to
+    ``pa.array``, which converts or raises as it always did."""
     arr = np.asarray(values)
     if arr.ndim == 1 and (arr.dtype.kind == "i" or (arr.dtype.kind == "u" and (
             arr.dtype.itemsize < 8 or not arr.size or int(arr.max()) <= np.iinfo(np.int64).max))):
