@@ -27,6 +27,7 @@ int lm_ops_simd_level(void) {
   return c;
 }
 #pragma GCC target("avx2")
+#include <immintrin.h>
 
 #define LM_LEN_EQ(NAME, OFF_T, UOFF_T)                                                                        \
   int NAME(const OFF_T *restrict off, uint8_t *restrict out, size_t b0, size_t b1, UOFF_T lim, UOFF_T plen) { \
@@ -50,6 +51,46 @@ LM_EQ_PREP(lm_o64_eq_prep_avx2, uint64_t)
 #pragma GCC target("avx2,avx512f,avx512bw,avx512vl,avx512dq")
 LM_EQ_PREP(lm_o32_eq_prep_avx512, uint32_t)
 LM_EQ_PREP(lm_o64_eq_prep_avx512, uint64_t)
+
+/* lm_views_eq_pass1_avx512: four views a register, four registers a step.  Per register of
+ * each side: the views' two words compared at once (vpcmpeqq: bit 2k = length and prefix of
+ * view k agree, bit 2k + 1 = its other 8 bytes), its length over 12 (vpcmpuq on the low half of
+ * word 0), and the padding: min(len, 12) spread over the view's 16 bytes (vpminud, vpshufb with
+ * index 0), byte j required zero when j - 4 >= that (a signed byte compare: never bytes 0..3),
+ * and the required bytes that are not zero collected.  The 16 pairs' marks (bits 0, 2, .. 30 of
+ * two 32-bit masks) become bytes by vpmovm2b and vpmovwb. */
+size_t lm_views_eq_pass1_avx512(const lm_string_view *a, const lm_string_view *b, uint8_t *out, size_t n,
+                                size_t *longs, uint64_t *pad) {
+  const __m512i twelve32 = _mm512_set1_epi32((int)LM_INLINE_MAX), low32 = _mm512_set1_epi64(0xFFFFFFFFll);
+  const __m512i twelve64 = _mm512_set1_epi64((long long)LM_INLINE_MAX), zero = _mm512_setzero_si512();
+  const __m512i pos4 = _mm512_broadcast_i32x4(_mm_setr_epi8(-4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11));
+  const __m128i one = _mm_set1_epi8(1), two = _mm_set1_epi8(2);
+  __mmask64 bad = 0;
+  size_t nl = 0, i = 0;
+  for (; i + 16 <= n; i += 16) {
+    uint32_t dec = 0, cand = 0;
+    for (int g = 0; g < 4; g++) {
+      const __m512i x = _mm512_loadu_si512((const void *)(a + i + 4 * (size_t)g));
+      const __m512i y = _mm512_loadu_si512((const void *)(b + i + 4 * (size_t)g));
+      const __mmask8 e = _mm512_cmpeq_epi64_mask(x, y);
+      const __mmask8 lng = _mm512_cmpgt_epu64_mask(_mm512_and_si512(x, low32), twelve64);
+      const unsigned h = e & 0x55u, t = (e >> 1) & 0x55u, l = lng & 0x55u;
+      dec |= (h & t & ~l) << (8 * g);
+      cand |= (h & l) << (8 * g);
+      const __m512i bx = _mm512_shuffle_epi8(_mm512_min_epu32(x, twelve32), zero);
+      const __m512i by = _mm512_shuffle_epi8(_mm512_min_epu32(y, twelve32), zero);
+      bad |= _mm512_mask_test_epi8_mask(_mm512_cmpge_epi8_mask(pos4, bx), x, x);
+      bad |= _mm512_mask_test_epi8_mask(_mm512_cmpge_epi8_mask(pos4, by), y, y);
+    }
+    nl += (size_t)__builtin_popcount(cand);
+    const __m128i d8 = _mm256_cvtepi16_epi8(_mm256_movm_epi8(dec));
+    const __m128i c8 = _mm256_cvtepi16_epi8(_mm256_movm_epi8(cand));
+    _mm_storeu_si128((__m128i *)(void *)(out + i), _mm_or_si128(_mm_and_si128(d8, one), _mm_and_si128(c8, two)));
+  }
+  *longs += nl;
+  *pad |= (uint64_t)(bad != 0);
+  return i;
+}
 #pragma GCC pop_options
 
 #else

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "hash_internal.h"
+#include "luminamoon/string_view.h"
 #include "luminamoon/parallel.h"
 
 #if LM_HASH_HAVE_AVX2
@@ -26,6 +27,12 @@ int lm_o32_eq_prep_avx512(const uint32_t *restrict ca, const uint32_t *restrict 
                           uint8_t *restrict lg);
 int lm_o64_eq_prep_avx512(const uint64_t *restrict ca, const uint64_t *restrict cb, size_t m, uint32_t *restrict w,
                           uint8_t *restrict lg);
+/* Pass 1 of lm_views_equal (ops_views.c's pairs_equal: out[i] = 0, 1, or 2 for a long pair
+ * whose payloads must decide) for the first n - n % 16 pairs, 16 a step: returns how many it
+ * did, adds the number of 2s to *longs and ORs non-zero into *pad when an inline view of
+ * either side is not zero-padded. */
+size_t lm_views_eq_pass1_avx512(const lm_string_view *a, const lm_string_view *b, uint8_t *out, size_t n,
+                                size_t *longs, uint64_t *pad);
 /* 2 when the CPU has AVX-512 F/BW/VL/DQ and neither LM_NO_AVX512 nor LM_NO_AVX2 is set,
  * 1 with AVX2 (LM_NO_AVX2 not set), else 0; read once.  Thread-safe. */
 int lm_ops_simd_level(void);

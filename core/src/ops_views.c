@@ -1,9 +1,10 @@
 /* Element-wise operations on the views layout.
  *
  * Each operation first decides every element on the view alone (length + the
- * 4-byte prefix, one 64-bit word) in a tight loop the compiler vectorises, and
- * only then visits the few candidates that need their payload.  A view is
- * bounds-checked right before its payload is read.
+ * 4-byte prefix, one 64-bit word; for equal the whole 16 bytes, which decide an
+ * inline pair) in a tight loop without a branch (equal's has an AVX-512 copy,
+ * ops_avx2.c, 16 pairs a step), and only then visits the few candidates that
+ * need their payload.  A view is bounds-checked right before its payload is read.
  *
  * A candidate's length, buffer index and offset are read once (view_fields)
  * and every later step (re-checking the length, the bounds check, the payload
@@ -198,35 +199,109 @@ typedef struct {
   uint8_t *out;
 } eq_ctx;
 
-static uint64_t pairs_equal(const lm_string_view *restrict a, const lm_string_view *restrict b,
-                            uint8_t *restrict out, size_t begin, size_t end) {
+/* Pass 1 of equal, on the views alone and without a branch: out[i] = 0 when length or prefix
+ * differ; for an inline pair (<= 12 bytes, zero-padded) 1 or 0 as its other 8 bytes agree: the
+ * pair is decided; 2 for a long pair whose length and prefix agree: its payloads decide in
+ * pass 2.  *pad gets the padding bits of both sides (non-zero: some inline view is not
+ * zero-padded); returns the number of 2s.  lm_views_eq_pass1_avx512 (ops_avx2.c) is the same
+ * for 16 pairs a step. */
+static size_t pairs_equal(const lm_string_view *restrict a, const lm_string_view *restrict b,
+                          uint8_t *restrict out, size_t n, uint64_t *pad_out) {
   uint64_t pad = 0;
-  for (size_t i = begin; i < end; i++) {
-    out[i] = lm_sv_head(&a[i]) == lm_sv_head(&b[i]);
+  size_t longs = 0;
+  for (size_t i = 0; i < n; i++) {
+    uint64_t ta, tb;
+    memcpy(&ta, a[i].suffix_or_offset, 8);
+    memcpy(&tb, b[i].suffix_or_offset, 8);
+    const unsigned head = lm_sv_head(&a[i]) == lm_sv_head(&b[i]);
+    const unsigned lng = a[i].len > LM_INLINE_MAX;
+    out[i] = (uint8_t)((0u - head) & (((unsigned)(ta == tb) & (lng ^ 1u)) | (lng << 1)));
+    longs += head & lng;
     pad |= lm_sv_padding_bits(&a[i]) | lm_sv_padding_bits(&b[i]);
   }
-  return pad;
+  *pad_out |= pad;
+  return longs;
 }
+
+/* Pass 2 for pair i, marked 2 by pass 1: its fields read again (another thread may have
+ * written the views since) and bounds-checked.  0 or 1 when that decides it (the lengths
+ * changed; one offset of one buffer: the same bytes), -1 when a payload lies outside its
+ * buffer, else 2 with *x, *y, *len set: the bytes after the prefix decide. */
+static int long_pair_prep(const eq_ctx *c, size_t i, const uint8_t **x, const uint8_t **y, uint32_t *len) {
+  const view_fields fa = fields_of(&c->a[i]), fb = fields_of(&c->b[i]);
+  if (fa.len != fb.len || fa.len <= LM_INLINE_MAX) return 0; /* changed since pass 1 */
+  *x = payload_of(fa, c->pa);
+  *y = payload_of(fb, c->pb);
+  if (!*x || !*y) return -1;
+  if (*x == *y) return 1;
+  *len = fa.len;
+  return 2;
+}
+
+/* the long pairs of a sparse pass 2 compared together, their payloads prefetched as they are
+ * listed: long words lie far apart in the payload, a cache miss (and TLB miss) each */
+#define LM_VEQ_BATCH 32
 
 static lm_status eq_range(void *arg, size_t begin, size_t end) {
   const eq_ctx *c = (const eq_ctx *)arg;
   uint8_t *out = c->out;
-  if (pairs_equal(c->a, c->b, out, begin, end)) return LM_ECORRUPT;
-  for (size_t i = begin; i < end; i++) {
-    if (!out[i]) continue;
-    const view_fields fa = fields_of(&c->a[i]), fb = fields_of(&c->b[i]);
-    if (fa.len != fb.len) { /* changed since the heads pass */
-      out[i] = 0;
-      continue;
+  uint64_t pad = 0;
+  size_t longs = 0, done = 0;
+#if LM_HASH_HAVE_AVX2
+  if (lm_ops_simd_level() == 2) done = lm_views_eq_pass1_avx512(c->a + begin, c->b + begin, out + begin,
+                                                                 end - begin, &longs, &pad);
+#endif
+  longs += pairs_equal(c->a + begin + done, c->b + begin + done, out + begin + done, end - begin - done, &pad);
+  if (pad) return LM_ECORRUPT;
+  if (!longs) return LM_OK;
+  size_t i = begin;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+  if (longs * 8 < end - begin) {
+    /* few long pairs (words): found eight marks at a time (bit 1 of a byte is set only in a
+     * 2), in order; a branch per pair on its class mispredicted for about every other word */
+    size_t ks[LM_VEQ_BATCH];
+    const uint8_t *xs[LM_VEQ_BATCH], *ys[LM_VEQ_BATCH];
+    uint32_t ls[LM_VEQ_BATCH];
+    size_t nb = 0;
+    for (; i < end; i += 8) {
+      uint64_t w = 0;
+      if (i + 8 <= end) {
+        memcpy(&w, out + i, 8);
+      } else {
+        for (size_t t = i; t < end; t++) w |= (uint64_t)out[t] << (8 * (t - i));
+      }
+      for (w &= 0x0202020202020202ull; w; w &= w - 1) {
+        const size_t k = i + (size_t)(__builtin_ctzll(w) >> 3);
+        const int r = long_pair_prep(c, k, &xs[nb], &ys[nb], &ls[nb]);
+        if (r < 0) return LM_ERANGE;
+        if (r < 2) {
+          out[k] = (uint8_t)r;
+          continue;
+        }
+        __builtin_prefetch(xs[nb] + 4);
+        __builtin_prefetch(ys[nb] + 4);
+        ks[nb++] = k;
+        if (nb == LM_VEQ_BATCH) {
+          for (size_t t = 0; t < nb; t++) out[ks[t]] = memcmp(xs[t] + 4, ys[t] + 4, ls[t] - 4) == 0;
+          nb = 0;
+        }
+      }
     }
-    if (fa.len <= 4) continue;
-    if (fa.len <= LM_INLINE_MAX) {
-      out[i] = memcmp(c->a[i].suffix_or_offset, c->b[i].suffix_or_offset, 8) == 0;
+    for (size_t t = 0; t < nb; t++) out[ks[t]] = memcmp(xs[t] + 4, ys[t] + 4, ls[t] - 4) == 0;
+    return LM_OK;
+  }
+#endif
+  /* many long pairs (lines, documents): in order, so the payloads stream in */
+  for (; i < end; i++) {
+    if (out[i] != 2) continue;
+    const view_fields fa = fields_of(&c->a[i]), fb = fields_of(&c->b[i]);
+    if (fa.len != fb.len || fa.len <= LM_INLINE_MAX) { /* changed since pass 1 */
+      out[i] = 0;
       continue;
     }
     const uint8_t *x = payload_of(fa, c->pa), *y = payload_of(fb, c->pb);
     if (!x || !y) return LM_ERANGE;
-    out[i] = memcmp(x + 4, y + 4, fa.len - 4) == 0;
+    out[i] = (uint8_t)(x == y || memcmp(x + 4, y + 4, fa.len - 4) == 0);
   }
   return LM_OK;
 }

@@ -269,7 +269,131 @@ TEST(OpsEqual, FirstPassSimdCopiesMatchTheContract) {
     check_prep<uint64_t>(lm_o64_eq_prep_avx512, "o64 avx512");
   }
 }
+
+// lm_views_eq_pass1_avx512 (the first pass of lm_views_equal, 16 pairs a step) against the
+// contract written out here: per pair 0 (length or prefix differ), 1 / 0 for an inline pair as
+// its other 8 bytes agree, 2 for a long pair with length and prefix equal; the number of 2s; and
+// *pad non-zero exactly when an inline view (either side) has a non-zero byte at or past its
+// length.  Random pairs of every length class, pairs differing in one chosen byte, long pairs
+// whose views are identical (their payloads decide later), garbage in one padding byte.
+TEST(OpsViewsEqual, Avx512FirstPassMatchesTheContract) {
+  if (!(__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")))
+    GTEST_SKIP() << "no AVX-512: the portable pass is tested through lm_views_equal";
+  std::mt19937_64 rng(77);
+  const uint32_t lens[] = {0, 1, 3, 4, 5, 8, 9, 11, 12, 13, 16, 40, 300};
+  for (int round = 0; round < 400; round++) {
+    const size_t n = size_t(rng() % 70);
+    std::vector<lm_string_view> a(n), b(n);
+    std::vector<uint8_t> want(n), out(n + 1, 0xEE);
+    size_t want_longs = 0;
+    bool want_pad = false;
+    for (size_t i = 0; i < n; i++) {
+      const uint32_t la = lens[rng() % 13];
+      uint8_t bytes[300];
+      for (auto &c : bytes) c = uint8_t('a' + rng() % 3);
+      lm_sv_make(&a[i], bytes, la, uint32_t(rng() % 3), uint32_t(rng() % 5000));
+      b[i] = a[i];
+      switch (rng() % 5) {
+        case 0: break;                                                          // identical views
+        case 1: lm_sv_make(&b[i], bytes, lens[rng() % 13], uint32_t(rng() % 3), 7); break;  // any other
+        case 2: reinterpret_cast<uint8_t *>(&b[i])[4 + rng() % 12] ^= 1; break;  // one byte of 4..15
+        case 3: reinterpret_cast<uint8_t *>(&b[i])[rng() % 4] ^= uint8_t(1 + rng() % 255); break;  // length
+        default: {                                                              // the same bytes elsewhere
+          lm_sv_make(&b[i], bytes, la, uint32_t(rng() % 3), uint32_t(rng() % 5000));
+        }
+      }
+      if (rng() % 23 == 0) {  // garbage in a padding byte (or none to put it in)
+        lm_string_view &v = rng() % 2 ? a[i] : b[i];
+        if (v.len < LM_INLINE_MAX) reinterpret_cast<uint8_t *>(&v)[4 + v.len + rng() % (LM_INLINE_MAX - v.len)] = 0x5A;
+      }
+      const uint8_t *pa = reinterpret_cast<const uint8_t *>(&a[i]), *pb = reinterpret_cast<const uint8_t *>(&b[i]);
+      const bool head = std::memcmp(pa, pb, 8) == 0, tail = std::memcmp(pa + 8, pb + 8, 8) == 0;
+      const bool lng = a[i].len > LM_INLINE_MAX;
+      want[i] = uint8_t(!head ? 0 : lng ? 2 : tail ? 1 : 0);
+      for (const lm_string_view *v : {&a[i], &b[i]})
+        if (v->len < LM_INLINE_MAX)
+          for (uint32_t j = v->len; j < LM_INLINE_MAX; j++)
+            if (reinterpret_cast<const uint8_t *>(v)[4 + j]) want_pad |= i < n - n % 16;
+      if (i < n - n % 16) want_longs += want[i] == 2;
+    }
+    size_t longs = 5;
+    uint64_t pad = 0;
+    const size_t done = lm_views_eq_pass1_avx512(a.data(), b.data(), out.data(), n, &longs, &pad);
+    ASSERT_EQ(done, n - n % 16) << round;
+    ASSERT_EQ(longs, 5 + want_longs) << round;
+    ASSERT_EQ(pad != 0, want_pad) << round;
+    for (size_t i = 0; i < done; i++) ASSERT_EQ(out[i], want[i]) << "round " << round << " pair " << i;
+    for (size_t i = done; i <= n; i++) ASSERT_EQ(out[i], 0xEE) << "written past the pass: " << i;
+  }
+}
 #endif
+
+// lm_views_equal through whichever first pass this CPU runs (and its remainder, n % 16 pairs, in
+// portable code) against std::string ==: random strings of every length class, a's in buffer 0
+// and b's in buffer 1 of the same payload list, some long pairs of b pointing at a's bytes (one
+// buffer, one offset: equal unread); long pairs whose views are identical but whose payloads
+// differ; and a non-zero padding byte at every position of 40 pairs (LM_ECORRUPT wherever it is).
+TEST(OpsViewsEqual, MatchesStringsAndRejectsPaddingAnywhere) {
+  std::mt19937_64 rng(78);
+  for (int round = 0; round < 60; round++) {
+    const size_t n = 1 + size_t(rng() % 300);
+    std::vector<std::string> sa(n), sb(n);
+    for (size_t i = 0; i < n; i++) {
+      const size_t len = rng() % 4 == 0 ? 13 + rng() % 60 : rng() % 16;
+      for (size_t k = 0; k < len; k++) sa[i] += char('a' + rng() % 2);
+      sb[i] = sa[i];
+      if (rng() % 3 == 0 && len) sb[i][rng() % len] ^= 1;
+      if (rng() % 7 == 0) sb[i] = sa[(i + 1) % n];
+    }
+    std::string pa_bytes, pb_bytes;
+    for (size_t i = 0; i < n; i++) {
+      pa_bytes += sa[i];
+      pb_bytes += sb[i];
+    }
+    std::vector<lm_string_view> va(n), vb(n);
+    size_t oa = 0, ob = 0;
+    for (size_t i = 0; i < n; i++) {
+      lm_sv_make(&va[i], reinterpret_cast<const uint8_t *>(pa_bytes.data()) + oa, uint32_t(sa[i].size()), 0,
+                 uint32_t(oa));
+      lm_sv_make(&vb[i], reinterpret_cast<const uint8_t *>(pb_bytes.data()) + ob, uint32_t(sb[i].size()), 1,
+                 uint32_t(ob));
+      if (sa[i] == sb[i] && sa[i].size() > LM_INLINE_MAX && rng() % 2) vb[i] = va[i];  // a's bytes
+      oa += sa[i].size();
+      ob += sb[i].size();
+    }
+    const uint8_t *d[2] = {reinterpret_cast<const uint8_t *>(pa_bytes.data()),
+                           reinterpret_cast<const uint8_t *>(pb_bytes.data())};
+    const size_t z[2] = {pa_bytes.size(), pb_bytes.size()};
+    const lm_payloads p = {d, z, 2};
+    std::vector<uint8_t> out(n);
+    ASSERT_EQ(lm_views_equal(va.data(), &p, vb.data(), &p, n, out.data(), nullptr), LM_OK) << round;
+    for (size_t i = 0; i < n; i++) ASSERT_EQ(out[i], sa[i] == sb[i] ? 1 : 0) << "round " << round << " pair " << i;
+  }
+  // identical long views, two payloads with different bytes: the payloads decide
+  const std::string x = "abcdefghijklmnopqrstuvwxyz", y = "abcdEFGHIJKLMNOPQRSTUVWXYZ";
+  std::vector<lm_string_view> v(40);
+  for (auto &e : v) lm_sv_make(&e, reinterpret_cast<const uint8_t *>(x.data()), uint32_t(x.size()), 0, 0);
+  const uint8_t *dx[1] = {reinterpret_cast<const uint8_t *>(x.data())}, *dy[1] = {reinterpret_cast<const uint8_t *>(y.data())};
+  const size_t zx[1] = {x.size()};
+  const lm_payloads px = {dx, zx, 1}, py = {dy, zx, 1};
+  std::vector<uint8_t> out(40);
+  ASSERT_EQ(lm_views_equal(v.data(), &px, v.data(), &py, 40, out.data(), nullptr), LM_OK);
+  for (size_t i = 0; i < 40; i++) ASSERT_EQ(out[i], 0) << i;
+  ASSERT_EQ(lm_views_equal(v.data(), &px, v.data(), &px, 40, out.data(), nullptr), LM_OK);
+  for (size_t i = 0; i < 40; i++) ASSERT_EQ(out[i], 1) << i;
+  // a non-zero padding byte in any pair, any position, either side: LM_ECORRUPT
+  std::vector<lm_string_view> w(40);
+  for (size_t i = 0; i < 40; i++) lm_sv_make(&w[i], reinterpret_cast<const uint8_t *>("abcdefgh"), uint32_t(i % 9), 0, 0);
+  for (size_t i = 0; i < 40; i++)
+    for (uint32_t j = w[i].len; j < LM_INLINE_MAX; j++)
+      for (int side = 0; side < 2; side++) {
+        std::vector<lm_string_view> a = w, b = w;
+        reinterpret_cast<uint8_t *>(side ? &b[i] : &a[i])[4 + j] = 1;
+        ASSERT_EQ(lm_views_equal(a.data(), &px, b.data(), &px, 40, out.data(), nullptr), LM_ECORRUPT)
+            << "pair " << i << " byte " << j << " side " << side;
+      }
+}
 
 // Threads get ranges of about equal bytes (ops_internal.h lm_cut_*): equal and hash64
 // (offsets and views) on skewed lengths (many tiny strings, then a few huge ones) give
