@@ -84,6 +84,17 @@ def machine_busy() -> float:
     return (v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / os.sysconf("SC_CLK_TCK")
 
 
+def setup(T: int, B: int):
+    """The corpus's texts, the same as StringTensor batches of B, and the run's default configuration
+    at T threads and batch size B: the inputs of every row."""
+    texts = load_corpus()
+    batches = [StringTensor.from_list(texts[i:i + B]) for i in range(0, len(texts), B)]
+    cfg = default_config()
+    cfg["run"]["threads"] = T
+    cfg["run"]["batch_size"] = B
+    return texts, batches, cfg
+
+
 def fused_once(T: int, B: int) -> None:
     """FusedPipeline's first pass in this (fresh) process: the corpus loaded and the pipeline made
     untimed, the garbage collector frozen as `luminamoon run`'s entry point does; prints
@@ -93,11 +104,7 @@ def fused_once(T: int, B: int) -> None:
     import gc
     from luminamoon import _C
     _C.tune_malloc()
-    texts = load_corpus()
-    batches = [StringTensor.from_list(texts[i:i + B]) for i in range(0, len(texts), B)]
-    cfg = default_config()
-    cfg["run"]["threads"] = T
-    cfg["run"]["batch_size"] = B
+    texts, batches, cfg = setup(T, B)
     pipe = stages.FusedPipeline(dedup=True, num_threads=T, **stage_kwargs(cfg))
     del texts
     gc.collect()
@@ -124,13 +131,9 @@ def main() -> None:
     from luminamoon import _C
     print(f"malloc tuned as by `luminamoon run`: {_C.tune_malloc()}")
     T, B = args.threads, args.batch_size
-    texts = load_corpus()
+    texts, batches, cfg = setup(T, B)
     n = len(texts)
     mb = sum(len(t.encode()) for t in texts) / 1e6
-    batches = [StringTensor.from_list(texts[i:i + B]) for i in range(0, n, B)]
-    cfg = default_config()
-    cfg["run"]["threads"] = T
-    cfg["run"]["batch_size"] = B
     kw = stage_kwargs(cfg)
     tmp = tempfile.mkdtemp(prefix="bench-run-")
 

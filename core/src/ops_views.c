@@ -227,7 +227,8 @@ static size_t pairs_equal(const lm_string_view *restrict a, const lm_string_view
  * written the views since) and bounds-checked.  0 or 1 when that decides it (the lengths
  * changed; one offset of one buffer: the same bytes), -1 when a payload lies outside its
  * buffer, else 2 with *x, *y, *len set: the bytes after the prefix decide. */
-static int long_pair_prep(const eq_ctx *c, size_t i, const uint8_t **x, const uint8_t **y, uint32_t *len) {
+static inline int long_pair_prep(const eq_ctx *c, size_t i, const uint8_t **x, const uint8_t **y,
+                                 uint32_t *len) {
   const view_fields fa = fields_of(&c->a[i]), fb = fields_of(&c->b[i]);
   if (fa.len != fb.len || fa.len <= LM_INLINE_MAX) return 0; /* changed since pass 1 */
   *x = payload_of(fa, c->pa);
@@ -294,14 +295,11 @@ static lm_status eq_range(void *arg, size_t begin, size_t end) {
   /* many long pairs (lines, documents): in order, so the payloads stream in */
   for (; i < end; i++) {
     if (out[i] != 2) continue;
-    const view_fields fa = fields_of(&c->a[i]), fb = fields_of(&c->b[i]);
-    if (fa.len != fb.len || fa.len <= LM_INLINE_MAX) { /* changed since pass 1 */
-      out[i] = 0;
-      continue;
-    }
-    const uint8_t *x = payload_of(fa, c->pa), *y = payload_of(fb, c->pb);
-    if (!x || !y) return LM_ERANGE;
-    out[i] = (uint8_t)(x == y || memcmp(x + 4, y + 4, fa.len - 4) == 0);
+    const uint8_t *x = NULL, *y = NULL;
+    uint32_t len = 0;
+    const int r = long_pair_prep(c, i, &x, &y, &len);
+    if (r < 0) return LM_ERANGE;
+    out[i] = (uint8_t)(r < 2 ? r : memcmp(x + 4, y + 4, len - 4) == 0);
   }
   return LM_OK;
 }
