@@ -18,7 +18,7 @@ views layout, built in the same pass); "offsets op" rows call the registered ope
 torch.ops.luminamoon.* on the offsets layout (what a compiled model calls).  The cost of
 building the views from the offsets layout (what a tensor from from_arrow / from_buffers /
 a stage pays on its first method call) is its own row, as is from_list.  A last table times
-starts_with, fast_eq and hash64 on documents with 2 threads against 1 (--threads-only: that
+starts_with, fast_eq and hash64 on documents (and hash64 on the words) with 2 threads against 1 (--threads-only: that
 table alone; microseconds a call, 1 and 2 threads interleaved three times, the best of each; a second
 thread is a started worker of the core's pool, ~0.3-2 us to wake; equal and hash64 cut the work into
 ranges of about equal bytes; rerun it on an idle machine, on a loaded one it measures the other jobs).
@@ -231,6 +231,21 @@ def bench_threads(strings: list[str], rows: list) -> None:
         rows.append([what, f"{t1 * 1e6:.1f}", f"{t2 * 1e6:.1f}", f"{t1 / t2:.2f}x"])
 
 
+def bench_threads_hash_words(words: list[str], rows: list) -> None:
+    """hash64 on words (the views layout: strings of ~6 bytes) with 2 threads against 1: the one
+    row of the 2-thread table not on documents (before the work was cut by count for short strings,
+    the second thread read every view's length first and 2 threads ran at ~0.8x of one)."""
+    st = StringTensor.from_list(words)
+    t1 = t2 = float("inf")
+    for _ in range(3):
+        torch.set_num_threads(1)
+        t1 = min(t1, best_time(lambda: st.hash64(), repeat=5))
+        torch.set_num_threads(2)
+        t2 = min(t2, best_time(lambda: st.hash64(), repeat=5))
+    torch.set_num_threads(1)
+    rows.append([f"hash64 on {len(words):,} words", f"{t1 * 1e6:.1f}", f"{t2 * 1e6:.1f}", f"{t1 / t2:.2f}x"])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--regimes", default="words,lines,documents")
@@ -259,6 +274,8 @@ def main() -> None:
     if "documents" in data and (args.threads_only or not args.no_threads):
         trows: list = []
         bench_threads(data["documents"], trows)
+        words = data.get("words") or regimes(texts, ["words"], args.max_words, 0)["words"]
+        bench_threads_hash_words(words, trows)
         print_table("documents, StringTensor methods: 1 thread vs num_threads=2 (us per call)",
                     ["call", "1 thread", "2 threads", "speed-up"], trows)
 

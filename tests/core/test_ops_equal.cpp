@@ -434,6 +434,55 @@ TEST(OpsEqual, ByteWeightedSplitsGiveTheOneThreadAnswers) {
   }
 }
 
+// hash64 on views of short strings (a sampled mean length of at most 32 bytes) cuts the
+// work by count instead of reading every view's length first: words with a few long
+// strings among them (payload views, some in a cluster the sample may miss), with 2, 3
+// and 7 threads and small grains, give the one-thread answers; a bad padding byte in any
+// one inline view, wherever the tasks fall, is still LM_ECORRUPT.
+TEST(OpsEqual, ShortStringsHashCutByCountGiveTheOneThreadAnswers) {
+  std::mt19937_64 rng(29);
+  const size_t n = 20000;
+  std::vector<std::string> a(n);
+  for (size_t i = 0; i < n; i++) {
+    const bool cluster = i >= 12000 && i < 12030;  // 30 long ones side by side
+    const size_t len = cluster ? 3000 + rng() % 3000 : rng() % 50 == 0 ? 13 + rng() % 300 : rng() % 13;
+    a[i] = random_bytes(rng, len, 5);
+  }
+  std::vector<int32_t> oa;
+  GuardedPayload ga(pack(a, oa));
+  uint64_t bytes = 0;
+  for (const auto &s : a) bytes += s.size();
+  ASSERT_LE(bytes, 32 * n);  // the sample's mean: short strings (the count cut)
+  std::vector<lm_string_view> views(n);
+  ASSERT_EQ(lm_views_from_offsets32(oa.data(), n, ga.data, ga.len, 0, views.data(), nullptr), LM_OK);
+  const uint8_t *bufs[1] = {ga.data};
+  const size_t sizes[1] = {ga.len};
+  const lm_payloads pl = {bufs, sizes, 1};
+  std::vector<uint64_t> h1(n);
+  lm_exec one{1, 0};
+  ASSERT_EQ(lm_o32_hash64(oa.data(), n, ga.data, 11, h1.data(), &one), LM_OK);
+  for (int threads : {2, 3, 7}) {
+    for (size_t grain : {size_t(1), size_t(100), size_t(0)}) {
+      lm_exec e{threads, grain};
+      std::vector<uint64_t> hv(n, 0);
+      ASSERT_EQ(lm_views_hash64(views.data(), n, &pl, 11, hv.data(), &e), LM_OK);
+      for (size_t i = 0; i < n; i++) ASSERT_EQ(hv[i], h1[i]) << threads << " " << grain << " " << i;
+    }
+  }
+  // a non-zero padding byte of one inline view (length < 12) at spread positions
+  for (size_t at : {size_t(0), size_t(4999), size_t(10000), size_t(12015), n - 1}) {
+    size_t i = at;
+    while (a[i].size() >= 12) i = (i + 1) % n;
+    std::vector<lm_string_view> bad(views);
+    reinterpret_cast<uint8_t *>(&bad[i])[4 + 11] = 0x5a;  // the last inline byte: padding
+    for (int threads : {1, 2, 7}) {
+      lm_exec e{threads, 1};
+      std::vector<uint64_t> hv(n, 0);
+      EXPECT_EQ(lm_views_hash64(bad.data(), n, &pl, 11, hv.data(), &e), LM_ECORRUPT) << i << " " << threads;
+    }
+  }
+}
+
 // The per-string ops split by count into tasks taken dynamically: prefix_match and
 // equal_scalar (offsets and views), equal (views) with 2, 3 and 7 threads and small
 // grains give the one-thread answers.
