@@ -676,6 +676,41 @@ TEST(Ops, CheckedOffsetsOpsRefuseBadPairsAndReadNoFurther) {
   EXPECT_EQ(lm_o32_hash64_checked(past, 0, d.get(), 30, 0, h, &e), LM_EINVAL);
 }
 
+// hash64 on blocks of long strings on average (over 16 bytes a string: lines, documents),
+// which hash each string in order as its pair is checked: the answers of XXH3 for every
+// string (short ones among them, one ending exactly at the end of data, over 240 bytes), and
+// a bad pair anywhere -- decreasing, a negative start, past the end, the last one -- is
+// LM_EINVAL with nothing read outside data (a heap buffer of exactly its size: ASan).
+TEST(Ops, HashOfLongStringBlocksChecksEachPairBeforeReadingIt) {
+  std::mt19937_64 rng(31);
+  const size_t n = 300;
+  std::vector<int64_t> off64(n + 1, 0);
+  for (size_t i = 0; i < n; i++) off64[i + 1] = off64[i] + int64_t(i % 7 == 0 ? rng() % 17 : 17 + rng() % 400);
+  const size_t len = size_t(off64[n]);
+  std::unique_ptr<uint8_t[]> d(new uint8_t[len]);
+  for (size_t i = 0; i < len; i++) d[i] = uint8_t(rng());
+  std::vector<int32_t> off32(off64.begin(), off64.end());
+  std::vector<uint64_t> h(n, 0);
+  lm_exec e{1, 0};
+  ASSERT_EQ(lm_o64_hash64_checked(off64.data(), n, d.get(), len, 9, h.data(), &e), LM_OK);
+  for (size_t i = 0; i < n; i++)
+    ASSERT_EQ(h[i], XXH3_64bits_withSeed(d.get() + off64[i], size_t(off64[i + 1] - off64[i]), 9)) << i;
+  std::vector<uint64_t> h32(n, 0);
+  ASSERT_EQ(lm_o32_hash64_checked(off32.data(), n, d.get(), len, 9, h32.data(), &e), LM_OK);
+  ASSERT_EQ(h32, h);
+  for (size_t at : {size_t(0), size_t(1), size_t(150), size_t(257), n - 1, n}) {
+    for (int kind = 0; kind < 3; kind++) {
+      std::vector<int64_t> bad(off64);
+      if (kind == 0) bad[at] = at ? bad[at - 1] - 1 : -1;  // decreasing (or a negative start)
+      if (kind == 1) bad[at] = -int64_t(at) - 5;             // negative
+      if (kind == 2) bad[at] = int64_t(len) + 1 + int64_t(at);  // past the end of data
+      std::vector<int32_t> bad32(bad.begin(), bad.end());
+      EXPECT_EQ(lm_o64_hash64_checked(bad.data(), n, d.get(), len, 0, h.data(), &e), LM_EINVAL) << at << " " << kind;
+      EXPECT_EQ(lm_o32_hash64_checked(bad32.data(), n, d.get(), len, 0, h.data(), &e), LM_EINVAL) << at << " " << kind;
+    }
+  }
+}
+
 // lm_hash64_many, its generic copy and the AVX2 copy of XXH3-64 (where the CPU has
 // it: XXH3's long-input loop on 256-bit vectors) give XXH3_64bits_withSeed bit for bit, on
 // lengths up to several of XXH3's 1 KB blocks and at every class edge.
