@@ -338,7 +338,7 @@ static lm_status hash_range(void *arg, size_t begin, size_t end) {
      * kernel during block j+2's vector loop (their bytes are sparse in the payload, a cache
      * miss each otherwise; one block ahead measured too close from memory) */
     uint8_t rest[LM_HASH_VIEWS_BLOCK + 8];
-    uint64_t h[LM_HASH_VIEWS_BLOCK];
+    const int avx2 = lm_hash_uses_avx2();
     lm_hash_longs ring[3];
     ring[0].n = ring[1].n = ring[2].n = 0;
     int f = 0; /* ring[f]: this block's list; ring[f + 1 mod 3]: two blocks back */
@@ -361,17 +361,15 @@ static lm_status hash_range(void *arg, size_t begin, size_t end) {
         }
         cur->n = nr;
         cur->out = c->out + b0;
-      } else { /* dense (documents): their payload is a stream, hashed now by length class */
+      } else { /* dense (lines, documents): their payload is a stream, each hashed in order as
+                * its view is checked (one pass, no lists: as hash64 on offsets) */
         for (size_t k = 0; k < nr; k++) {
           const lm_string_view *v = &c->views[b0 + rest[k]];
           const view_fields fl = fields_of(v);
           const uint8_t *s = bytes_at(v, fl, c->p);
           if (!s) return LM_ERANGE;
-          ptrs[k] = s;
-          lens[k] = fl.len;
+          c->out[b0 + rest[k]] = lm_hash64_any(s, fl.len, c->seed, avx2);
         }
-        lm_hash64_many(ptrs, lens, nr, c->seed, h);
-        for (size_t k = 0; k < nr; k++) c->out[b0 + rest[k]] = h[k];
       }
       f = f == 2 ? 0 : f + 1;
     }
