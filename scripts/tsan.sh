@@ -17,6 +17,7 @@ JOBS=${JOBS:-2}
 #   Threads.*                                 tests/core/test_threads.cpp (stress, 2..16 threads)
 #   Parallel.*                                lm_parallel_for itself
 #   OpsEqual.ByteWeightedSplitsGiveTheOneThreadAnswers / .TaskSplitsOfPerStringOpsGiveTheOneThreadAnswers
+#   / .ShortStringsHashCutByCountGiveTheOneThreadAnswers
 #                                             equal / hash64 / prefix ops in tasks (lm_cut_*), 1..7 threads
 #   Layout.OffsetsRoundTripOnRandomInput      views <-> offsets with 2 threads
 #   Seeds/OpsRandom.*                         views/offsets ops, 1 and 2 threads
@@ -30,7 +31,7 @@ JOBS=${JOBS:-2}
 #                                             the fused pipeline on 1..8 threads (its other
 #                                             tests repeat the same paths and take ~3.5 min
 #                                             more under TSan: LM_TSAN_FILTER='FusedPipeline.*')
-FILTER=${LM_TSAN_FILTER:-'Threads.*:Parallel.*:OpsEqual.ByteWeightedSplitsGiveTheOneThreadAnswers:OpsEqual.TaskSplitsOfPerStringOpsGiveTheOneThreadAnswers:Layout.OffsetsRoundTripOnRandomInput:Seeds/OpsRandom.*:Clean.BatchMatchesPerDocumentAndThreadInvariant:Quality.BatchThreadInvarianceAndCounters:PiiBatch.*:BatchRunner.*:BatchPlan.*:ParallelTasks.*:PiiLimits.*:Dedup.BatchRunKeepsFirstOccurrenceInOrder:FusedPipeline.ThreadCountInvariance:FusedPipeline.WalStateMatchesChainAndReopens'}
+FILTER=${LM_TSAN_FILTER:-'Threads.*:Parallel.*:OpsEqual.ByteWeightedSplitsGiveTheOneThreadAnswers:OpsEqual.TaskSplitsOfPerStringOpsGiveTheOneThreadAnswers:OpsEqual.ShortStringsHashCutByCountGiveTheOneThreadAnswers:Layout.OffsetsRoundTripOnRandomInput:Seeds/OpsRandom.*:Clean.BatchMatchesPerDocumentAndThreadInvariant:Quality.BatchThreadInvarianceAndCounters:PiiBatch.*:BatchRunner.*:BatchPlan.*:ParallelTasks.*:PiiLimits.*:Dedup.BatchRunKeepsFirstOccurrenceInOrder:FusedPipeline.ThreadCountInvariance:FusedPipeline.WalStateMatchesChainAndReopens'}
 
 echo "== TSan: building the GoogleTest suite in $BUILD"
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLM_TSAN=ON -DLM_BUILD_BENCH=OFF >/dev/null
