@@ -215,20 +215,25 @@ def bench_regime(name: str, strings: list[str], rows: list, ratios: dict) -> Non
           f"prefix {prefix!r}", flush=True)
 
 
+def one_vs_two(what: str, fn, rows: list) -> None:
+    """A row of the 2-thread table: fn with 1 and 2 threads interleaved three times, the best of each."""
+    t1 = t2 = float("inf")
+    for _ in range(3):
+        torch.set_num_threads(1)
+        t1 = min(t1, best_time(fn, repeat=5))
+        torch.set_num_threads(2)
+        t2 = min(t2, best_time(fn, repeat=5))
+    torch.set_num_threads(1)
+    rows.append([what, f"{t1 * 1e6:.1f}", f"{t2 * 1e6:.1f}", f"{t1 / t2:.2f}x"])
+
+
 def bench_threads(strings: list[str], rows: list) -> None:
     st = StringTensor.from_list(strings)
     st2 = StringTensor.from_list(other_side(strings))
     prefix, probe = pick_prefix(strings), strings[len(strings) // 2]
     for what, fn in (("starts_with", lambda: st.starts_with(prefix)), ("fast_eq(str)", lambda: st.fast_eq(probe)),
                      ("fast_eq(StringTensor)", lambda: st.fast_eq(st2)), ("hash64", lambda: st.hash64())):
-        t1 = t2 = float("inf")
-        for _ in range(3):  # 1 and 2 threads interleaved, the best of each
-            torch.set_num_threads(1)
-            t1 = min(t1, best_time(fn, repeat=5))
-            torch.set_num_threads(2)
-            t2 = min(t2, best_time(fn, repeat=5))
-        torch.set_num_threads(1)
-        rows.append([what, f"{t1 * 1e6:.1f}", f"{t2 * 1e6:.1f}", f"{t1 / t2:.2f}x"])
+        one_vs_two(what, fn, rows)
 
 
 def bench_threads_hash_words(words: list[str], rows: list) -> None:
@@ -236,14 +241,7 @@ def bench_threads_hash_words(words: list[str], rows: list) -> None:
     row of the 2-thread table not on documents (before the work was cut by count for short strings,
     the second thread read every view's length first and 2 threads ran at ~0.8x of one)."""
     st = StringTensor.from_list(words)
-    t1 = t2 = float("inf")
-    for _ in range(3):
-        torch.set_num_threads(1)
-        t1 = min(t1, best_time(lambda: st.hash64(), repeat=5))
-        torch.set_num_threads(2)
-        t2 = min(t2, best_time(lambda: st.hash64(), repeat=5))
-    torch.set_num_threads(1)
-    rows.append([f"hash64 on {len(words):,} words", f"{t1 * 1e6:.1f}", f"{t2 * 1e6:.1f}", f"{t1 / t2:.2f}x"])
+    one_vs_two(f"hash64 on {len(words):,} words", lambda: st.hash64(), rows)
 
 
 def main() -> None:

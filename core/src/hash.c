@@ -19,17 +19,6 @@ lm_hash128_t lm_hash128(const void *data, size_t len, uint64_t seed) {
 
 #include "hash_internal.h"
 
-/* XXH3-64 of a string of any length: the AVX2 copy of XXH3's vector loop over 240 bytes where the
- * CPU has it (avx2 = lm_hash_uses_avx2()), libxxhash's otherwise; bit-identical either way. */
-static inline uint64_t hash_long(const uint8_t *p, size_t len, uint64_t seed, int avx2) {
-  static const uint8_t empty = 0;
-  (void)avx2; /* unused where no AVX2 copy is built */
-#if LM_HASH_HAVE_AVX2
-  if (avx2 && len > 240) return lm_hash64_avx2(p, len, seed);
-#endif
-  return (uint64_t)XXH3_64bits_withSeed(len ? p : &empty, len, (XXH64_hash_t)seed);
-}
-
 /* Block size of lm_hash64_many: the class lists of one block stay in L1. */
 #define LM_HASH_BLOCK 256
 
@@ -58,7 +47,7 @@ static inline void lm_hash64_many_impl(const uint8_t *const *ptrs, const size_t 
     for (size_t i = 0; i < m; i++) {
       const size_t len = L[i];
       if (len > 16) {
-        O[i] = hash_long(P[i], len, seed, avx2);
+        O[i] = lm_hash64_inline(P[i], len, seed, avx2);
         continue;
       }
       const uint16_t k = (uint16_t)i;
@@ -88,7 +77,7 @@ static inline void lm_hash64_many_impl(const uint8_t *const *ptrs, const size_t 
 }
 
 uint64_t lm_hash64_any(const uint8_t *p, size_t len, uint64_t seed, int avx2) {
-  return hash_long(p, len, seed, avx2);
+  return lm_hash64_inline(p, len, seed, avx2);
 }
 
 void lm_hash64_listed(const uint8_t *const *ptrs, const size_t *lens, const uint16_t (*idx)[LM_HASH_LIST_MAX],
@@ -110,7 +99,7 @@ void lm_hash64_listed(const uint8_t *const *ptrs, const size_t *lens, const uint
   const int avx2 = lm_hash_uses_avx2();
   for (size_t k = 0; k < cnt[3]; k++) {
     const size_t i = idx[3][k];
-    out[i] = hash_long(ptrs[i], lens[i], seed, avx2);
+    out[i] = lm_hash64_inline(ptrs[i], lens[i], seed, avx2);
   }
 }
 

@@ -22,6 +22,20 @@ uint64_t lm_hash64_avx2(const void *data, size_t len, uint64_t seed); /* data ma
 #else
 #define LM_HASH_HAVE_AVX2 0
 #endif
+#ifdef XXH_INLINE_ALL
+/* XXH3-64 of p[0..len), inlined where <xxhash.h> was included with XXH_INLINE_ALL before this
+ * header (hash.c, ops_offsets.c): the AVX2 copy of XXH3's vector loop over 240 bytes where the
+ * CPU has it (avx2 = lm_hash_uses_avx2()), libxxhash's otherwise; bit-identical either way.
+ * p may be NULL when len == 0.  lm_hash64_any is the same as a call. */
+static inline uint64_t lm_hash64_inline(const uint8_t *p, size_t len, uint64_t seed, int avx2) {
+  static const uint8_t empty = 0;
+  (void)avx2; /* unused where no AVX2 copy is built */
+#if LM_HASH_HAVE_AVX2
+  if (avx2 && len > 240) return lm_hash64_avx2(p, len, seed);
+#endif
+  return (uint64_t)XXH3_64bits_withSeed(len ? p : &empty, len, (XXH64_hash_t)seed);
+}
+#endif
 void lm_hash64_many_generic(const uint8_t *const *ptrs, const size_t *lens, size_t n, uint64_t seed,
                             uint64_t *out);
 /* out[i] = lm_hash64(ptrs[i], lens[i], seed) for the i listed in idx[c][0..cnt[c]), where the

@@ -5,9 +5,9 @@
 
 #include "luminamoon/hash.h"
 #include "luminamoon/string_tensor.h"
-#include "hash_internal.h" /* lm_hash64_listed */
-#define XXH_INLINE_ALL /* XXH3-64 of strings up to 240 bytes inlined into hash64's in-order loop */
+#define XXH_INLINE_ALL /* XXH3-64 inlined into hash64's in-order loop (lm_hash64_inline) */
 #include <xxhash.h>
+#include "hash_internal.h" /* lm_hash64_listed, lm_hash64_inline */
 #include "ops_internal.h" /* the AVX2 first passes */
 
 static lm_exec grain(const lm_exec *exec, size_t items) {

@@ -501,8 +501,8 @@ typedef struct {
 } CTX(hash);
 
 /* A block's m strings checked (non-decreasing, the last end <= lim) into (pointer, length) lists,
- * and, where heads is not NULL, each string's first 8 bytes where they lie inside the payload
- * (0 elsewhere).  Non-zero when an offset is out of order or past lim: nothing is then read. */
+ * and each string's first 8 bytes where they lie inside the payload (0 elsewhere) into heads.
+ * Non-zero when an offset is out of order or past lim: no string is then hashed. */
 static inline int LM_CAT(SUF, _hash_list)(const OFF_T *off, size_t m, const uint8_t *base, UOFF_T lim,
                                           const uint8_t **ptrs, size_t *lens, uint64_t *heads) {
   UOFF_T down = 0;
@@ -512,10 +512,8 @@ static inline int LM_CAT(SUF, _hash_list)(const OFF_T *off, size_t m, const uint
     down |= (UOFF_T)(z < a);
     ptrs[k] = (const uint8_t *)((uintptr_t)base + (uintptr_t)a);
     lens[k] = (size_t)(UOFF_T)(z - a);
-    if (heads) {
-      heads[k] = 0;
-      if (lim >= 8 && a <= lim - 8) memcpy(&heads[k], ptrs[k], 8);
-    }
+    heads[k] = 0;
+    if (lim >= 8 && a <= lim - 8) memcpy(&heads[k], ptrs[k], 8);
     a = z;
   }
   return (down | (UOFF_T)(a > lim)) != 0;
@@ -558,21 +556,12 @@ static lm_status RNG(hash)(void *ctx, size_t begin, size_t end) {
      * bytes: their class branch mispredicts less than the lists cost) */
     if ((UOFF_T)off[b0 + m] - (UOFF_T)off[b0] > (UOFF_T)(16 * m)) {
       const int avx2 = lm_hash_uses_avx2();
-      (void)avx2; /* unused where no AVX2 copy is built */
       UOFF_T a = (UOFF_T)off[b0];
       for (size_t k = 0; k < m; k++) {
         const UOFF_T z = (UOFF_T)off[b0 + k + 1];
         if (z < a || z > lim) return LM_EINVAL;
-        const uint8_t *p = (const uint8_t *)((uintptr_t)base + (uintptr_t)a);
-        const size_t len = (size_t)(z - a);
-#if LM_HASH_HAVE_AVX2
-        if (avx2 && len > 240) {
-          c->out[b0 + k] = lm_hash64_avx2(p, len, c->seed);
-          a = z;
-          continue;
-        }
-#endif
-        c->out[b0 + k] = (uint64_t)XXH3_64bits_withSeed(p, len, (XXH64_hash_t)c->seed);
+        c->out[b0 + k] =
+            lm_hash64_inline((const uint8_t *)((uintptr_t)base + (uintptr_t)a), (size_t)(z - a), c->seed, avx2);
         a = z;
       }
       continue;
