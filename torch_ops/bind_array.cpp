@@ -3,8 +3,10 @@
 
 #include <sys/mman.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <new>
 
 namespace luminamoon {
@@ -142,6 +144,29 @@ void owned_delete(DLManagedTensor *m) {
 
 void release_free(void *p, size_t) { std::free(p); }
 void release_munmap(void *p, size_t len) { munmap(p, len); }
+void release_pool(void *p, size_t len) { map_put(p, len); }
+
+// ---- the mapping pool (bind_array.h: map_take)
+struct MapPool {
+  static constexpr int kSlots = 8;
+  static constexpr size_t kMax = size_t(512) << 20;
+  static constexpr size_t kKeepHot = size_t(32) << 20;
+  std::mutex mu;
+  void *p[kSlots] = {};
+  size_t cap[kSlots] = {};
+};
+MapPool &map_pool() {
+  static MapPool *c = new MapPool;  // never destroyed: deleters may run at exit
+  return *c;
+}
+// The pooled mapping in slot i, taken out of the pool (the caller holds the lock).
+void *pool_pop(MapPool &c, int i, size_t *cap) {
+  void *q = c.p[i];
+  *cap = c.cap[i];
+  c.p[i] = nullptr;
+  c.cap[i] = 0;
+  return q;
+}
 
 // The capsule's destructor: frees the buffer only when no consumer took the capsule (a consumer
 // renames it "used_dltensor" and calls the deleter itself when its tensor dies).
@@ -316,22 +341,150 @@ py::object own_tensor_with(void *p, Dt dt, int64_t n0, int64_t n1, ReleaseFn rel
   return py::reinterpret_steal<py::object>(tensor);
 }
 
-ArrayOut::ArrayOut(Dt dt, int64_t n0, int64_t n1, bool zero) : dt_(dt), n0_(n0), n1_(n1) {
+size_t map_size(size_t bytes) {
+  const size_t unit = bytes >= kMapHuge ? kMapHuge : size_t(4096);
+  if (bytes > SIZE_MAX - unit) return 0;
+  return (bytes + unit - 1) / unit * unit;
+}
+
+void *map_fresh(size_t bytes, size_t *cap) {
+  const size_t len = map_size(bytes ? bytes : 1);
+  if (!len) return nullptr;
+  if (len < kMapHuge) {
+    void *q = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (q == MAP_FAILED) return nullptr;
+    *cap = len;
+    return q;
+  }
+  // kMapHuge more, the unaligned ends given back (Linux >= 6.7 aligns such mappings itself)
+  if (len > SIZE_MAX - kMapHuge) return nullptr;
+  void *raw = mmap(nullptr, len + kMapHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) return nullptr;
+  const uintptr_t r = reinterpret_cast<uintptr_t>(raw);
+  const uintptr_t a = (r + kMapHuge - 1) & ~uintptr_t(kMapHuge - 1);
+  if (a > r) munmap(raw, a - r);
+  munmap(reinterpret_cast<void *>(a + len), r + kMapHuge - a);
+  void *q = reinterpret_cast<void *>(a);
+#ifdef MADV_HUGEPAGE
+  madvise(q, len, MADV_HUGEPAGE);
+#endif
+  *cap = len;
+  return q;
+}
+
+void *map_take(size_t want, size_t *cap, bool *fresh) {
+  const size_t len = map_size(want ? want : 1);
+  if (!len) return nullptr;
+  {
+    MapPool &c = map_pool();
+    std::unique_lock<std::mutex> l(c.mu, std::try_to_lock);
+    if (l.owns_lock()) {
+      // the smallest pooled mapping that holds `len` without wasting more than about its size
+      const size_t most = len > SIZE_MAX / 2 - kMapHuge ? SIZE_MAX : 2 * len + kMapHuge;
+      int best = -1;
+      for (int i = 0; i < MapPool::kSlots; i++)
+        if (c.p[i] && c.cap[i] >= len && c.cap[i] <= most && (best < 0 || c.cap[i] < c.cap[best])) best = i;
+      if (best >= 0) {
+        *fresh = false;
+        return pool_pop(c, best, cap);
+      }
+    }
+  }
+  *fresh = true;
+  return map_fresh(len, cap);
+}
+
+void *map_take_any(size_t want, size_t *cap) {
+  MapPool &c = map_pool();
+  std::unique_lock<std::mutex> l(c.mu, std::try_to_lock);
+  if (!l.owns_lock()) return nullptr;
+  int best = -1;
+  for (int i = 0; i < MapPool::kSlots; i++) {
+    if (!c.p[i]) continue;
+    if (best < 0) {
+      best = i;
+      continue;
+    }
+    const bool fits = c.cap[i] >= want, best_fits = c.cap[best] >= want;
+    if (fits ? (!best_fits || c.cap[i] < c.cap[best]) : (!best_fits && c.cap[i] > c.cap[best])) best = i;
+  }
+  return best < 0 ? nullptr : pool_pop(c, best, cap);
+}
+
+void map_put(void *q, size_t cap) {
+  MapPool &c = map_pool();
+  {
+    std::unique_lock<std::mutex> l(c.mu, std::try_to_lock);
+    if (l.owns_lock() && cap <= MapPool::kMax) {
+      size_t total = cap;
+      int slot = -1;
+      for (int i = 0; i < MapPool::kSlots; i++) {
+        total += c.cap[i];
+        if (!c.p[i] && slot < 0) slot = i;
+      }
+      if (slot < 0) {  // full: the smallest pooled mapping makes room when this one is bigger
+        for (int i = 0; i < MapPool::kSlots; i++)
+          if (slot < 0 || c.cap[i] < c.cap[slot]) slot = i;
+        if (c.cap[slot] < cap) {
+          munmap(c.p[slot], c.cap[slot]);
+          total -= c.cap[slot];
+          c.p[slot] = nullptr;
+          c.cap[slot] = 0;
+        } else {
+          slot = -1;
+        }
+      }
+      if (slot >= 0 && total <= MapPool::kMax) {
+#ifdef MADV_FREE
+        // Pooled mappings over kKeepHot bytes are not held: the kernel may take their pages back under
+        // memory pressure (they then read as zeros and fault again when written); until it does,
+        // writing them costs no fault.  Smaller ones stay as they are, as glibc keeps freed chunks under
+        // its mmap threshold (32 MiB at most): MADV_FREE costs a page-table walk and a TLB flush on
+        // every release, and each page's first write after it a dirty-bit update (a loop of
+        // starts_with on 1 M words, 1 MB outputs, ran ~5% slower with it).
+        if (cap > MapPool::kKeepHot) madvise(q, cap, MADV_FREE);
+#endif
+        c.p[slot] = q;
+        c.cap[slot] = cap;
+        return;
+      }
+    }
+  }
+  munmap(q, cap);
+}
+
+ArrayOut::ArrayOut(Dt dt, int64_t n0, int64_t n1, bool zero, bool pooled) : dt_(dt), n0_(n0), n1_(n1) {
   if (n0 < 0 || (n1 >= 0 && n0 && uint64_t(n1) > uint64_t(INT64_MAX) / uint64_t(n0)))
     throw py::value_error("luminamoon._C: bad output shape");
   const uint64_t count = uint64_t(n0) * uint64_t(n1 < 0 ? 1 : n1);
   if (count > uint64_t(SIZE_MAX) / dt_size(dt)) throw std::bad_alloc();
   const size_t bytes = size_t(count) * dt_size(dt);
+  if (pooled && bytes >= kMapPoolMin) {
+    bool fresh = true;
+    p_ = map_take(bytes, &map_, &fresh);
+    if (!p_) throw std::bad_alloc();
+    if (zero && !fresh) std::memset(p_, 0, bytes);
+    return;
+  }
   p_ = zero ? std::calloc(bytes ? bytes : 1, 1) : std::malloc(bytes ? bytes : 1);
   if (!p_) throw std::bad_alloc();
 }
 
-ArrayOut::~ArrayOut() { std::free(p_); }
+ArrayOut::~ArrayOut() {
+  if (!p_) return;
+  if (map_) map_put(p_, map_);
+  else std::free(p_);
+}
 
 void ArrayOut::shrink(int64_t n0) {
   if (n0 < 0 || n0 > n0_) throw std::logic_error("ArrayOut::shrink: rows out of range");
   n0_ = n0;
   const size_t bytes = size_t(n0) * size_t(n1_ < 0 ? 1 : n1_) * dt_size(dt_);
+  if (map_) {  // in place: the pages past the new end go back to the system
+    const size_t keep = map_size(bytes ? bytes : 1);
+    if (keep && keep < map_ && mremap(p_, map_, keep, 0) != MAP_FAILED) map_ = keep;
+    return;
+  }
   void *q = std::realloc(p_, bytes ? bytes : 1);
   if (q) p_ = q;  // a failed shrink keeps the larger block
 }
@@ -340,6 +493,7 @@ py::object ArrayOut::tensor() {
   void *p = p_;
   p_ = nullptr;  // own_tensor owns it now, also if it throws
   if (!p) throw std::logic_error("ArrayOut::tensor called twice");
+  if (map_) return own_tensor_with(p, dt_, n0_, n1_, release_pool, map_);
   return own_tensor(p, dt_, n0_, n1_, 0);
 }
 

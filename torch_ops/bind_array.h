@@ -96,10 +96,45 @@ py::object own_tensor(void *p, Dt dt, int64_t n0, int64_t n1 = -1, size_t map_le
 using ReleaseFn = void (*)(void *p, size_t len);
 py::object own_tensor_with(void *p, Dt dt, int64_t n0, int64_t n1, ReleaseFn release, size_t len);
 
-// A fresh malloc'd output buffer, owned here until tensor() hands it over (freed otherwise).
+// Big arrays on reused anonymous mappings (the fast ops' outputs, from_list's payload and views).
+// A fresh mapping page-faults and zero-fills every page on first write (for a 1 M-string output
+// that cost as much as the kernel); glibc's malloc maps allocations over its threshold (128 KiB at
+// first) afresh each time, so a loop of calls paid the faults every call until a big free happened
+// to raise the threshold.  Released mappings are kept in a small pool (kMapPoolSlots, kMapPoolMax
+// bytes in all; MADV_FREE'd: the kernel's to take back under memory pressure) for the next array of
+// about their size, which is what Polars' and pyarrow's allocators get by keeping freed memory.
+// Mappings of kMapHuge bytes or more start on a 2 MiB boundary, are sized in whole 2 MiB pages and
+// are advised onto transparent huge pages (MADV_HUGEPAGE): a kernel reading them takes a TLB miss
+// (and a restart of the hardware prefetcher) every 2 MiB instead of every 4 KiB: starts_with on the
+// views of 1-2 M words ran ~1.4-1.8x faster from huge pages.  With transparent huge pages off the
+// advice is ignored.  Thread-safe; the pool is only try-locked, so a release that finds it busy (or a
+// child forked while it was held) unmaps instead.
+constexpr size_t kMapPoolMin = size_t(256) << 10;  // a pooled ArrayOut maps from this size on (malloc below)
+constexpr size_t kMapHuge = size_t(2) << 20;
+// A mapping of at least `want` bytes (want > 0): a pooled one of want..2*want (+ 2 MiB) bytes when
+// there is one (*fresh = false: its bytes are garbage), else a new one (*fresh = true: zeros).  Its
+// size in *cap.  nullptr when out of memory.  Owned by the caller until map_put.
+void *map_take(size_t want, size_t *cap, bool *fresh);
+// Like map_take, but a pooled mapping of any size is taken (the largest when none is big enough: the
+// caller grows it with mremap); for a buffer that grows (from_list's payload).  nullptr when the pool
+// is empty (or busy).
+void *map_take_any(size_t want, size_t *cap);
+// Give p (cap bytes, from map_take / map_take_any / mremap of one) back to the pool, or unmap it.
+void map_put(void *p, size_t cap);
+// Round `bytes` up to a mapping size (whole 4 KiB pages; whole 2 MiB pages from kMapHuge on) and map
+// that many fresh, from a 2 MiB boundary when huge (advised onto huge pages).  nullptr when out of memory.
+void *map_fresh(size_t bytes, size_t *cap);
+// The mapping size map_fresh gives for `bytes` (0 when it would overflow).
+size_t map_size(size_t bytes);
+
+// An output buffer, owned here until tensor() hands it over (freed otherwise): malloc'd, or with
+// `pooled` from kMapPoolMin bytes on a pooled mapping (map_take).  Pooled: the StringTensor fast
+// paths' outputs (bind_strops.cpp), one array a call whose tensor usually dies before the next call;
+// not the arrays of the JSONL scan or the stages, which stay on malloc (the run tunes glibc for them,
+// and a pipeline holds more of them alive at once than the pool keeps).
 class ArrayOut {
  public:
-  ArrayOut(Dt dt, int64_t n0, int64_t n1 = -1, bool zero = false);
+  ArrayOut(Dt dt, int64_t n0, int64_t n1 = -1, bool zero = false, bool pooled = false);
   ArrayOut(const ArrayOut &) = delete;
   ArrayOut &operator=(const ArrayOut &) = delete;
   ~ArrayOut();
@@ -107,13 +142,14 @@ class ArrayOut {
   T *data() {
     return static_cast<T *>(p_);
   }
-  // Keep the first n0 rows only (n0 <= the current rows); the memory is shrunk with realloc.
+  // Keep the first n0 rows only (n0 <= the current rows); the memory is shrunk (realloc / mremap).
   void shrink(int64_t n0);
   // The tensor that owns the buffer from now on (once).
   py::object tensor();
 
  private:
   void *p_ = nullptr;
+  size_t map_ = 0;  // > 0: p_ is a mapping of this many bytes (map_take), else malloc'd
   Dt dt_;
   int64_t n0_, n1_;
 };

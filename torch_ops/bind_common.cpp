@@ -158,75 +158,16 @@ extern "C" {
 namespace luminamoon {
 namespace {
 
-// Payload mappings released by tensors that from_list built are kept for the next
-// from_list (at most kCacheSlots of them, kCacheMax bytes in all): writing a fresh
-// mapping page-faults and zero-fills every page (clear_page was 20% of from_list on
-// 47 MB of documents, more than the copy), a reused one is already there, which is
-// what Polars' and pyarrow's allocators get by keeping freed memory.  The cached pages are
-// MADV_FREE'd, so they are the kernel's to reclaim when memory runs short.  try_lock only:
-// a deleter that finds the lock busy (or a child forked while it was held) unmaps.
-#include <mutex>
-struct MapCache {
-  static constexpr int kCacheSlots = 2;
-  static constexpr size_t kCacheMax = size_t(512) << 20;
-  std::mutex mu;
-  void *p[kCacheSlots] = {nullptr, nullptr};
-  size_t cap[kCacheSlots] = {0, 0};
-};
-MapCache &map_cache() {
-  static MapCache *c = new MapCache;  // never destroyed: deleters may run at exit
-  return *c;
-}
-// The largest cached mapping (its capacity in *cap), or nullptr.
-void *map_cache_take(size_t *cap) {
-  MapCache &c = map_cache();
-  std::unique_lock<std::mutex> l(c.mu, std::try_to_lock);
-  if (!l.owns_lock()) return nullptr;
-  int best = -1;
-  for (int i = 0; i < MapCache::kCacheSlots; i++)
-    if (c.p[i] && (best < 0 || c.cap[i] > c.cap[best])) best = i;
-  if (best < 0) return nullptr;
-  void *q = c.p[best];
-  *cap = c.cap[best];
-  c.p[best] = nullptr;
-  c.cap[best] = 0;
-  return q;
-}
-void map_cache_put(void *q, size_t cap) {
-  MapCache &c = map_cache();
-  {
-    std::unique_lock<std::mutex> l(c.mu, std::try_to_lock);
-    if (l.owns_lock() && cap <= MapCache::kCacheMax) {
-      size_t total = cap;
-      int slot = -1;
-      for (int i = 0; i < MapCache::kCacheSlots; i++) {
-        total += c.cap[i];
-        if (!c.p[i] && slot < 0) slot = i;
-      }
-      if (slot >= 0 && total <= MapCache::kCacheMax) {
-#ifdef MADV_FREE
-        // Cached, not held: the kernel may take these pages back under memory pressure (they then
-        // read as zeros and fault again when written, which from_list does anyway); until it does,
-        // writing into them costs no fault.
-        madvise(q, cap, MADV_FREE);
-#endif
-        c.p[slot] = q;
-        c.cap[slot] = cap;
-        return;
-      }
-    }
-  }
-  munmap(q, cap);
-}
+// from_list's payload and views from kMapAt bytes on: mappings of the pool (bind_array.h: map_take),
+// 2 MiB-aligned on transparent huge pages; a fresh 50 MB payload otherwise takes ~12,000 page faults,
+// and the views (16 bytes a string, read by every views kernel) are what starts_with / hash64 read.
+constexpr size_t kMapAt = size_t(8) << 20;
 
-// A growable payload: malloc/realloc while small, then an anonymous mapping grown
-// with mremap (no copy, and pages never written cost no memory), advised onto
-// transparent huge pages (a fresh 50 MB payload otherwise takes ~12,000 page faults);
-// the mapping is a cached one (map_cache_take) when a previous payload was released.
+// A growable buffer: malloc/realloc while small, then an anonymous mapping (map_fresh) grown
+// with mremap (no copy, and pages never written cost no memory); the mapping is a pooled one
+// (map_take_any) when a previous array was released.
 class GrowBuf {
  public:
-  static constexpr size_t kMapAt = size_t(8) << 20;
-  static constexpr size_t kHuge = size_t(2) << 20;
   ~GrowBuf() { release(); }
   uint8_t *ensure(size_t need) {  // room for `need` bytes in all; nullptr when out of memory
     if (need <= cap_) return p_;
@@ -237,13 +178,14 @@ class GrowBuf {
       if (!q) return nullptr;
       p_ = static_cast<uint8_t *>(q);
     } else {
-      cap = (cap + kHuge - 1) / kHuge * kHuge;
+      cap = map_size(cap);
+      if (!cap) return nullptr;
       void *q;
       if (mapped_) {
         q = mremap(p_, cap_, cap, MREMAP_MAYMOVE);
       } else {
         size_t ccap = 0;
-        q = map_cache_take(&ccap);
+        q = map_take_any(cap, &ccap);
         if (q && ccap < cap) {
           void *g = mremap(q, ccap, cap, MREMAP_MAYMOVE);
           if (g == MAP_FAILED) munmap(q, ccap);
@@ -251,7 +193,8 @@ class GrowBuf {
         } else if (q) {
           cap = ccap;
         } else {
-          q = mmap(nullptr, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+          q = map_fresh(cap, &cap);
+          if (!q) q = MAP_FAILED;
         }
         if (q != MAP_FAILED && used_) std::memcpy(q, p_, used_);
       }
@@ -268,10 +211,12 @@ class GrowBuf {
   }
   void set_used(size_t n) { used_ = n; }
   // The bytes as a uint8 tensor of `used_` bytes that owns them (shrunk to size first; bind_array.h:
-  // released once, when the tensor dies: a mapping to the cache above, malloc'd memory with free).
-  py::object take() {
+  // released once, when the tensor dies: a mapping to the pool (map_put), malloc'd memory with free).
+  py::object take() { return take_rows(int64_t(used_), -1); }
+  // The same as a uint8 [n0, n1] tensor (n1 < 0: 1-D [n0]); n0 * max(n1, 1) must be the bytes used.
+  py::object take_rows(int64_t n0, int64_t n1) {
     const int64_t n = int64_t(used_);
-    if (!p_) return own_tensor(nullptr, Dt::u8, 0);
+    if (!p_) return own_tensor(nullptr, Dt::u8, n0, n1);
     uint8_t *p = p_;
     void *q0 = p_;
     const size_t cap0 = cap_;
@@ -281,23 +226,23 @@ class GrowBuf {
     mapped_ = false;
     if (mapped) {
       size_t cap = cap0;
-      size_t keep = (size_t(n) + kHuge - 1) / kHuge * kHuge;
-      if (keep == 0) keep = kHuge;
+      size_t keep = map_size(size_t(n) ? size_t(n) : 1);
+      if (keep == 0) keep = cap;
       if (keep < cap) {
         void *q = mremap(q0, cap, keep, 0);  // shrink in place
         if (q != MAP_FAILED) cap = keep;
       }
-      return own_tensor_with(p, Dt::u8, n, -1, [](void *q, size_t c) { map_cache_put(q, c); }, cap);
+      return own_tensor_with(p, Dt::u8, n0, n1, [](void *q, size_t c) { map_put(q, c); }, cap);
     }
     void *q = n ? std::realloc(q0, size_t(n)) : nullptr;
     if (q) p = static_cast<uint8_t *>(q);
-    return own_tensor(p, Dt::u8, n);
+    return own_tensor(p, Dt::u8, n0, n1);
   }
 
  private:
   void release() {
     if (!p_) return;
-    if (mapped_) munmap(p_, cap_);
+    if (mapped_) map_put(p_, cap_);
     else std::free(p_);
     p_ = nullptr;
   }
@@ -369,10 +314,14 @@ py::tuple from_list_views(py::handle seq, bool allow_bytes, bool validate) {
   const Py_ssize_t n = is_list ? PyList_GET_SIZE(obj) : PyTuple_GET_SIZE(obj);
   std::optional<ArrayOut> off32, off64;
   off32.emplace(Dt::i32, n + 1);
-  ArrayOut views(Dt::u8, n, 16);
+  // the views on huge pages when big enough (GrowBuf: 16 bytes a string, read by every views kernel)
+  if (uint64_t(n) > uint64_t(SIZE_MAX) / sizeof(lm_string_view)) throw std::bad_alloc();
+  GrowBuf vbuf;
+  auto *v = reinterpret_cast<lm_string_view *>(vbuf.ensure(size_t(n) * sizeof(lm_string_view)));
+  if (!v && n) throw std::bad_alloc();
+  vbuf.set_used(size_t(n) * sizeof(lm_string_view));
   int32_t *o32 = off32->data<int32_t>();
   int64_t *o64 = nullptr;
-  auto *v = reinterpret_cast<lm_string_view *>(views.data<uint8_t>());
   GrowBuf buf;
   uint64_t pos = 0;
   // The GIL is held throughout and no Python code runs (PyUnicode_AsUTF8AndSize at
@@ -469,7 +418,7 @@ py::tuple from_list_views(py::handle seq, bool allow_bytes, bool validate) {
   else o32[n] = int32_t(pos);
   py::object offsets = o64 ? off64->tensor() : off32->tensor();
   py::object data = buf.take();
-  return py::make_tuple(offsets, data, views.tensor());
+  return py::make_tuple(offsets, data, vbuf.take_rows(n, int64_t(sizeof(lm_string_view))));
 }
 
 }  // namespace luminamoon

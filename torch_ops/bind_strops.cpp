@@ -54,7 +54,7 @@ py::object offsets_match(py::handle offsets, py::handle data, py::handle pat, in
   if (!is_strings(o, d) || !PyUnicode_Check(pat.ptr())) return py::none();
   const std::string p = utf8_of(pat);
   const int64_t n = o.numel - 1;
-  ArrayOut out(Dt::b8, n);
+  ArrayOut out(Dt::b8, n, -1, false, true);
   lm_exec e = exec_for(0);
   const match32_fn f32 = mode ? &lm_o32_equal_scalar_checked : &lm_o32_prefix_match_checked;
   const match64_fn f64 = mode ? &lm_o64_equal_scalar_checked : &lm_o64_prefix_match_checked;
@@ -79,7 +79,7 @@ py::object offsets_equal(py::handle oa_, py::handle da_, py::handle ob_, py::han
   get_array(db, db_, "data_b", kRequireContiguous);
   if (!is_strings(oa, da) || !is_strings(ob, db) || oa.numel != ob.numel || oa.dt != ob.dt) return py::none();
   const int64_t n = oa.numel - 1;
-  ArrayOut out(Dt::b8, n);
+  ArrayOut out(Dt::b8, n, -1, false, true);
   lm_exec e = exec_for(0);
   const uint8_t *pa = da.numel ? da.data<uint8_t>() : nullptr, *pb = db.numel ? db.data<uint8_t>() : nullptr;
   const size_t la = size_t(da.numel), lb = size_t(db.numel);
@@ -101,7 +101,7 @@ py::object offsets_hash64(py::handle offsets, py::handle data, int64_t seed) {
   get_array(d, data, "data", kRequireContiguous);
   if (!is_strings(o, d)) return py::none();
   const int64_t n = o.numel - 1;
-  ArrayOut out(Dt::i64, n);
+  ArrayOut out(Dt::i64, n, -1, false, true);
   lm_exec e = exec_for(0);
   const uint8_t *dp = d.numel ? d.data<uint8_t>() : nullptr;
   uint64_t *op = out.data<uint64_t>();
@@ -154,7 +154,7 @@ py::object views_match(py::handle views, py::handle buffers, py::handle pat, int
   Views a(views, buffers);
   if (!a.ok || !PyUnicode_Check(pat.ptr())) return py::none();
   const std::string p = utf8_of(pat);
-  ArrayOut out(Dt::b8, int64_t(a.n));
+  ArrayOut out(Dt::b8, int64_t(a.n), -1, false, true);
   lm_exec e = exec_for(0);
   const auto *pp = reinterpret_cast<const uint8_t *>(p.data());
   uint8_t *op = out.data<uint8_t>();
@@ -171,7 +171,7 @@ py::object views_match(py::handle views, py::handle buffers, py::handle pat, int
 py::object views_equal(py::handle va, py::handle ba, py::handle vb, py::handle bb) {
   Views a(va, ba), b(vb, bb);
   if (!a.ok || !b.ok || a.n != b.n) return py::none();
-  ArrayOut out(Dt::b8, int64_t(a.n));
+  ArrayOut out(Dt::b8, int64_t(a.n), -1, false, true);
   lm_exec e = exec_for(0);
   uint8_t *op = out.data<uint8_t>();
   lm_status s;
@@ -186,13 +186,36 @@ py::object views_equal(py::handle va, py::handle ba, py::handle vb, py::handle b
 py::object views_hash64(py::handle views, py::handle buffers, int64_t seed) {
   Views a(views, buffers);
   if (!a.ok) return py::none();
-  ArrayOut out(Dt::i64, int64_t(a.n));
+  ArrayOut out(Dt::i64, int64_t(a.n), -1, false, true);
   lm_exec e = exec_for(0);
   uint64_t *op = out.data<uint64_t>();
   lm_status s;
   {
     py::gil_scoped_release nogil;
     s = lm_views_hash64(a.v(), a.n, &a.p, uint64_t(seed), op, &e);
+  }
+  if (s != LM_OK) return py::none();
+  return out.tensor();
+}
+
+// The views of an offsets layout (StringTensor._materialize_views on the CPU), or None: the array on a
+// pooled mapping (bind_array.h: huge pages from 2 MiB, no page faults when a released one is reused),
+// where torch.ops.luminamoon.views_from_offsets gets ATen's allocation.
+py::object views_from_offsets(py::handle offsets, py::handle data) {
+  ArrayIn o, d;
+  get_array(o, offsets, "offsets", kRequireContiguous);
+  get_array(d, data, "data", kRequireContiguous);
+  if (!is_strings(o, d)) return py::none();
+  const int64_t n = o.numel - 1;
+  ArrayOut out(Dt::u8, n, int64_t(sizeof(lm_string_view)), false, true);
+  lm_exec e = exec_for(0);
+  const uint8_t *dp = d.numel ? d.data<uint8_t>() : nullptr;
+  auto *v = n ? reinterpret_cast<lm_string_view *>(out.data<uint8_t>()) : nullptr;
+  lm_status s;
+  {
+    py::gil_scoped_release nogil;
+    s = o.dt == Dt::i32 ? lm_views_from_offsets32(o.data<int32_t>(), size_t(n), dp, size_t(d.numel), 0, v, &e)
+                        : lm_views_from_offsets64(o.data<int64_t>(), size_t(n), dp, size_t(d.numel), 0, v, &e);
   }
   if (s != LM_OK) return py::none();
   return out.tensor();
@@ -211,6 +234,7 @@ void bind_strops(py::module_ &m) {
   m.def("fast_views_equal", &views_equal, py::arg("views_a"), py::arg("buffers_a"), py::arg("views_b"),
         py::arg("buffers_b"));
   m.def("fast_views_hash64", &views_hash64, py::arg("views"), py::arg("buffers"), py::arg("seed"));
+  m.def("fast_views_from_offsets", &views_from_offsets, py::arg("offsets"), py::arg("data"));
 }
 
 }  // namespace luminamoon

@@ -1,0 +1,174 @@
+"""Big arrays of luminamoon._C on pooled, huge-page mappings (torch_ops/bind_array.h: map_take).
+
+from_list's payload and views (from 8 MB), the views built on first use and the outputs of the
+StringTensor fast paths (starts_with / fast_eq / hash64, from 256 KiB) are
+anonymous mappings: 2 MiB-aligned and advised onto transparent huge pages from 2 MiB, and kept in a
+small pool when their tensor dies, so the next array of about their size is written without page
+faults.  These tests check the mappings (/proc/self/smaps), that a loop of calls faults no pages even
+where glibc would map every output afresh, and that reuse never lets one tensor see another's bytes.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+import torch
+import xxhash
+
+from luminamoon import StringTensor, _C
+
+_LINUX = sys.platform.startswith("linux")
+pytestmark = pytest.mark.skipif(not _LINUX, reason="anonymous mappings and /proc/self/smaps are Linux's")
+
+_HUGE = 2 << 20
+
+
+def _vma(addr: int) -> dict:
+    """The /proc/self/smaps entry of the mapping holding addr: start, end and its fields."""
+    cur = None
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()
+            if "-" in head[0] and len(head) >= 5 and all(c in "0123456789abcdef-" for c in head[0]):
+                lo, hi = (int(x, 16) for x in head[0].split("-"))
+                cur = {"start": lo, "end": hi} if lo <= addr < hi else None
+                if cur is not None:
+                    found = cur
+            elif cur is not None and ":" in head[0]:
+                cur[head[0].rstrip(":")] = " ".join(head[1:])
+    return found
+
+
+def _words(n: int, seed: int = 7) -> list[str]:
+    rng = np.random.default_rng(seed)
+    lens = rng.integers(1, 16, size=n)
+    alpha = np.array(list("abcdefghijklmnopqrstuvwxyzé"))
+    return ["".join(alpha[rng.integers(0, len(alpha), size=k)]) for k in lens]
+
+
+def test_from_list_views_and_payload_on_aligned_huge_page_mappings():
+    words = _words(600_000)  # views 9.6 MB, payload ~5 MB (under 8 MB: malloc)
+    st = StringTensor.from_list(words)
+    views = st._vb[0]
+    assert views.shape == (len(words), 16)
+    v = _vma(views.data_ptr())
+    assert views.data_ptr() % _HUGE == 0, hex(views.data_ptr())
+    assert "hg" in v["VmFlags"].split(), v["VmFlags"]  # MADV_HUGEPAGE
+    assert v["end"] - v["start"] >= views.numel()
+    # a payload of 8 MB or more: mapped the same way
+    big = StringTensor.from_list([w * 4 for w in words[:400_000]])
+    d = big.data
+    assert d.numel() >= 8 << 20
+    assert "hg" in _vma(d.data_ptr())["VmFlags"].split()
+    # the answers do not depend on where the arrays live
+    assert st.tolist() == words
+    assert st.starts_with("ab").tolist() == [w.startswith("ab") for w in words]
+    k = 2000
+    assert [h & (2**64 - 1) for h in st.hash64()[:k].tolist()] == [xxhash.xxh3_64_intdigest(w.encode())
+                                                                     for w in words[:k]]
+
+
+def test_materialized_views_are_pooled_and_equal_the_operators():
+    words = _words(300_000, seed=3)
+    src = StringTensor.from_list(words)
+    st = StringTensor.from_buffers(src.offsets, src.data)  # offsets layout only: views built on first use
+    assert not st.has_views_layout
+    mask = st.starts_with("b")
+    assert st.has_views_layout
+    views = st._vb[0]
+    assert torch.equal(views, torch.ops.luminamoon.views_from_offsets(src.offsets, src.data))
+    assert views.data_ptr() % _HUGE == 0 and "hg" in _vma(views.data_ptr())["VmFlags"].split()
+    assert mask.tolist() == [w.startswith("b") for w in words]
+    # bad offsets: _C declines and the operator raises its usual error
+    with pytest.raises(ValueError):
+        StringTensor.from_buffers(torch.tensor([0, 5, 3], dtype=torch.int64),
+                                  torch.zeros(5, dtype=torch.uint8)).starts_with("a")
+
+
+_FAULTS_CHILD = r"""
+import resource, sys, torch
+torch.set_num_threads(1)
+from luminamoon import StringTensor
+words = ["w%d" % (i % 50000) + "x" * (i % 11) for i in range(1_000_000)]
+st = StringTensor.from_list(words)
+calls = {"hash64": st.hash64, "starts_with": lambda: st.starts_with("w1"), "fast_eq": lambda: st.fast_eq("w7x")}
+out = {}
+for name, fn in calls.items():
+    fn(); fn()
+    a = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(10):
+        r = fn()
+        del r
+    out[name] = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - a
+print(out)
+"""
+
+
+def test_a_loop_of_calls_faults_no_pages_where_malloc_maps_every_output():
+    # MALLOC_MMAP_THRESHOLD_ fixes glibc's threshold at 128 KiB: a malloc'd 8 MB (hash64) or 1 MB
+    # output would be a fresh mapping every call (thousands of page faults in 10 calls)
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="131072")
+    out = subprocess.run([sys.executable, "-c", _FAULTS_CHILD], env=env, capture_output=True, text=True,
+                         check=True, timeout=300)
+    faults = eval(out.stdout.strip().splitlines()[-1])  # noqa: S307 (our child's dict literal)
+    # 10 calls: 8 MB of hash64 output is 2,048 pages a call on 4 KiB pages; the pool reuses one mapping
+    assert faults["hash64"] < 50, faults
+    assert faults["starts_with"] < 50, faults
+    assert faults["fast_eq"] < 50, faults
+
+
+def test_reused_mappings_never_alias_a_live_tensor():
+    words = _words(200_000, seed=11)
+    st = StringTensor.from_list(words)
+    want = {s: st.hash64(s).clone() for s in (0, 1, 2)}  # clones: malloc'd copies to compare with
+    a = st.hash64(0)
+    b = st.hash64(1)
+    assert a.data_ptr() != b.data_ptr()
+    pa = a.data_ptr()
+    del a  # its mapping goes back to the pool ...
+    c = st.hash64(2)  # ... and is the one reused here
+    assert c.data_ptr() == pa
+    assert torch.equal(b, want[1]) and torch.equal(c, want[2])
+    d = st.hash64(0)
+    assert torch.equal(b, want[1]) and torch.equal(c, want[2]) and torch.equal(d, want[0])
+    # numpy views of a pooled output keep it alive after the tensor is gone
+    arr = d.numpy()
+    del d
+    e = st.hash64(1)
+    assert np.array_equal(arr, want[0].numpy()) and torch.equal(e, want[1])
+
+
+def test_outputs_made_and_released_on_many_threads():
+    words = _words(100_000, seed=5)
+    st = StringTensor.from_list(words)
+    want = {s: st.hash64(s).clone() for s in range(4)}
+    want_sw = st.starts_with("c").clone()
+    errors = []
+    keep = []
+    lock = threading.Lock()
+
+    def work(t):
+        try:
+            for i in range(30):
+                s = (t + i) % 4
+                h = st.hash64(s)
+                m = st.starts_with("c")
+                if not (torch.equal(h, want[s]) and torch.equal(m, want_sw)):
+                    errors.append((t, i))
+                with lock:  # some outputs die on another thread than the one that made them
+                    keep.append(h)
+                    if len(keep) > 6:
+                        keep.pop(0)
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(repr(e))
+
+    ths = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for t in ths:
+        t.start()
+    for t in ths:
+        t.join()
+    assert not errors, errors[:5]
