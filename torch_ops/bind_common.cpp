@@ -313,7 +313,7 @@ py::tuple from_list_views(py::handle seq, bool allow_bytes, bool validate) {
   const bool is_list = PyList_Check(obj);
   const Py_ssize_t n = is_list ? PyList_GET_SIZE(obj) : PyTuple_GET_SIZE(obj);
   std::optional<ArrayOut> off32, off64;
-  off32.emplace(Dt::i32, n + 1);
+  off32.emplace(Dt::i32, n + 1, -1, false, true);  // pooled: huge pages from 2 MiB (bind_array.h)
   // the views on huge pages when big enough (GrowBuf: 16 bytes a string, read by every views kernel)
   if (uint64_t(n) > uint64_t(SIZE_MAX) / sizeof(lm_string_view)) throw std::bad_alloc();
   GrowBuf vbuf;
@@ -356,7 +356,7 @@ py::tuple from_list_views(py::handle seq, bool allow_bytes, bool validate) {
         throw py::value_error("strings[" + std::to_string(i) + "] is longer than 2^31-1 bytes");
       const uint64_t end = pos + uint64_t(w);
       if (!o64 && end > uint64_t(INT32_MAX)) {  // past 2 GiB: int64 offsets from here on
-        off64.emplace(Dt::i64, n + 1);
+        off64.emplace(Dt::i64, n + 1, -1, false, true);
         o64 = off64->data<int64_t>();
         for (Py_ssize_t k = 0; k <= i; k++) o64[k] = k < i ? o32[k] : int64_t(pos);
         off32.reset();
@@ -396,7 +396,7 @@ py::tuple from_list_views(py::handle seq, bool allow_bytes, bool validate) {
     }
     const uint64_t end = pos + uint64_t(len);
     if (!o64 && end > uint64_t(INT32_MAX)) {  // past 2 GiB: int64 offsets from here on
-      off64.emplace(Dt::i64, n + 1);
+      off64.emplace(Dt::i64, n + 1, -1, false, true);
       o64 = off64->data<int64_t>();
       for (Py_ssize_t k = 0; k <= i; k++) o64[k] = k < i ? o32[k] : int64_t(pos);
       off32.reset();

@@ -1,7 +1,7 @@
 """Big arrays of luminamoon._C on pooled, huge-page mappings (torch_ops/bind_array.h: map_take).
 
-from_list's payload and views (from 8 MB), the views built on first use and the outputs of the
-StringTensor fast paths (starts_with / fast_eq / hash64, from 256 KiB) are
+from_list's offsets (from 256 KiB), payload and views (from 8 MB), the views built on first use and
+the outputs of the StringTensor fast paths (starts_with / fast_eq / hash64, from 256 KiB) are
 anonymous mappings: 2 MiB-aligned and advised onto transparent huge pages from 2 MiB, and kept in a
 small pool when their tensor dies, so the next array of about their size is written without page
 faults.  These tests check the mappings (/proc/self/smaps), that a loop of calls faults no pages even
@@ -59,6 +59,8 @@ def test_from_list_views_and_payload_on_aligned_huge_page_mappings():
     assert views.data_ptr() % _HUGE == 0, hex(views.data_ptr())
     assert "hg" in v["VmFlags"].split(), v["VmFlags"]  # MADV_HUGEPAGE
     assert v["end"] - v["start"] >= views.numel()
+    off = st.offsets  # int32, 2.4 MB: a pooled mapping on huge pages too
+    assert off.data_ptr() % _HUGE == 0 and "hg" in _vma(off.data_ptr())["VmFlags"].split()
     # a payload of 8 MB or more: mapped the same way
     big = StringTensor.from_list([w * 4 for w in words[:400_000]])
     d = big.data
