@@ -150,10 +150,12 @@ void release_pool(void *p, size_t len) { map_put(p, len); }
 struct MapPool {
   static constexpr int kSlots = 8;
   static constexpr size_t kMax = size_t(512) << 20;
-  static constexpr size_t kKeepHot = size_t(32) << 20;
+  static constexpr size_t kKeepHot = size_t(32) << 20;  // a mapping up to this size may stay hot ...
+  static constexpr size_t kHotMax = size_t(64) << 20;   // ... while the hot ones hold this much at most
   std::mutex mu;
   void *p[kSlots] = {};
   size_t cap[kSlots] = {};
+  bool hot[kSlots] = {};  // not MADV_FREE'd
 };
 MapPool &map_pool() {
   static MapPool *c = new MapPool;  // never destroyed: deleters may run at exit
@@ -165,6 +167,7 @@ void *pool_pop(MapPool &c, int i, size_t *cap) {
   *cap = c.cap[i];
   c.p[i] = nullptr;
   c.cap[i] = 0;
+  c.hot[i] = false;
   return q;
 }
 
@@ -416,36 +419,39 @@ void map_put(void *q, size_t cap) {
   {
     std::unique_lock<std::mutex> l(c.mu, std::try_to_lock);
     if (l.owns_lock() && cap <= MapPool::kMax) {
-      size_t total = cap;
       int slot = -1;
-      for (int i = 0; i < MapPool::kSlots; i++) {
-        total += c.cap[i];
+      for (int i = 0; i < MapPool::kSlots; i++)
         if (!c.p[i] && slot < 0) slot = i;
-      }
       if (slot < 0) {  // full: the smallest pooled mapping makes room when this one is bigger
         for (int i = 0; i < MapPool::kSlots; i++)
           if (slot < 0 || c.cap[i] < c.cap[slot]) slot = i;
         if (c.cap[slot] < cap) {
-          munmap(c.p[slot], c.cap[slot]);
-          total -= c.cap[slot];
-          c.p[slot] = nullptr;
-          c.cap[slot] = 0;
+          size_t gone = 0;
+          munmap(pool_pop(c, slot, &gone), gone);
         } else {
           slot = -1;
         }
       }
+      size_t total = cap, hot = 0;
+      for (int i = 0; i < MapPool::kSlots; i++) {
+        total += c.cap[i];
+        if (c.hot[i]) hot += c.cap[i];
+      }
       if (slot >= 0 && total <= MapPool::kMax) {
-#ifdef MADV_FREE
-        // Pooled mappings over kKeepHot bytes are not held: the kernel may take their pages back under
-        // memory pressure (they then read as zeros and fault again when written); until it does,
-        // writing them costs no fault.  Smaller ones stay as they are, as glibc keeps freed chunks under
-        // its mmap threshold (32 MiB at most): MADV_FREE costs a page-table walk and a TLB flush on
-        // every release, and each page's first write after it a dirty-bit update (a loop of
+        // Pooled mappings are not held, past a few hot ones: the kernel may take their pages back under
+        // memory pressure (MADV_FREE: they then read as zeros and fault again when written); until it
+        // does, writing them costs no fault.  Mappings of up to kKeepHot bytes stay as they are while
+        // the hot ones hold at most kHotMax (as glibc keeps freed chunks under its mmap threshold, 32
+        // MiB at most, and trims its heap past twice that): MADV_FREE costs a page-table walk and a TLB
+        // flush on every release, and each page's first write after it a dirty-bit update (a loop of
         // starts_with on 1 M words, 1 MB outputs, ran ~5% slower with it).
-        if (cap > MapPool::kKeepHot) madvise(q, cap, MADV_FREE);
+        const bool keep_hot = cap <= MapPool::kKeepHot && hot + cap <= MapPool::kHotMax;
+#ifdef MADV_FREE
+        if (!keep_hot) madvise(q, cap, MADV_FREE);
 #endif
         c.p[slot] = q;
         c.cap[slot] = cap;
+        c.hot[slot] = keep_hot;
         return;
       }
     }

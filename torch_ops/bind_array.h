@@ -100,9 +100,10 @@ py::object own_tensor_with(void *p, Dt dt, int64_t n0, int64_t n1, ReleaseFn rel
 // A fresh mapping page-faults and zero-fills every page on first write (for a 1 M-string output
 // that cost as much as the kernel); glibc's malloc maps allocations over its threshold (128 KiB at
 // first) afresh each time, so a loop of calls paid the faults every call until a big free happened
-// to raise the threshold.  Released mappings are kept in a small pool (kMapPoolSlots, kMapPoolMax
-// bytes in all; MADV_FREE'd: the kernel's to take back under memory pressure) for the next array of
-// about their size, which is what Polars' and pyarrow's allocators get by keeping freed memory.
+// to raise the threshold.  Released mappings are kept in a small pool (8 of them, 512 MiB in all; all
+// but 64 MiB of mappings of up to 32 MiB are MADV_FREE'd: the kernel's to take back under memory
+// pressure) for the next array of about their size, which is what Polars' and pyarrow's allocators
+// get by keeping freed memory.
 // Mappings of kMapHuge bytes or more start on a 2 MiB boundary, are sized in whole 2 MiB pages and
 // are advised onto transparent huge pages (MADV_HUGEPAGE): a kernel reading them takes a TLB miss
 // (and a restart of the hardware prefetcher) every 2 MiB instead of every 4 KiB: starts_with on the
