@@ -155,7 +155,9 @@ struct MapPool {
   std::mutex mu;
   void *p[kSlots] = {};
   size_t cap[kSlots] = {};
-  bool hot[kSlots] = {};  // not MADV_FREE'd
+  bool hot[kSlots] = {};      // not MADV_FREE'd
+  uint64_t seq[kSlots] = {};  // when it was put (the least recently put hot one is cooled first)
+  uint64_t puts = 0;
 };
 MapPool &map_pool() {
   static MapPool *c = new MapPool;  // never destroyed: deleters may run at exit
@@ -168,6 +170,7 @@ void *pool_pop(MapPool &c, int i, size_t *cap) {
   c.p[i] = nullptr;
   c.cap[i] = 0;
   c.hot[i] = false;
+  c.seq[i] = 0;
   return q;
 }
 
@@ -440,15 +443,32 @@ void map_put(void *q, size_t cap) {
       if (slot >= 0 && total <= MapPool::kMax) {
         // Pooled mappings are not held, past a few hot ones: the kernel may take their pages back under
         // memory pressure (MADV_FREE: they then read as zeros and fault again when written); until it
-        // does, writing them costs no fault.  Mappings of up to kKeepHot bytes stay as they are while
-        // the hot ones hold at most kHotMax (as glibc keeps freed chunks under its mmap threshold, 32
-        // MiB at most, and trims its heap past twice that): MADV_FREE costs a page-table walk and a TLB
-        // flush on every release, and each page's first write after it a dirty-bit update (a loop of
-        // starts_with on 1 M words, 1 MB outputs, ran ~5% slower with it).
-        const bool keep_hot = cap <= MapPool::kKeepHot && hot + cap <= MapPool::kHotMax;
+        // does, writing them costs no fault.  The mappings of up to kKeepHot bytes released last stay as
+        // they are while the hot ones hold at most kHotMax (as glibc keeps freed chunks under its mmap
+        // threshold, 32 MiB at most, and trims its heap past twice that); the least recently released
+        // cool first.  MADV_FREE costs a page-table walk and a TLB flush, and each page's first write
+        // after it a dirty-bit update: a loop of starts_with on 1 M words (1 MB outputs) ran ~5% slower
+        // with every release MADV_FREE'd.  Cooling the oldest keeps the arrays of the loop running now
+        // hot when earlier ones (from_list's, say) filled the budget.
+        bool keep_hot = cap <= MapPool::kKeepHot;
+        while (keep_hot && hot + cap > MapPool::kHotMax) {
+          int old = -1;
+          for (int i = 0; i < MapPool::kSlots; i++)
+            if (c.hot[i] && (old < 0 || c.seq[i] < c.seq[old])) old = i;
+          if (old < 0) {
+            keep_hot = false;
+            break;
+          }
+#ifdef MADV_FREE
+          madvise(c.p[old], c.cap[old], MADV_FREE);
+#endif
+          c.hot[old] = false;
+          hot -= c.cap[old];
+        }
 #ifdef MADV_FREE
         if (!keep_hot) madvise(q, cap, MADV_FREE);
 #endif
+        c.seq[slot] = ++c.puts;
         c.p[slot] = q;
         c.cap[slot] = cap;
         c.hot[slot] = keep_hot;

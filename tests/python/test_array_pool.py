@@ -174,3 +174,36 @@ def test_outputs_made_and_released_on_many_threads():
     for t in ths:
         t.join()
     assert not errors, errors[:5]
+
+
+_HOT_CHILD = r"""
+import re, torch
+from luminamoon import StringTensor
+n = 10 * (1 << 20) // 8  # hash64 outputs of 10 MiB each
+st = StringTensor.from_list(["x%d" % (i % 1000) for i in range(n)])
+outs = [st.hash64(s) for s in range(8)]
+addrs = [o.data_ptr() for o in outs]
+while outs:
+    outs.pop(0)  # released in order: 0 first
+def lazy(addr):
+    cur = False
+    for line in open("/proc/self/smaps"):
+        m = re.match(r"([0-9a-f]+)-([0-9a-f]+) ", line)
+        if m:
+            cur = int(m.group(1), 16) <= addr < int(m.group(2), 16)
+        elif cur and line.startswith("LazyFree:"):
+            return int(line.split()[1])
+    raise SystemExit("no mapping at %x" % addr)
+print([lazy(a) for a in addrs])
+"""
+
+
+def test_the_most_recently_released_mappings_stay_hot():
+    # 8 released outputs of 10 MiB: 80 MiB, past the 64 MiB kept hot; the oldest are MADV_FREE'd
+    # (LazyFree in smaps), the newest -- what a loop of calls reuses next -- are not
+    out = subprocess.run([sys.executable, "-c", _HOT_CHILD], capture_output=True, text=True, check=True,
+                         timeout=300)
+    lazy = eval(out.stdout.strip().splitlines()[-1])  # noqa: S307 (our child's list literal)
+    assert len(lazy) == 8
+    assert lazy[0] > 0 and lazy[1] > 0, lazy
+    assert all(k == 0 for k in lazy[2:]), lazy
