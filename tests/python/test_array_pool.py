@@ -29,7 +29,7 @@ _HUGE = 2 << 20
 
 def _vma(addr: int) -> dict:
     """The /proc/self/smaps entry of the mapping holding addr: start, end and its fields."""
-    cur = None
+    cur = found = None
     with open("/proc/self/smaps") as f:
         for line in f:
             head = line.split()
@@ -40,6 +40,7 @@ def _vma(addr: int) -> dict:
                     found = cur
             elif cur is not None and ":" in head[0]:
                 cur[head[0].rstrip(":")] = " ".join(head[1:])
+    assert found is not None, f"no mapping holds {addr:#x}"
     return found
 
 
