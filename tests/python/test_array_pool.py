@@ -208,3 +208,41 @@ def test_the_most_recently_released_mappings_stay_hot():
     assert len(lazy) == 8
     assert lazy[0] > 0 and lazy[1] > 0, lazy
     assert all(k == 0 for k in lazy[2:]), lazy
+
+
+def _fork_child(st, wb, q):
+    # no torch op here: torch's own intra-op pool is not fork-safe; ours (and the mapping pool) are
+    ok = all(st.hash64().numpy().tobytes() == wb for _ in range(5)) and bool(st.starts_with("w1").numpy().any())
+    q.put(ok)
+
+
+def test_forked_children_use_the_pool_while_a_parent_thread_hammers_it():
+    # a thread takes and releases pooled mappings (and the core's thread pool) while the process forks, so a
+    # child may start with the pool's lock held: the pool is only try-locked, the child must not hang
+    import multiprocessing as mp
+
+    st = StringTensor.from_list(["w%d" % i for i in range(300_000)])
+    wb = st.hash64().numpy().tobytes()
+    stop = threading.Event()
+
+    def hammer():
+        while not stop.is_set():
+            x = st.hash64()
+            del x
+
+    t = threading.Thread(target=hammer)
+    t.start()
+    try:
+        ctx = mp.get_context("fork")
+        q = ctx.Queue()
+        ps = [ctx.Process(target=_fork_child, args=(st, wb, q)) for _ in range(4)]
+        for p in ps:
+            p.start()
+        got = [q.get(timeout=120) for _ in ps]
+        for p in ps:
+            p.join(60)
+    finally:
+        stop.set()
+        t.join()
+    assert got == [True] * 4 and [p.exitcode for p in ps] == [0] * 4
+    assert st.hash64().numpy().tobytes() == wb
