@@ -158,9 +158,9 @@ extern "C" {
 namespace luminamoon {
 namespace {
 
-// from_list's payload and views from kMapAt bytes on: mappings of the pool (bind_array.h: map_take),
-// 2 MiB-aligned on transparent huge pages; a fresh 50 MB payload otherwise takes ~12,000 page faults,
-// and the views (16 bytes a string, read by every views kernel) are what starts_with / hash64 read.
+// from_list's payload from kMapAt bytes on: a mapping of the pool (bind_array.h: map_take), 2 MiB-aligned
+// on transparent huge pages; a fresh 50 MB payload otherwise takes ~12,000 page faults.  (Its offsets and
+// views, whose sizes are known up front, are pooled ArrayOuts.)
 constexpr size_t kMapAt = size_t(8) << 20;
 
 // A growable buffer: malloc/realloc while small, then an anonymous mapping (map_fresh) grown
@@ -212,11 +212,9 @@ class GrowBuf {
   void set_used(size_t n) { used_ = n; }
   // The bytes as a uint8 tensor of `used_` bytes that owns them (shrunk to size first; bind_array.h:
   // released once, when the tensor dies: a mapping to the pool (map_put), malloc'd memory with free).
-  py::object take() { return take_rows(int64_t(used_), -1); }
-  // The same as a uint8 [n0, n1] tensor (n1 < 0: 1-D [n0]); n0 * max(n1, 1) must be the bytes used.
-  py::object take_rows(int64_t n0, int64_t n1) {
+  py::object take() {
     const int64_t n = int64_t(used_);
-    if (!p_) return own_tensor(nullptr, Dt::u8, n0, n1);
+    if (!p_) return own_tensor(nullptr, Dt::u8, 0);
     uint8_t *p = p_;
     void *q0 = p_;
     const size_t cap0 = cap_;
@@ -232,11 +230,11 @@ class GrowBuf {
         void *q = mremap(q0, cap, keep, 0);  // shrink in place
         if (q != MAP_FAILED) cap = keep;
       }
-      return own_tensor_with(p, Dt::u8, n0, n1, [](void *q, size_t c) { map_put(q, c); }, cap);
+      return own_tensor_with(p, Dt::u8, n, -1, [](void *q, size_t c) { map_put(q, c); }, cap);
     }
     void *q = n ? std::realloc(q0, size_t(n)) : nullptr;
     if (q) p = static_cast<uint8_t *>(q);
-    return own_tensor(p, Dt::u8, n0, n1);
+    return own_tensor(p, Dt::u8, n);
   }
 
  private:
@@ -314,12 +312,9 @@ py::tuple from_list_views(py::handle seq, bool allow_bytes, bool validate) {
   const Py_ssize_t n = is_list ? PyList_GET_SIZE(obj) : PyTuple_GET_SIZE(obj);
   std::optional<ArrayOut> off32, off64;
   off32.emplace(Dt::i32, n + 1, -1, false, true);  // pooled: huge pages from 2 MiB (bind_array.h)
-  // the views on huge pages when big enough (GrowBuf: 16 bytes a string, read by every views kernel)
-  if (uint64_t(n) > uint64_t(SIZE_MAX) / sizeof(lm_string_view)) throw std::bad_alloc();
-  GrowBuf vbuf;
-  auto *v = reinterpret_cast<lm_string_view *>(vbuf.ensure(size_t(n) * sizeof(lm_string_view)));
-  if (!v && n) throw std::bad_alloc();
-  vbuf.set_used(size_t(n) * sizeof(lm_string_view));
+  // the views (16 bytes a string, read by every views kernel): pooled too, on huge pages from 2 MiB
+  ArrayOut views(Dt::u8, n, int64_t(sizeof(lm_string_view)), false, true);
+  auto *v = reinterpret_cast<lm_string_view *>(views.data<uint8_t>());
   int32_t *o32 = off32->data<int32_t>();
   int64_t *o64 = nullptr;
   GrowBuf buf;
@@ -418,7 +413,7 @@ py::tuple from_list_views(py::handle seq, bool allow_bytes, bool validate) {
   else o32[n] = int32_t(pos);
   py::object offsets = o64 ? off64->tensor() : off32->tensor();
   py::object data = buf.take();
-  return py::make_tuple(offsets, data, vbuf.take_rows(n, int64_t(sizeof(lm_string_view))));
+  return py::make_tuple(offsets, data, views.tensor());
 }
 
 }  // namespace luminamoon

@@ -203,10 +203,11 @@ class StringTensor:
         method runs on its fastest layout from the first call.  Memory: 20 bytes a string
         plus the payload (the views are 16 of them: for one-byte strings 21 bytes a string
         in all, for ~700-byte documents +2%).  The peak while building is that final size
-        (no copy of the list, no side array per string).  A payload or views array of 8 MB or
-        more is an anonymous mapping on 2 MiB transparent huge pages (where the system allows
-        them; a mapping released by an earlier tensor is reused), so the kernels that read it
-        take a TLB miss every 2 MiB instead of every 4 KiB (torch_ops/bind_array.h).
+        (no copy of the list, no side array per string).  The offsets and views (from 256 KiB)
+        and the payload (from 8 MB) are anonymous mappings, on 2 MiB transparent huge pages from
+        2 MiB (where the system allows them; a mapping released by an earlier tensor is reused),
+        so the kernels that read them take a TLB miss every 2 MiB instead of every 4 KiB
+        (torch_ops/bind_array.h).
 
         >>> StringTensor.from_list(["x", "y"]).tolist()
         ['x', 'y']

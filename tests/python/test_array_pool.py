@@ -1,6 +1,6 @@
 """Big arrays of luminamoon._C on pooled, huge-page mappings (torch_ops/bind_array.h: map_take).
 
-from_list's offsets (from 256 KiB), payload and views (from 8 MB), the views built on first use and
+from_list's offsets and views (from 256 KiB) and payload (from 8 MB), the views built on first use and
 the outputs of the StringTensor fast paths (starts_with / fast_eq / hash64, from 256 KiB) are
 anonymous mappings: 2 MiB-aligned and advised onto transparent huge pages from 2 MiB, and kept in a
 small pool when their tensor dies, so the next array of about their size is written without page
