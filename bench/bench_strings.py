@@ -10,7 +10,8 @@ Three regimes from the shared corpus (bench/common.py, 68k documents, 47 MB):
   lines      every document split into lines
   documents  whole documents (~680 bytes a string)
 
-Every row times ours, pyarrow.compute and Polars side by side (best of 7 rounds), and
+Every row times ours, pyarrow.compute and Polars side by side (best of 7 rounds, the three
+interleaved round by round: best_times), and
 prints ratio = peer time / our time (> 1: we are faster).  torch, pyarrow
 (pa.set_cpu_count(1)) and Polars (POLARS_MAX_THREADS=1, set before import) each use
 one thread.  "StringTensor" rows call the methods of a tensor built by from_list (its
@@ -19,7 +20,7 @@ torch.ops.luminamoon.* on the offsets layout (what a compiled model calls).  The
 building the views from the offsets layout (what a tensor from from_arrow / from_buffers /
 a stage pays on its first method call) is its own row, as is from_list.  A last table times
 starts_with, fast_eq and hash64 on documents (and hash64 on the words) with 2 threads against 1 (--threads-only: that
-table alone; microseconds a call, 1 and 2 threads interleaved three times, the best of each; a second
+table alone; microseconds a call, 1 and 2 threads interleaved over 15 rounds, the best of each; a second
 thread is a started worker of the core's pool, ~0.3-2 us to wake; equal and hash64 cut the work into
 ranges of about equal bytes; rerun it on an idle machine, on a loaded one it measures the other jobs).
 After the equality rows of each regime, a "bound" row times one memcmp (CPython's bytes ==) of the
@@ -59,7 +60,7 @@ import torch  # noqa: E402
 import xxhash  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
-from common import best_time, load_corpus, print_table  # noqa: E402
+from common import load_corpus, print_table  # noqa: E402
 
 from luminamoon import StringTensor, _C  # noqa: E402
 
@@ -105,17 +106,54 @@ def other_side(strings: list[str]) -> list[str]:
     return [(s if i % 2 == 0 else strings[(i + 1) % n]) + "" for i, s in enumerate(strings)]
 
 
-def best_time_fresh(fn, strings: list[str], repeat: int = 7) -> float:
-    """Best time of fn(list) over `repeat` rounds, each on a new copy of `strings` made before the
-    clock starts: new str objects, so no str has the UTF-8 form that CPython caches on a str once
-    something (pyarrow, Polars) asked for it; the copy is made by decoding each str's bytes."""
-    best = float("inf")
-    for _ in range(repeat):
-        fresh = [s.encode().decode() for s in strings]
-        t0 = time.perf_counter()
-        fn(fresh)
-        best = min(best, time.perf_counter() - t0)
-        del fresh
+def best_times(fns, repeat: int = 7, min_time: float = 0.05, setups=None) -> list[float]:
+    """Best per-call wall time of each of `fns`, the rounds interleaved: round r times every fn
+    once (the order rotating from round to round), each with enough calls to last `min_time`
+    (counted once, before round 0).  This VM's speed drifts +-40% within a minute: timed one
+    after the other (seven rounds of ours, then seven of a peer) a drift between the blocks
+    moved a ratio by as much; interleaved, every library gets the same slow and fast moments.
+    setups[k] (optional) runs before fn k's calls, outside the clock."""
+    calls = []
+    for k, fn in enumerate(fns):
+        if setups:
+            setups[k]()
+        fn()  # warm up
+        c = 1
+        while True:
+            t0 = time.perf_counter()
+            for _ in range(c):
+                fn()
+            if time.perf_counter() - t0 >= min_time or c >= 1 << 20:
+                break
+            c *= 2
+        calls.append(c)
+    best = [float("inf")] * len(fns)
+    for r in range(repeat):
+        for j in range(len(fns)):
+            k = (j + r) % len(fns)
+            if setups:
+                setups[k]()
+            t0 = time.perf_counter()
+            for _ in range(calls[k]):
+                fns[k]()
+            best[k] = min(best[k], (time.perf_counter() - t0) / calls[k])
+    return best
+
+
+def best_times_fresh(fns, strings: list[str], repeat: int = 7) -> list[float]:
+    """Best time of each fn(list) over `repeat` interleaved rounds (as best_times), every call on a
+    new copy of `strings` made before its clock starts: new str objects, so no str has the UTF-8
+    form that CPython caches on a str once something (pyarrow, Polars) asked for it; the copy is
+    made by decoding each str's bytes."""
+    best = [float("inf")] * len(fns)
+    for r in range(repeat):
+        for j in range(len(fns)):
+            k = (j + r) % len(fns)
+            fresh = [s.encode().decode() for s in strings]
+            t0 = time.perf_counter()
+            fns[k](fresh)
+            best[k] = min(best[k], time.perf_counter() - t0)
+            del fresh
     return best
 
 
@@ -149,10 +187,12 @@ def bench_regime(name: str, strings: list[str], rows: list, ratios: dict) -> Non
     assert [h & (2**64 - 1) for h in st.hash64()[:k].tolist()] == want_h
     assert [h & (2**64 - 1) for h in OPS.hash64(off, data, 0)[:k].tolist()] == want_h
 
-    def row(what, ours, pa_fn=None, pl_fn=None, key=None, timer=best_time):
-        t = timer(ours)
-        tp = timer(pa_fn) if pa_fn else None
-        tl = timer(pl_fn) if pl_fn else None
+    def row(what, ours, pa_fn=None, pl_fn=None, key=None, timer=best_times):
+        fns = [f for f in (ours, pa_fn, pl_fn) if f is not None]
+        times = iter(timer(fns))
+        t = next(times)
+        tp = next(times) if pa_fn else None
+        tl = next(times) if pl_fn else None
         rp = tp / t if tp else None
         rl = tl / t if tl else None
         if key:
@@ -166,7 +206,7 @@ def bench_regime(name: str, strings: list[str], rows: list, ratios: dict) -> Non
     # H2: a list nobody has encoded: every round (untimed) makes new str objects, for every library
     row("from_list, fresh list (new str objects, no UTF-8 cached)", lambda x: StringTensor.from_list(x),
         lambda x: pa.array(x, type=pa.string()), lambda x: pl.Series(x), key="from_list_fresh",
-        timer=lambda fn: best_time_fresh(fn, strings))
+        timer=lambda fns: best_times_fresh(fns, strings))
     # what the first method call on a from_arrow / from_buffers tensor runs (StringTensor._materialize_views:
     # luminamoon._C's copy of the operator, its array on a pooled huge-page mapping)
     row("build views from offsets (first use after from_arrow/from_buffers)",
@@ -201,16 +241,15 @@ def bench_regime(name: str, strings: list[str], rows: list, ratios: dict) -> Non
             eq_b.append(b2)
     ba, bb = b"".join(eq_a), bytearray(b"".join(eq_a))  # equal bytes: memcmp reads both to the end
     bb = bytes(bb)
-    tb = best_time(lambda: ba == bb)
-    tp = best_time(lambda: pc.equal(arr, arr2))
+    # the peer and both memcmp rows interleaved (best_times)
+    wa = bytes(data.numpy())
+    wb = bytes(bytearray(wa))
+    tb, tp, tw = best_times([lambda: ba == bb, lambda: pc.equal(arr, arr2), lambda: wa == wb])
     rows.append([name, f"bound: memcmp of the equal-length pairs' bytes (2 x {len(ba) / 1e6:.1f} MB, "
                  f"{2 * len(ba) / tb / 1e9:.1f} GB/s)", f"{tb * 1e9 / len(strings):.1f}",
                  f"{tp * 1e9 / len(strings):.1f}", f"{tp / tb:.2f}x", "-", "-"])
     # the same over both whole payloads: the bytes the hardware prefetchers bring in when
     # the equal pairs are spread over the payload (they run past a pair into the next string)
-    wa = bytes(data.numpy())
-    wb = bytes(bytearray(wa))
-    tw = best_time(lambda: wa == wb)
     rows.append([name, f"stream: memcmp of two whole payloads (2 x {len(wa) / 1e6:.1f} MB, "
                  f"{2 * len(wa) / tw / 1e9:.1f} GB/s)", f"{tw * 1e9 / len(strings):.1f}",
                  f"{tp * 1e9 / len(strings):.1f}", f"{tp / tw:.2f}x", "-", "-"])
@@ -219,13 +258,10 @@ def bench_regime(name: str, strings: list[str], rows: list, ratios: dict) -> Non
 
 
 def one_vs_two(what: str, fn, rows: list) -> None:
-    """A row of the 2-thread table: fn with 1 and 2 threads interleaved three times, the best of each."""
-    t1 = t2 = float("inf")
-    for _ in range(3):
-        torch.set_num_threads(1)
-        t1 = min(t1, best_time(fn, repeat=5))
-        torch.set_num_threads(2)
-        t2 = min(t2, best_time(fn, repeat=5))
+    """A row of the 2-thread table: fn with 1 and 2 threads, 15 rounds with the two interleaved
+    (torch.set_num_threads before each timed run, outside the clock), the best of each."""
+    t1, t2 = best_times([fn, fn], repeat=15,
+                        setups=[lambda: torch.set_num_threads(1), lambda: torch.set_num_threads(2)])
     torch.set_num_threads(1)
     rows.append([what, f"{t1 * 1e6:.1f}", f"{t2 * 1e6:.1f}", f"{t1 / t2:.2f}x"])
 
