@@ -343,9 +343,9 @@ static inline uint8_t LM_CAT(SUF, _eq_tail)(const UOFF_T *ca, const UOFF_T *cb, 
  * are read, and only the pairs of equal length read (a branch on the lengths: such
  * strings lie about a cache line or more apart, so it costs less than touching every
  * string).  Returns non-zero when a pair is invalid. */
-static int LM_CAT(SUF, _eq_stream)(const OFF_T *restrict oa, const OFF_T *restrict ob, const uint8_t *da,
-                                   const uint8_t *db, UOFF_T lima, UOFF_T limb, int same, uint8_t *restrict out,
-                                   size_t b0, size_t b1) {
+static inline __attribute__((always_inline)) int LM_CAT(SUF, _eq_stream)(
+    const OFF_T *restrict oa, const OFF_T *restrict ob, const uint8_t *da, const uint8_t *db, UOFF_T lima,
+    UOFF_T limb, int same, uint8_t *restrict out, size_t b0, size_t b1, const int touch) {
   UOFF_T a0 = (UOFF_T)oa[b0], x0 = (UOFF_T)ob[b0];
   if ((a0 > lima) | (x0 > limb)) return 1;
   /* room left after a0 / x0: a0 <= a1 <= lim  <=>  a1 - a0 (unsigned) <= lim - a0 */
@@ -356,7 +356,15 @@ static int LM_CAT(SUF, _eq_stream)(const OFF_T *restrict oa, const OFF_T *restri
     if ((la > ra) | (lb > rb)) return 1;
     ra -= la;
     rb -= lb;
-    out[i] = (uint8_t)(la == lb && (la == 0 || (same && a0 == x0) || memcmp(da + a0, db + x0, la) == 0));
+    if (!touch) {
+      out[i] = (uint8_t)(la == lb && (la == 0 || (same && a0 == x0) || memcmp(da + a0, db + x0, la) == 0));
+    } else if (la == lb) {
+      out[i] = (uint8_t)(la == 0 || (same && a0 == x0) || memcmp(da + a0, db + x0, la) == 0);
+    } else {
+      out[i] = 0;
+      lm_eq_touch(da + a0, la);
+      lm_eq_touch(db + x0, lb);
+    }
     a0 = a1;
     x0 = x1;
   }
@@ -389,8 +397,13 @@ static lm_status RNG(eq)(void *ctx, size_t begin, size_t end) {
   for (size_t b0 = begin; b0 < end; b0 += LM_EQ_BLOCK) {
     const size_t m = end - b0 < LM_EQ_BLOCK ? end - b0 : LM_EQ_BLOCK;
     /* the mode (only a guess from two offsets, read here and not trusted later) */
-    if ((uint64_t)(UOFF_T)((UOFF_T)c->oa[b0 + m] - (UOFF_T)c->oa[b0]) > LM_OFF_SHORT * (uint64_t)m) {
-      if (LM_CAT(SUF, _eq_stream)(c->oa, c->ob, da, db, lima, limb, same, out, b0, b0 + m)) return LM_EINVAL;
+    const uint64_t span = (uint64_t)(UOFF_T)((UOFF_T)c->oa[b0 + m] - (UOFF_T)c->oa[b0]);
+    if (span > LM_OFF_SHORT * (uint64_t)m) {
+      /* long strings; the skipped pairs' bytes touched where they are long on average (lm_eq_touch) */
+      const int bad = span >= LM_EQ_TOUCH_MIN * (uint64_t)m
+                          ? LM_CAT(SUF, _eq_stream)(c->oa, c->ob, da, db, lima, limb, same, out, b0, b0 + m, 1)
+                          : LM_CAT(SUF, _eq_stream)(c->oa, c->ob, da, db, lima, limb, same, out, b0, b0 + m, 0);
+      if (bad) return LM_EINVAL;
       continue;
     }
     /* short strings: the offsets copied, the copies checked and every pair's first 16 bytes compared */

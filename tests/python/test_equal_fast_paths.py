@@ -116,3 +116,64 @@ def test_equal_rejects_bad_offsets(where):
         OPS.equal(bad, st.data, st.offsets, st.data)
     with pytest.raises(ValueError):
         OPS.equal(st.offsets, st.data, bad, st.data)
+
+
+def _doc(rng: random.Random, k: int) -> str:
+    return bytes(97 + c % 26 for c in rng.randbytes(k)).decode()
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_equal_documents_with_skipped_pairs(threads):
+    """Documents (128 B - 3 KB: the blocks where the bytes of pairs of different lengths are prefetched so
+    that memory sees one stream, ops_internal.h lm_eq_touch): every other pair of different lengths, the
+    others equal or differing in one byte (first, last, anywhere); a run of short strings in the middle
+    (the other modes between touching blocks), multi-byte text; every layout mix, int32 and int64 offsets."""
+    rng = random.Random(11 + threads)
+    a, b = [], []
+    for i in range(1400):
+        if 600 <= i < 900:  # short strings: the branch-free and the untouched modes
+            x = _doc(rng, rng.randrange(0, 60))
+            a.append(x)
+            b.append(x if i % 3 else x + "q")
+            continue
+        x = _doc(rng, rng.randrange(128, 3000)) + ("é" if i % 7 == 0 else "")
+        if i % 2:
+            y = _doc(rng, len(x.encode()) + rng.choice([-5, -1, 1, 64, 300]))
+        else:
+            y = x
+            r = rng.randrange(4)
+            if r:
+                at = {1: 0, 2: len(x) - 1, 3: rng.randrange(len(x))}[r]
+                y = x[:at] + ("z" if x[at] != "z" else "y") + x[at + 1:]
+        a.append(x)
+        b.append(y)
+    want = np.array([x == y for x, y in zip(a, b)])
+    assert want.sum() > 100 and (~want).sum() > 600
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        sa, sb = StringTensor.from_list(a), StringTensor.from_list(b)
+        assert np.array_equal(sa.fast_eq(sb).numpy(), want)
+        assert np.array_equal(OPS.equal(sa.offsets, sa.data, sb.offsets, sb.data).numpy(), want)
+        assert np.array_equal(OPS.equal(sa.offsets.long(), sa.data, sb.offsets.long(), sb.data).numpy(), want)
+        va = StringTensor(views=sa.views, buffers=sa.buffers)
+        vb = StringTensor(views=sb.views, buffers=sb.buffers)
+        for x, y in ((va, vb), (va, sb), (sa, vb)):
+            assert np.array_equal(x.fast_eq(y).numpy(), want)
+    finally:
+        torch.set_num_threads(old)
+
+
+@pytest.mark.parametrize("where", [0, 1, 255, 256, 700, 1199, 1200])
+def test_equal_documents_reject_bad_offsets(where):
+    """A bad offset among long strings (the touching mode) is refused before any byte is read."""
+    rng = random.Random(where)
+    docs = [_doc(rng, 128 + (i * 37) % 900) for i in range(1200)]
+    st = StringTensor.from_list(docs)
+    other = StringTensor.from_list([d if i % 2 == 0 else d + "x" for i, d in enumerate(docs)])
+    bad = st.offsets.clone()
+    bad[where] = -1 if where % 2 else int(st.data.numel()) + 1
+    with pytest.raises(ValueError):
+        OPS.equal(bad, st.data, other.offsets, other.data)
+    with pytest.raises(ValueError):
+        OPS.equal(other.offsets, other.data, bad, st.data)
