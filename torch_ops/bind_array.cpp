@@ -406,7 +406,9 @@ void *map_take_any(size_t want, size_t *cap) {
   if (!l.owns_lock()) return nullptr;
   int best = -1;
   for (int i = 0; i < MapPool::kSlots; i++) {
-    if (!c.p[i]) continue;
+    // only a mapping on a 2 MiB boundary: grown in place (mremap) it stays aligned for its huge pages,
+    // where a small unaligned one grown in place would not (and saves next to no faults anyway)
+    if (!c.p[i] || reinterpret_cast<uintptr_t>(c.p[i]) % kMapHuge) continue;
     if (best < 0) {
       best = i;
       continue;
@@ -425,21 +427,21 @@ void map_put(void *q, size_t cap) {
       int slot = -1;
       for (int i = 0; i < MapPool::kSlots; i++)
         if (!c.p[i] && slot < 0) slot = i;
+      size_t total = cap;
+      for (int i = 0; i < MapPool::kSlots; i++) total += c.cap[i];
       if (slot < 0) {  // full: the smallest pooled mapping makes room when this one is bigger
         for (int i = 0; i < MapPool::kSlots; i++)
           if (slot < 0 || c.cap[i] < c.cap[slot]) slot = i;
-        if (c.cap[slot] < cap) {
-          size_t gone = 0;
-          munmap(pool_pop(c, slot, &gone), gone);
-        } else {
-          slot = -1;
-        }
+        if (c.cap[slot] >= cap || total - c.cap[slot] > MapPool::kMax) slot = -1;  // (kept, this one unmapped)
       }
-      size_t total = cap, hot = 0;
-      for (int i = 0; i < MapPool::kSlots; i++) {
-        total += c.cap[i];
+      if (slot >= 0 && c.p[slot]) {  // the smallest goes: only now that this one is sure to take its place
+        size_t gone = 0;
+        total -= c.cap[slot];
+        munmap(pool_pop(c, slot, &gone), gone);
+      }
+      size_t hot = 0;
+      for (int i = 0; i < MapPool::kSlots; i++)
         if (c.hot[i]) hot += c.cap[i];
-      }
       if (slot >= 0 && total <= MapPool::kMax) {
         // Pooled mappings are not held, past a few hot ones: the kernel may take their pages back under
         // memory pressure (MADV_FREE: they then read as zeros and fault again when written); until it

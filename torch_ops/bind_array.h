@@ -116,9 +116,9 @@ constexpr size_t kMapHuge = size_t(2) << 20;
 // there is one (*fresh = false: its bytes are garbage), else a new one (*fresh = true: zeros).  Its
 // size in *cap.  nullptr when out of memory.  Owned by the caller until map_put.
 void *map_take(size_t want, size_t *cap, bool *fresh);
-// Like map_take, but a pooled mapping of any size is taken (the largest when none is big enough: the
-// caller grows it with mremap); for a buffer that grows (from_list's payload).  nullptr when the pool
-// is empty (or busy).
+// Like map_take, but a pooled mapping of any size on a 2 MiB boundary is taken (the largest when none is
+// big enough: the caller grows it with mremap, and a mapping grown in place keeps its aligned start); for
+// a buffer that grows (from_list's payload).  nullptr when the pool holds none (or is busy).
 void *map_take_any(size_t want, size_t *cap);
 // Give p (cap bytes, from map_take / map_take_any / mremap of one) back to the pool, or unmap it.
 void map_put(void *p, size_t cap);

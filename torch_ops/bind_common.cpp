@@ -182,13 +182,13 @@ class GrowBuf {
       if (!cap) return nullptr;
       void *q;
       if (mapped_) {
-        q = mremap(p_, cap_, cap, MREMAP_MAYMOVE);
+        q = grow(p_, cap_, cap, used_);
       } else {
         size_t ccap = 0;
         q = map_take_any(cap, &ccap);
         if (q && ccap < cap) {
-          void *g = mremap(q, ccap, cap, MREMAP_MAYMOVE);
-          if (g == MAP_FAILED) munmap(q, ccap);
+          void *g = grow(q, ccap, cap, 0);
+          if (g == MAP_FAILED) map_put(q, ccap);  // unchanged: back to the pool
           q = g;
         } else if (q) {
           cap = ccap;
@@ -210,6 +210,29 @@ class GrowBuf {
     return p_;
   }
   void set_used(size_t n) { used_ = n; }
+
+ private:
+  // Mapping q (old bytes, its first `keep` in use) grown to cap bytes (a map_size, >= kMapHuge): by mremap,
+  // which keeps q's start when the room above it is free and otherwise moves it (Linux >= 6.7 moves a
+  // mapping this large to a 2 MiB boundary; older kernels may not).  A result off a 2 MiB boundary is
+  // moved to a fresh aligned mapping (map_fresh, its first `keep` bytes copied): the huge pages of every
+  // mapping the pool holds rely on it.  MAP_FAILED when out of memory (q then unchanged, still the caller's).
+  static void *grow(void *q, size_t old, size_t cap, size_t keep) {
+    void *g = mremap(q, old, cap, MREMAP_MAYMOVE);
+    if (g == MAP_FAILED) return MAP_FAILED;
+    if (reinterpret_cast<uintptr_t>(g) % kMapHuge == 0) return g;
+    size_t got = 0;
+    void *f = map_fresh(cap, &got);
+    if (f && got == cap) {
+      if (keep) std::memcpy(f, g, keep);
+      munmap(g, cap);
+      return f;
+    }
+    if (f) munmap(f, got);
+    return g;  // no aligned mapping to be had: this one still works (its huge pages partly lost)
+  }
+
+ public:
   // The bytes as a uint8 tensor of `used_` bytes that owns them (shrunk to size first; bind_array.h:
   // released once, when the tensor dies: a mapping to the pool (map_put), malloc'd memory with free).
   py::object take() {

@@ -5,7 +5,8 @@
 // Why: a torch.ops call costs ~3.5-5 us of dispatch (boxing, schema matching, the output allocated by
 // ATen), serial, on top of the kernel; on 68k documents the kernels take 25-38 us, so the dispatch capped
 // the 2-thread speed-up at ~1.6x.  These functions borrow the tensors through DLPack (bind_array.h) and
-// hand a malloc'd output back the same way: ~1-2 us a call.
+// hand the output back the same way (an ArrayOut: malloc'd, or from 256 KiB a mapping of bind_array.h's
+// pool): ~1-2 us a call.
 //
 // Contract (python/luminamoon/string_tensor.py is the only caller): the arguments are a StringTensor's own
 // layouts, already well-typed.  Every check here is a cheap shape/dtype/device test; when one fails, or

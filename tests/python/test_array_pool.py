@@ -246,3 +246,56 @@ def test_forked_children_use_the_pool_while_a_parent_thread_hammers_it():
         t.join()
     assert got == [True] * 4 and [p.exitcode for p in ps] == [0] * 4
     assert st.hash64().numpy().tobytes() == wb
+
+
+_GROW_CHILD = r"""
+import ctypes, json, torch
+torch.set_num_threads(1)
+from luminamoon import StringTensor
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+PROT_RW, PRIV_ANON, NOREPLACE, HUGE = 3, 0x22, 0x100000, 2 << 20
+
+def gaps_above(lo, below):
+    spans = sorted(tuple(int(x, 16) for x in l.split()[0].split("-")) for l in open("/proc/self/maps"))
+    return [(a_hi, b_lo - a_hi) for (_, a_hi), (b_lo, _) in zip(spans, spans[1:])
+            if a_hi >= lo and b_lo - a_hi >= 4096 and b_lo < below]
+
+stack = [int(l.split("-")[0], 16) for l in open("/proc/self/maps") if "[stack]" in l][0]
+small = StringTensor.from_list(["a"] * 40000)
+size = (40000 * 8 + 4095) // 4096 * 4096  # hash64's output: over 256 KiB, a pooled mapping (4 KiB pages)
+span = 64 << 20
+r = libc.mmap(None, span, PROT_RW, PRIV_ANON, -1, 0)
+libc.munmap(r, span)
+# [r, r + 4096) a guard, [r + 4096, r + 4096 + size) free for the output, the rest of the span held, and
+# every gap above it plugged: the output's mmap (the kernel takes the highest gap) lands at r + 4096
+hold = r + 4096 + size
+assert libc.mmap(ctypes.c_void_p(hold), r + span - hold, PROT_RW, PRIV_ANON | NOREPLACE, -1, 0) == hold
+assert libc.mmap(ctypes.c_void_p(r), 4096, 0, PRIV_ANON | NOREPLACE, -1, 0) == r
+plugs = [(p, n) for p, n in gaps_above(r + span, stack)
+         if libc.mmap(ctypes.c_void_p(p), n, 0, PRIV_ANON | NOREPLACE, -1, 0) == p]
+h = small.hash64()
+at = h.data_ptr()
+for p, n in plugs:
+    libc.munmap(p, n)
+libc.munmap(hold, r + span - hold)  # room above the output: an mremap would grow it in place
+del h  # its mapping goes to the pool, the only one there
+big = StringTensor.from_list(["y" * 2000] * 10000)  # a 20 MB payload, grown past 8 MB on a mapping
+print(json.dumps({"placed": at == r + 4096 and at % HUGE != 0, "payload": big.data.data_ptr(), "reused": big.data.data_ptr() == at}))
+"""
+
+
+def test_a_growing_payload_never_takes_an_unaligned_pooled_mapping():
+    """from_list's payload grows on a mapping from 8 MB on, and took the pool's largest mapping however
+    small: a 316 KiB output, 4 KiB-aligned, grown in place by mremap became a 20 MB payload off the 2 MiB
+    boundary (its huge pages lost at both ends), which the pool then handed to later arrays.  A child
+    process places such an output 4 KiB past a 2 MiB boundary with free room above it (MAP_FIXED_NOREPLACE
+    around it), releases it to the otherwise empty pool and builds a 20 MB payload."""
+    out = subprocess.run([sys.executable, "-c", _GROW_CHILD], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = __import__("json").loads(out.stdout.strip().splitlines()[-1])
+    assert got["placed"], "the child could not place the small output where it meant to"
+    assert got["payload"] % _HUGE == 0, hex(got["payload"])
+    assert not got["reused"]
