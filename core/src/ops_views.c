@@ -239,13 +239,13 @@ static inline int long_pair_prep(const eq_ctx *c, size_t i, const uint8_t **x, c
   return 2;
 }
 
-/* lm_eq_touch of view v's payload (its fields read once, bounds-checked; nothing for an inline
- * view or one outside its buffer) */
-static inline void touch_view(const lm_string_view *v, const lm_payloads *p) {
+/* lm_eq_touch_read of view v's payload (its fields read once, bounds-checked; 0 for an inline view
+ * or one outside its buffer) */
+static inline uint64_t touch_view(const lm_string_view *v, const lm_payloads *p) {
   const view_fields f = fields_of(v);
-  if (f.len < LM_EQ_TOUCH_MIN) return;
+  if (f.len < LM_EQ_TOUCH_MIN) return 0;
   const uint8_t *b = payload_of(f, p);
-  if (b) lm_eq_touch(b, f.len);
+  return b ? lm_eq_touch_read(b, f.len) : 0;
 }
 
 /* the long pairs of a sparse pass 2 compared together, their payloads prefetched as they are
@@ -303,14 +303,12 @@ static lm_status eq_range(void *arg, size_t begin, size_t end) {
 #endif
   /* many long pairs (lines, documents): in order, so the payloads stream in; while the last pair
    * compared was long, the payloads of the long pairs decided by their views are touched
-   * (lm_eq_touch, ops_internal.h: the prefetchers then see one stream, not one per equal pair) */
+   * (lm_eq_touch_read, ops_internal.h: the prefetchers then see one stream, not one per equal pair) */
   int touch = 0;
+  uint64_t touched = 0;
   for (; i < end; i++) {
     if (out[i] != 2) {
-      if (touch && !out[i]) {
-        touch_view(&c->a[i], c->pa);
-        touch_view(&c->b[i], c->pb);
-      }
+      if (touch && !out[i]) touched += touch_view(&c->a[i], c->pa) + touch_view(&c->b[i], c->pb);
       continue;
     }
     const uint8_t *x = NULL, *y = NULL;
@@ -320,6 +318,7 @@ static lm_status eq_range(void *arg, size_t begin, size_t end) {
     out[i] = (uint8_t)(r < 2 ? r : memcmp(x + 4, y + 4, len - 4) == 0);
     touch = r == 2 && len >= LM_EQ_TOUCH_MIN;
   }
+  lm_eq_keep(touched);
   return LM_OK;
 }
 
