@@ -526,3 +526,64 @@ TEST(OpsEqual, TaskSplitsOfPerStringOpsGiveTheOneThreadAnswers) {
     }
   }
 }
+
+// Documents (128 B - 3 KB): the pairs of different lengths have their bytes touched (ops_internal.h
+// lm_eq_touch / lm_eq_touch_read: prefetches in the offsets kernel, loads in the views kernel), which
+// must stay inside each string: payloads end right before an unmapped page (an over-read faults, and
+// AddressSanitizer sees the loads), the last string of each is long and of another length than its
+// partner.  Answers against std::string ==, every other pair of another length, the others equal or
+// one byte apart; a run of short strings in the middle; int32 and int64 offsets; views; 1 and 2 threads.
+// A long view pointing outside its buffer in a pair whose lengths differ is decided by the views, not
+// touched, as before (no error, no read).
+TEST(OpsEqual, DocumentsTouchTheSkippedPairsInsideTheirStrings) {
+  std::mt19937_64 rng(91);
+  const size_t n = 700;
+  std::vector<std::string> sa(n), sb(n);
+  for (size_t i = 0; i < n; i++) {
+    const bool short_run = i >= 300 && i < 400;
+    const size_t len = short_run ? rng() % 40 : 128 + rng() % 2900;
+    for (size_t k = 0; k < len; k++) sa[i] += char('a' + rng() % 26);
+    if (i % 2 || i == n - 1) {
+      sb[i] = sa[i] + std::string(1 + rng() % 300, 'q');
+      if (rng() % 2) sb[i].resize(sa[i].size() > 1 ? sa[i].size() - 1 : 0);
+    } else {
+      sb[i] = sa[i];
+      if (rng() % 3 == 0 && len) sb[i][rng() % len] ^= 1;
+    }
+  }
+  std::vector<int32_t> oa32, ob32;
+  std::vector<int64_t> oa64, ob64;
+  GuardedPayload ga(pack(sa, oa32)), gb(pack(sb, ob32));
+  pack(sa, oa64);
+  pack(sb, ob64);
+  for (int threads : {1, 2}) {
+    lm_exec e = {threads, 16};
+    std::vector<uint8_t> o32(n, 9), o64(n, 9), ov(n, 9);
+    ASSERT_EQ(lm_o32_equal_checked(oa32.data(), ga.data, ga.len, ob32.data(), gb.data, gb.len, n, o32.data(), &e), LM_OK);
+    ASSERT_EQ(lm_o64_equal_checked(oa64.data(), ga.data, ga.len, ob64.data(), gb.data, gb.len, n, o64.data(), &e), LM_OK);
+    std::vector<lm_string_view> va(n), vb(n);
+    for (size_t i = 0; i < n; i++) {
+      lm_sv_make(&va[i], ga.data + oa32[i], uint32_t(sa[i].size()), 0, uint32_t(oa32[i]));
+      lm_sv_make(&vb[i], gb.data + ob32[i], uint32_t(sb[i].size()), 1, uint32_t(ob32[i]));
+    }
+    const uint8_t *d[2] = {ga.data, gb.data};
+    const size_t z[2] = {ga.len, gb.len};
+    const lm_payloads p = {d, z, 2};
+    ASSERT_EQ(lm_views_equal(va.data(), &p, vb.data(), &p, n, ov.data(), &e), LM_OK);
+    size_t equal = 0;
+    for (size_t i = 0; i < n; i++) {
+      const uint8_t want = sa[i] == sb[i];
+      equal += want;
+      ASSERT_EQ(o32[i], want) << "int32, pair " << i << ", threads " << threads;
+      ASSERT_EQ(o64[i], want) << "int64, pair " << i << ", threads " << threads;
+      ASSERT_EQ(ov[i], want) << "views, pair " << i << ", threads " << threads;
+    }
+    ASSERT_GT(equal, 100u);
+    // pair 1 (lengths differ, after a long equal pair: touched) pointing past its buffer: decided unread
+    std::vector<lm_string_view> bad = vb;
+    lm_sv_make(&bad[1], gb.data + ob32[1], uint32_t(sb[1].size()), 1, uint32_t(gb.len));
+    std::vector<uint8_t> ob(n, 9);
+    ASSERT_EQ(lm_views_equal(va.data(), &p, bad.data(), &p, n, ob.data(), &e), LM_OK);
+    ASSERT_EQ(ob[1], 0);
+  }
+}
