@@ -284,11 +284,14 @@ typedef struct {
  * to 64 bytes) or memcmp.
  *
  * Longer strings (lines, documents): one pass in order, each offset read once and
- * each pair checked before its bytes are read, only the pairs of equal length read
- * (memcmp), as a branch: such strings lie about a cache line or more apart, so
- * reading the pairs of different lengths would cost more memory traffic than the
- * mispredicted branch.  Both modes: a pair at the same offset of one payload (a
- * tensor against itself or a slice of itself) is equal without being read. */
+ * each pair checked before its bytes are read, only the pairs of equal length
+ * compared (memcmp), as a branch: such strings lie about a cache line or more apart,
+ * so comparing the pairs of different lengths would cost more than the mispredicted
+ * branch.  In blocks averaging LM_EQ_TOUCH_MIN bytes or more (documents) the bytes of
+ * those pairs are prefetched all the same (lm_eq_touch, ops_internal.h): skipped, they
+ * left gaps at which the hardware prefetchers stopped.  Both modes: a pair at the same
+ * offset of one payload (a tensor against itself or a slice of itself) is equal
+ * without being read. */
 #ifndef LM_OFF_EQ16
 #define LM_OFF_EQ16
 #if defined(__SSE2__)
@@ -340,9 +343,10 @@ static inline uint8_t LM_CAT(SUF, _eq_tail)(const UOFF_T *ca, const UOFF_T *cb, 
 
 /* Longer strings, pairs [b0, b1): one pass in order, each offset read once (a0, x0
  * carried from the previous pair), the pair checked (a0 <= a1 <= lim) before its bytes
- * are read, and only the pairs of equal length read (a branch on the lengths: such
- * strings lie about a cache line or more apart, so it costs less than touching every
- * string).  Returns non-zero when a pair is invalid. */
+ * are read, and only the pairs of equal length compared (a branch on the lengths: such
+ * strings lie about a cache line or more apart); with `touch` (a literal: two copies
+ * of the loop) the bytes of the others are prefetched (lm_eq_touch).  Returns non-zero
+ * when a pair is invalid. */
 static inline __attribute__((always_inline)) int LM_CAT(SUF, _eq_stream)(
     const OFF_T *restrict oa, const OFF_T *restrict ob, const uint8_t *da, const uint8_t *db, UOFF_T lima,
     UOFF_T limb, int same, uint8_t *restrict out, size_t b0, size_t b1, const int touch) {
