@@ -106,20 +106,30 @@ def test_equal_one_payload_both_sides():
     assert np.array_equal(got, want)
 
 
-@pytest.mark.parametrize("where", [0, 1, 1023, 1024, 1500, 2999, 3000])
-def test_equal_rejects_bad_offsets(where):
-    words = ["x" * (i % 50) for i in range(3000)]
-    st = StringTensor.from_list(words)
+def _doc(rng: random.Random, k: int) -> str:
+    return bytes(97 + c % 26 for c in rng.randbytes(k)).decode()
+
+
+@pytest.mark.parametrize("regime,where", [("words", w) for w in (0, 1, 1023, 1024, 1500, 2999, 3000)]
+                         + [("documents", w) for w in (0, 1, 255, 256, 700, 1199, 1200)])
+def test_equal_rejects_bad_offsets(regime, where):
+    """A bad offset anywhere (words: the short-strings mode; documents: the long-strings mode that
+    touches the skipped pairs' bytes) is refused before any byte is read, on either side."""
+    rng = random.Random(where)
+    if regime == "words":
+        strings = ["x" * (i % 50) for i in range(3000)]
+    else:
+        strings = [_doc(rng, 128 + (i * 37) % 900) for i in range(1200)]
+    st = StringTensor.from_list(strings)
+    other = StringTensor.from_list([d if i % 2 == 0 else d + "x" for i, d in enumerate(strings)])
     bad = st.offsets.clone()
     bad[where] = -1 if where % 2 else int(st.data.numel()) + 1
     with pytest.raises(ValueError):
-        OPS.equal(bad, st.data, st.offsets, st.data)
+        OPS.equal(bad, st.data, other.offsets, other.data)
     with pytest.raises(ValueError):
-        OPS.equal(st.offsets, st.data, bad, st.data)
-
-
-def _doc(rng: random.Random, k: int) -> str:
-    return bytes(97 + c % 26 for c in rng.randbytes(k)).decode()
+        OPS.equal(other.offsets, other.data, bad, st.data)
+    with pytest.raises(ValueError):
+        OPS.equal(bad, st.data, st.offsets, st.data)
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -162,18 +172,3 @@ def test_equal_documents_with_skipped_pairs(threads):
             assert np.array_equal(x.fast_eq(y).numpy(), want)
     finally:
         torch.set_num_threads(old)
-
-
-@pytest.mark.parametrize("where", [0, 1, 255, 256, 700, 1199, 1200])
-def test_equal_documents_reject_bad_offsets(where):
-    """A bad offset among long strings (the touching mode) is refused before any byte is read."""
-    rng = random.Random(where)
-    docs = [_doc(rng, 128 + (i * 37) % 900) for i in range(1200)]
-    st = StringTensor.from_list(docs)
-    other = StringTensor.from_list([d if i % 2 == 0 else d + "x" for i, d in enumerate(docs)])
-    bad = st.offsets.clone()
-    bad[where] = -1 if where % 2 else int(st.data.numel()) + 1
-    with pytest.raises(ValueError):
-        OPS.equal(bad, st.data, other.offsets, other.data)
-    with pytest.raises(ValueError):
-        OPS.equal(other.offsets, other.data, bad, st.data)
