@@ -360,12 +360,8 @@ static inline __attribute__((always_inline)) int LM_CAT(SUF, _eq_stream)(
     if ((la > ra) | (lb > rb)) return 1;
     ra -= la;
     rb -= lb;
-    if (!touch) {
-      out[i] = (uint8_t)(la == lb && (la == 0 || (same && a0 == x0) || memcmp(da + a0, db + x0, la) == 0));
-    } else if (la == lb) {
-      out[i] = (uint8_t)(la == 0 || (same && a0 == x0) || memcmp(da + a0, db + x0, la) == 0);
-    } else {
-      out[i] = 0;
+    out[i] = (uint8_t)(la == lb && (la == 0 || (same && a0 == x0) || memcmp(da + a0, db + x0, la) == 0));
+    if (touch && la != lb) {
       lm_eq_touch(da + a0, la);
       lm_eq_touch(db + x0, lb);
     }
