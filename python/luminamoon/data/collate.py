@@ -356,6 +356,22 @@ def _find_pass():
     return fetcher, stateful
 
 
+def _find_loader_iter():
+    """The ``DataLoader`` iterator (``_BaseDataLoaderIter``) on the calling stack, or None (in a worker
+    process, or when called outside a loader)."""
+    from torch.utils.data.dataloader import _BaseDataLoaderIter
+
+    f = sys._getframe(1)
+    for _ in range(24):
+        if f is None:
+            break
+        o = f.f_locals.get("self")
+        if isinstance(o, _BaseDataLoaderIter):
+            return o
+        f = f.f_back
+    return None
+
+
 class _Table:
     """The dedup state of one pass (dedup='worker': its table and the log of admitted hashes)."""
 
@@ -402,6 +418,7 @@ class _Proc:
         self.tables: "weakref.WeakKeyDictionary[Any, _Table]" = weakref.WeakKeyDictionary()
         self.direct: Optional[_Table] = None  # calls from outside a loader
         self.pending: Optional[_Table] = None  # a restored state, waiting for the pass it belongs to
+        self.pending_iter = None  # weakref to the loader iterator that loaded it (None: unknown, any pass)
         self.passes = 0
         self.warned: set = set()
         self.count: Optional[int] = None  # GlobalDedup: this client's admissions at its last batch
@@ -445,7 +462,9 @@ class ResumableCollate:
         if tokenizer != "bytes" and not callable(tokenizer) and not hasattr(tokenizer, "encode_batch"):
             raise TypeError("tokenizer must be 'bytes', a callable (list[str] -> list[list[int]]) or an object "
                             f"with encode_batch (tokenizers.Tokenizer), got {type(tokenizer).__name__}")
-        if max_length is not None and (not isinstance(max_length, int) or max_length < 1):
+        # review s34: a bool is an int to isinstance: max_length=True truncated every document to 1 token
+        if max_length is not None and (isinstance(max_length, bool) or not isinstance(max_length, int)
+                                       or max_length < 1):
             raise ValueError(f"max_length must be a positive int or None, got {max_length!r}")
         if stages is not None and not isinstance(stages, dict):
             raise TypeError(f"stages must be a dict, got {type(stages).__name__}")
@@ -545,6 +564,13 @@ class ResumableCollate:
         t = P.tables.get(fetcher)
         if t is None:  # a new pass: a new table (a restored one if a state was loaded for it)
             P.passes += 1
+            if P.pending is not None and P.pending_iter is not None and P.pending_iter() is not _find_loader_iter():
+                # Review s34: the state was loaded into another iterator than this pass's.  StatefulDataLoader
+                # (num_workers=0) loads a state taken at the end of an epoch into an iterator it then
+                # discards as finished, and starts the next epoch on a new one: that epoch must start
+                # empty, not with the finished epoch's table (which dropped every document as a duplicate).
+                P.pending = None
+            P.pending_iter = None
             t, P.pending = P.pending or _Table(), None
             t.pass_no = P.passes
             P.tables[fetcher] = t
@@ -677,6 +703,8 @@ class ResumableCollate:
             self.dedup._restore(client, count)
             P.count = count
         P.pending = t
+        it = _find_loader_iter()  # the pass it belongs to: the iterator loading it (see _table)
+        P.pending_iter = weakref.ref(it) if it is not None else None
 
     def stateful(self, dataset):
         """Wrap a map-style dataset so that the dedup state rides in ``StatefulDataLoader.state_dict()``.

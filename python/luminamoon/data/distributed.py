@@ -709,6 +709,9 @@ class DistributedPipeline:
             try:
                 item = get()
                 if item is END:
+                    if self._closed:  # review s34: closed mid-iteration (another thread): not the end of the data
+                        raise ValueError("this DistributedPipeline was closed while it was iterated: the "
+                                         "iteration stopped before the end of the data (resume from the last commit)")
                     return
                 b = self._finish(item)
             except Exception as e:

@@ -420,6 +420,10 @@ class ResumablePipeline:
                             f"got {type(dedup).__name__}")
         if isinstance(dedup, dict) and "wal_path" in dedup:
             raise ValueError("dedup: wal_path is chosen by the pipeline (state_dir/dedup.wal); leave it out")
+        if isinstance(dedup, dict) and "seed" in dedup and (isinstance(dedup["seed"], bool)
+                                                          or not isinstance(dedup["seed"], int)):
+            # review s34: was int(seed) in the run record first ('x': "invalid literal for int()", 1.5: seed 1)
+            raise TypeError(f"dedup['seed'] must be an int, got {type(dedup['seed']).__name__}")
         if not isinstance(near_dedup, (bool, dict)):
             raise TypeError(f"near_dedup must be a bool or a dict of NearDeduplicator arguments, "
                             f"got {type(near_dedup).__name__}")
@@ -655,6 +659,7 @@ class ResumablePipeline:
             for b in self._producer.batches():
                 self._last = b.coord
                 yield b
+            self._check_not_closed_midway()
             return
         self._prefetch = self._res.prefetch = Prefetcher(
             self._producer.batches, self.prefetch_batches, max_bytes=self.max_prefetch_bytes,
@@ -663,9 +668,17 @@ class ResumablePipeline:
         while True:
             item = prefetch.get()
             if item is END:
+                self._check_not_closed_midway()
                 return
             self._last = item.coord
             yield item
+
+    def _check_not_closed_midway(self) -> None:
+        # review s34: close() (from another thread, or next() on an iterator after close) stops the
+        # producer, whose end read as the end of the data: the loop ended quietly after a part of it
+        if self._closed or self._stop.is_set():
+            raise ValueError("this ResumablePipeline was closed while it was iterated: the iteration stopped "
+                             "before the end of the data (resume from the last commit)")
 
     @property
     def dedup_stats(self) -> Optional[Dict[str, Any]]:

@@ -308,6 +308,7 @@ class IterableSource(Source):
                                                                  or hasattr(iterable_or_factory, "__iter__")):
             raise TypeError(f"iterable_or_factory must be an iterable of records or a factory returning one, "
                             f"got {type(iterable_or_factory).__name__}")
+        _check_replayable(iterable_or_factory, "iterable_or_factory")
         _check_key("text_key", text_key)
         super().__init__(**kw)
         self._src = iterable_or_factory
@@ -860,7 +861,23 @@ def as_source(source: Any, text_key: str = "text") -> "Source":
     if isinstance(source, (str, bytes)) or not hasattr(source, "__iter__") and not callable(source):
         raise TypeError(f"source must be a luminamoon.data source or an iterable of records, "
                         f"got {type(source).__name__}")
+    _check_replayable(source, "source")
     return IterableSource(source, text_key=text_key)
+
+
+def _check_replayable(obj: Any, name: str) -> None:
+    """Review s34: refuse iterables whose replay cannot resume.  A set's order depends on the process's
+    hash seed, so a resumed run replaying it skips records it never delivered and repeats others; a
+    mapping (one record dict, a DatasetDict) iterates its keys, which would be delivered as texts."""
+    import collections.abc as abc
+
+    if isinstance(obj, (set, frozenset)):
+        raise TypeError(f"{name} must have a stable order: a {type(obj).__name__} is iterated in an order "
+                        "that changes between processes, so resuming would skip and repeat records; pass "
+                        "sorted(...) or a list")
+    if isinstance(obj, abc.Mapping):
+        raise TypeError(f"{name} must be an iterable of records, got a {type(obj).__name__} (a mapping iterates "
+                        "its keys); pass a list of records, e.g. [record] or list(mapping.values())")
 
 
 def _jsonable(obj: Any) -> Any:
