@@ -124,12 +124,27 @@ def int_values(col) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
 
+def _check_offsets(what: str, offsets: torch.Tensor, data: torch.Tensor) -> None:
+    """Offsets non-decreasing, from >= 0, within data: checked before Arrow gets them (review s34).  The
+    tensors are writable and shared (st.offsets, dlpack_buffers()); after ``st.offsets[1] = 2**31 - 2``
+    the exported array's readers (``to_pylist``, Polars) read past the payload and the process died with
+    SIGSEGV.  Arrow itself checks only the last offset.  One pass over the offsets (~2 ns a string)."""
+    if _C.fast_offsets_match(offsets, data, "", 0) is not None:
+        return
+    try:
+        _lib.prefix_match(offsets, data, "")
+    except ValueError as e:
+        raise ValueError(f"StringTensor.{what}: {str(e).split(': ', 1)[-1]} (were st.offsets or st.data "
+                         "written to?)") from None
+
+
 def to_arrow(st: StringTensor, zero_copy: bool = True) -> pa.Array:
     offsets, data = st.offsets, st.data
     if offsets.device.type != "cpu":
         offsets, data = offsets.cpu(), data.cpu()
     if not zero_copy:
         offsets, data = offsets.clone(), data.clone()
+    _check_offsets("to_arrow", offsets, data)
     if st._is_utf8():
         typ = pa.string() if offsets.dtype == torch.int32 else pa.large_string()
     else:
@@ -141,6 +156,11 @@ def to_arrow_view(st: StringTensor) -> pa.Array:
     if st.device.type != "cpu":
         st = st.cpu()
     views, buffers = st._vb_pair()
+    try:  # see _check_offsets
+        _C.validate_views(views, list(buffers))
+    except ValueError as e:
+        raise ValueError(f"StringTensor.to_arrow_view: {str(e).split(': ', 1)[-1]} (were st.views or the "
+                         "buffers written to?)") from None
     bufs = [None, pa.py_buffer(views.numpy().reshape(-1))] + [pa.py_buffer(_np_view(b)) for b in buffers]
     typ = pa.string_view() if st._is_utf8() else pa.binary_view()
     return pa.Array.from_buffers(typ, len(st), bufs)

@@ -67,7 +67,9 @@ class MinHash:
             raise ValueError(f"MinHash: num_buckets * hashes_per_bucket must be <= 65536, got "
                              f"{num_buckets * hashes_per_bucket}")
         self.seed = _int_param("seed", seed, 0, 2**32 - 1)
-        if isinstance(precision, bool) or precision not in (32, 64):
+        if not isinstance(precision, int) or isinstance(precision, bool):  # 64.0 was accepted (review s34)
+            raise TypeError(f"MinHash: precision must be an int (32 or 64), got {type(precision).__name__}")
+        if precision not in (32, 64):
             raise ValueError(f"MinHash: precision must be 32 or 64, got {precision!r}")
         self.precision = int(precision)
         if num_threads is not None:
@@ -99,6 +101,8 @@ class MinHash:
 
         ``texts``: a list of str, a StringTensor (CPU) or an Arrow string array."""
         from .stages import _as_string_tensor
+        if not isinstance(return_mask, bool):  # "yes" / None were read as truthy / falsy (review s34)
+            raise TypeError(f"MinHash.signatures: return_mask must be a bool, got {type(return_mask).__name__}")
         st = _as_string_tensor(texts)
         sig, has = self._obj.signatures(st.offsets, st.data, self._threads())
         return (sig, has) if return_mask else sig
@@ -114,6 +118,8 @@ class MinHash:
         """datatrove's ``simplify_text(text)`` with the default TextNormConfig (for inspection)."""
         if not isinstance(text, str):
             raise TypeError(f"MinHash.simplify: text must be a str, got {type(text).__name__}")
+        # a lone surrogate raised pybind11's "incompatible function arguments", naming nothing (review s34)
+        ops._str_arg("MinHash.simplify", "text", text)
         return self._obj.simplify(text)
 
     def bands(self, signatures: torch.Tensor) -> torch.Tensor:

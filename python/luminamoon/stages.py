@@ -944,6 +944,12 @@ class NearDeduplicator(_DedupIndex):
         """Run the stage over an iterable of str (a corpus) and return bool [N]: True where the
         document is a near duplicate, as the stream decides (for comparing with offline clusters).
         Admits the keys into this deduplicator."""
+        # batch_size 0, -1 or 1.5 never equalled len(batch): the whole corpus became one batch, silently
+        # (review s34)
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int):
+            raise TypeError(f"NearDeduplicator.decisions: batch_size must be an int, got {type(batch_size).__name__}")
+        if batch_size < 1:
+            raise ValueError(f"NearDeduplicator.decisions: batch_size must be >= 1, got {batch_size}")
         out = []
         batch = []
         for t in texts_iter:

@@ -59,7 +59,10 @@ _WINDOW = 1 << 31  # long views address payloads > 2 GiB through 2 GiB windows
 
 def _as_uint8(t, name: str) -> torch.Tensor:
     if isinstance(t, np.ndarray):
-        t = torch.from_numpy(t)
+        # A read-only array (np.frombuffer of bytes, np.memmap(mode="r")) is copied, as from_arrow copies
+        # read-only Arrow buffers (review s34): torch has no read-only tensors (it warned "undefined
+        # behavior") and a write through st.data / dlpack_buffers() into a read-only mapping is a SIGSEGV.
+        t = torch.from_numpy(t if t.flags.writeable else t.copy())
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor or numpy.ndarray, got {type(t).__name__}")
     if t.dtype != torch.uint8:
@@ -71,7 +74,7 @@ def _as_uint8(t, name: str) -> torch.Tensor:
 
 def _as_offsets(t, name: str = "offsets") -> torch.Tensor:
     if isinstance(t, np.ndarray):
-        t = torch.from_numpy(t)
+        t = torch.from_numpy(t if t.flags.writeable else t.copy())  # read-only: copied (see _as_uint8)
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor or numpy.ndarray, got {type(t).__name__}")
     if t.dtype not in (torch.int32, torch.int64):
@@ -96,6 +99,22 @@ def _as_index_tensor(t, name: str, empty_dtype: torch.dtype = torch.int64) -> to
         if "overflow" in str(e).lower():
             raise IndexError(f"{name} holds a value outside the int64 range") from None
         raise TypeError(f"{name} must be a tensor, array or list of integers/bools, got {type(t).__name__}") from None
+
+
+def _pa_is_string(arr) -> bool:
+    """Whether an Arrow array has a UTF-8 string type (not binary)."""
+    import pyarrow as pa
+
+    return pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)
+
+
+def _bool_arg(method: str, name: str, value) -> bool:
+    """A bool flag, refused with a TypeError naming it otherwise (review s34: ``validate="no"`` was read as
+    True by from_arrow, ``validate=None`` as False by from_buffers, and from_list raised pybind11's
+    "incompatible function arguments" that names no argument)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{method}: {name} must be a bool, got {type(value).__name__}")
+    return value
 
 
 def _windows(data: torch.Tensor) -> tuple:
@@ -212,6 +231,7 @@ class StringTensor:
         >>> StringTensor.from_list(["x", "y"]).tolist()
         ['x', 'y']
         """
+        _bool_arg("StringTensor.from_list", "validate", validate)
         if isinstance(strings, (str, bytes)):
             raise TypeError("strings must be a sequence of str, not a single str/bytes")
         if isinstance(strings, StringTensor):
@@ -240,6 +260,7 @@ class StringTensor:
         >>> StringTensor.from_buffers(torch.tensor([0, 1, 3]), torch.tensor([97, 98, 99], dtype=torch.uint8)).tolist()
         ['a', 'bc']
         """
+        _bool_arg("StringTensor.from_buffers", "validate", validate)
         offsets = _as_offsets(offsets)
         data = _as_uint8(data, "data")
         if offsets.device != data.device:
@@ -296,6 +317,7 @@ class StringTensor:
         buffers are shared.  With ``validate=False`` the tensor has bytes
         semantics and ``to_arrow()`` exports it as ``binary``.
         """
+        _bool_arg("StringTensor.from_arrow", "validate", validate)
         return _arrow.from_arrow(cls, obj, validate=validate)
 
     # ------------------------------------------------------------------ layouts
@@ -320,12 +342,22 @@ class StringTensor:
         return self._vb_pair()[1]
 
     def _materialize_offsets(self) -> tuple:
+        od = self._build_offsets()
+        if not _compiling():
+            self._od = od  # one store publishes both
+        return od
+
+    def _build_offsets(self) -> tuple:
+        """(offsets, data) from the views (a copy of the strings' bytes), not stored."""
         views, buffers = self._vb
+        if _compiling():
+            # Under torch.compile the total length is data-dependent: int(sum) / `if views.shape[0]` failed
+            # fullgraph tracing of every views-only tensor (a slice, take, mask, from_arrow string_view:
+            # review s34).  int64 offsets are right for any size; not cached (no side effect on the input).
+            return tuple(_lib.offsets_from_views(views, list(buffers), True))
         total = int(views[:, :4].contiguous().view(torch.int32).sum()) if views.shape[0] else 0
         large = total > 0x7FFFFFFF
-        od = tuple(_lib.offsets_from_views(views, list(buffers), large))
-        self._od = od  # one store publishes both
-        return od
+        return tuple(_lib.offsets_from_views(views, list(buffers), large))
 
     def _materialize_views(self) -> tuple:
         offsets, data = self._od
@@ -385,6 +417,60 @@ class StringTensor:
                 total += st.nbytes()
         return total
 
+    # ----------------------------------------------------------------- pickling
+    # Review s34: pickle / torch.save / copy.deepcopy of a slice, take or mask result wrote the parent's whole
+    # payload storage (a 2-string slice of a 10 MB tensor pickled to 10 MB, an empty mask result too), and
+    # DataLoader workers moved it all into shared memory.  A tensor holding far more storage than its
+    # strings need is pickled as a compact offsets layout (its strings' bytes copied once); others as is.
+    # And plain pickle writes a storage once per tensor that views it (no memo across tensors): from_list's
+    # views buffers, windows of its payload, were written (and unpickled) as a second copy of the payload;
+    # they are now rebuilt from the payload.
+    def _pickle_wasteful(self) -> bool:
+        if self.device.type == "meta":
+            return False
+        n = len(self)
+        need = self.nbytes + 8 * (n + 1) + (16 * n if self._vb is not None else 0)
+        return self.storage_nbytes > 2 * need + (1 << 16)
+
+    def __getstate__(self):
+        od, vb = self._od, self._vb
+        if self._pickle_wasteful():
+            if od is not None:
+                off, data = od
+                start, end = int(off[0]), int(off[-1])
+                od = ((off - start) if start else off.clone()), data[start:end].clone()
+            else:
+                od = self._build_offsets()  # a fresh, compact copy (not kept by this tensor)
+            vb = None
+        elif od is not None and vb is not None and self._buffers_are_windows():
+            vb = (vb[0], None)  # rebuilt by __setstate__ as _windows(data)
+        return {"od": od, "vb": vb, "utf8": self._utf8}
+
+    def _buffers_are_windows(self) -> bool:
+        data, bufs = self._od[1], self._vb[1]
+        if data.device.type != "cpu":
+            return False
+        wins = _windows(data)
+        return len(bufs) == len(wins) and all(
+            b.data_ptr() == w.data_ptr() and b.numel() == w.numel() for b, w in zip(bufs, wins))
+
+    def __setstate__(self, state):
+        if isinstance(state, tuple) and len(state) == 2 and isinstance(state[1], dict):  # a pickle of before s34
+            slots = state[1]
+            state = {"od": slots.get("_od"), "vb": slots.get("_vb"), "utf8": slots.get("_utf8")}
+        if not isinstance(state, dict) or set(state) != {"od", "vb", "utf8"}:
+            raise ValueError("StringTensor: not a pickled StringTensor state")
+        od, vb = state["od"], state["vb"]
+        if vb is not None and vb[1] is None:
+            vb = (vb[0], _windows(od[1]))
+        self._od, self._vb, self._utf8 = od, vb, state["utf8"]
+
+    def __copy__(self) -> "StringTensor":
+        """A shallow copy sharing the tensors (a StringTensor is never changed in place)."""
+        out = StringTensor.__new__(StringTensor)
+        out._od, out._vb, out._utf8 = self._od, self._vb, self._utf8
+        return out
+
     # ------------------------------------------------------------ sequence API
     def __len__(self) -> int:
         od = self._od
@@ -395,7 +481,18 @@ class StringTensor:
 
     def __repr__(self) -> str:
         n = len(self)
-        head = self[: min(n, 5)].tolist() if self.device.type == "cpu" else "..."
+        head = "..."
+        if self.device.type == "cpu":
+            # repr never raises (review s34: it raised ValueError for bytes that are not UTF-8, so printing
+            # a validate=False tensor or inspecting it in a debugger failed): bytes then, else the reason
+            first = self[: min(n, 5)]
+            try:
+                head = first.tolist()
+            except ValueError:
+                try:
+                    head = first.tolist(as_bytes=True)
+                except ValueError as e:
+                    head = f"<unreadable: {e}>"
         more = ", ..." if n > 5 else ""
         return f"StringTensor({head}{more}, len={n}, device={self.device})"
 
@@ -450,6 +547,12 @@ class StringTensor:
             return self.take(key)
         if isinstance(key, (list, tuple, np.ndarray)):
             arr = np.asarray(key)
+            if arr.dtype == object:  # review s34: st[[2**70]] raised torch's "can't convert np.ndarray of type object"
+                if all(isinstance(k, (int, np.integer)) and not isinstance(k, bool) for k in arr.ravel()):
+                    raise IndexError(f"index holds a value outside the int64 range (a StringTensor of length {n})")
+                raise TypeError("index list must hold ints (or bools for a mask)")
+            if arr.dtype.kind not in "iubf":  # strings etc.: torch's "can't convert np.ndarray of type numpy.str_"
+                raise TypeError(f"index list must hold ints (or bools for a mask), got dtype {arr.dtype}")
             if arr.dtype == np.uint8:  # NumPy reads a uint8 array as indices: keep that meaning
                 arr = arr.astype(np.int64)
             key = torch.as_tensor(arr)
@@ -496,7 +599,11 @@ class StringTensor:
             raise ValueError(f"index must be 1-D, got shape {tuple(index.shape)}")
         n = len(self)
         index = index.to(device=self.device, dtype=torch.int64)
-        if index.numel():
+        if index.numel() and _compiling() and self.device.type == "cpu":
+            # int(index.min()) is data-dependent and failed fullgraph tracing (review s34); negatives are
+            # wrapped and index_select checks the range itself
+            index = torch.where(index < 0, index + n, index)
+        elif index.numel():
             lo, hi = int(index.min()), int(index.max())
             if lo < -n or hi >= n:
                 bad = lo if lo < -n else hi
@@ -565,7 +672,9 @@ class StringTensor:
             _ops._str_arg("fast_eq", "other", other)
             od, vb = self._od, self._vb
             if od is None:
-                if vb[0].is_cpu and not _compiling():
+                if vb[0].is_cpu and _compiling():  # the views op: building offsets would copy the payload
+                    return _lib.views_equal_scalar(vb[0], list(vb[1]), other)
+                if vb[0].is_cpu:
                     r = _fast_vm(vb[0], vb[1], other, 1)
                     return r if r is not None else _lib.views_equal_scalar(vb[0], list(vb[1]), other)
             elif od[0].is_cpu and not _compiling():
@@ -582,7 +691,9 @@ class StringTensor:
                 if r is not None:
                     return r
         other = self._other(other)
-        if len(other) != len(self):
+        if _compiling():  # two unbacked lengths (masks): a check, not a data-dependent guard (review s34)
+            torch._check(len(other) == len(self), lambda: "other must have the same length")
+        elif len(other) != len(self):
             raise ValueError(f"other must have the same length ({len(self)}), got {len(other)}")
         if other.device != self.device:
             raise ValueError(f"other is on {other.device}, self on {self.device}")
@@ -645,6 +756,8 @@ class StringTensor:
         if seed >= 1 << 63:
             seed -= 1 << 64
         od, vb = self._od, self._vb
+        if od is None and _compiling() and vb[0].is_cpu:  # the views op (see fast_eq; review s34)
+            return _lib.views_hash64(vb[0], list(vb[1]), seed)
         # the views layout when there is no offsets layout, or when the CPU hashes inline views
         # 8 at a time (AVX-512: a string of <= 12 bytes is hashed from its view alone) and the
         # strings are short (<= 16 bytes on average: words; longer ones hash faster from offsets)
@@ -757,7 +870,18 @@ class StringTensor:
         """A ``polars.Series`` of the strings (``Binary`` for bytes semantics, see ``to_arrow``)."""
         import polars as pl
 
-        return pl.Series(name, self.to_arrow())
+        if not isinstance(name, str):
+            raise TypeError(f"to_polars: name must be a str, got {type(name).__name__}")
+        arr = self.to_arrow()
+        if _pa_is_string(arr):
+            # Polars trusts a string array's UTF-8 and panics (pyo3 PanicException, not an Exception) on bytes
+            # written into st.data after the tensor was checked (review s34); one more pass over the payload
+            # (~0.1 ms a MB) against Polars' own copy of it (~4 ms a MB)
+            try:
+                _C.validate_utf8(*self._od_pair() if self.device.type == "cpu" else self.cpu()._od_pair())
+            except ValueError as e:
+                raise ValueError(f"to_polars: {e} (was st.data written to?)") from None
+        return pl.Series(name, arr)
 
     def __arrow_c_schema__(self):
         return self.to_arrow().type.__arrow_c_schema__()
