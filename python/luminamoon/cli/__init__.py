@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -44,9 +45,9 @@ def _build_config(args) -> Dict[str, Any]:
     i, o, r = cfg["input"], cfg["output"], cfg["run"]
     if getattr(args, "input_format", None):
         i["format"] = args.input_format
-    if getattr(args, "text_field", None):
+    if getattr(args, "text_field", None) is not None:  # '' reaches _validate (was silently "text")
         i["text_field"] = args.text_field
-    if getattr(args, "id_field", None):
+    if getattr(args, "id_field", None) is not None:  # '' reaches _validate (was silently "id")
         i["id_field"] = args.id_field
     if getattr(args, "text_per_file", False):
         i["text_per"] = "file"
@@ -93,6 +94,10 @@ def _validate(cfg: Dict[str, Any]) -> None:
     check_config(cfg, "settings")  # every number finite and in range, keep_fields distinct strings
 
     i, o, r = cfg["input"], cfg["output"], cfg["run"]
+    for k in ("text_field", "id_field"):  # an empty name was refused with a message about --group-by
+        if not i[k]:                      # (text) or an internal one about `fields` (id)
+            raise ConfigError(f"input.{k} is empty: name the {k.split('_')[0]} field "
+                              f"(--{k.replace('_', '-')} NAME)")
     if i["format"] not in ("auto", "jsonl", "text", "parquet"):
         raise ConfigError(f"input.format must be auto, jsonl, text or parquet, not {i['format']!r}")
     if i["text_per"] not in ("line", "file"):
@@ -163,6 +168,8 @@ def cmd_run(args) -> int:
 
     _tune_process()
     cfg = _build_config(args)
+    if args.address is not None and args.engine != "ray":  # was silently ignored (a local run)
+        raise _Fail(f"--address {args.address} joins a Ray cluster: it needs --engine ray")
     t0 = time.perf_counter()
     stats = run_corpus(args.inputs, args.output, cfg, resume=args.resume, overwrite=args.overwrite,
                        quiet=args.quiet, report=not args.no_report,
@@ -410,6 +417,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     from .config import ConfigError
     from .runner import RunError
 
+    old_term = _term_as_interrupt() if args.command in ("run", "demo") else None
     try:
         return args.func(args)
     except (RunError, ConfigError, _Fail) as e:
@@ -426,6 +434,26 @@ def main(argv: Optional[List[str]] = None) -> int:
         where = f" ({e.filename})" if e.filename and str(e.filename) not in str(e) else ""
         _err(f"{e}{where}")
         return 2
+    finally:
+        if old_term is not None:
+            signal.signal(signal.SIGTERM, old_term)
+
+
+def _term_as_interrupt():
+    """SIGTERM behaves like Ctrl-C from the start of a run, not only once its main loop runs: a
+    SIGTERM while standard input was copied (or during startup / near-dup pass 1) killed the
+    process outright (exit -15), leaving the partial copy of standard input in OUT.  Returns the
+    handler it replaced (None where it could not install one: not the main thread)."""
+    if not hasattr(signal, "SIGTERM"):
+        return None
+
+    def _term(signum, frame):
+        raise KeyboardInterrupt
+
+    try:
+        return signal.signal(signal.SIGTERM, _term)
+    except ValueError:  # not the main thread
+        return None
 
 
 def entry() -> int:

@@ -176,6 +176,9 @@ def _spool_stdin(out: str, fmt: str) -> "tuple[str, str]":
         except Exception:
             body = b"{"
     if fmt == "auto":
+        # a UTF-8 byte order mark before the first record (the JSONL reader ignores it) does not make
+        # JSON Lines text (it did: every record was written as one document of raw JSON)
+        body = body[3:] if body[:3] == b"\xef\xbb\xbf" else body
         fmt = "parquet" if head[:4] == b"PAR1" else "jsonl" if body.lstrip()[:1] == b"{" else "text"
     ext = {"parquet": ".parquet", "jsonl": ".jsonl", "text": ".txt"}[fmt]
     return tmp, "stdin" + ext + ("" if fmt == "parquet" else comp)
