@@ -110,3 +110,27 @@ def test_sigterm_while_standard_input_is_copied_ends_like_ctrl_c(tmp_path):
     assert rc == 130, (rc, err)
     assert "interrupted" in err
     assert not out.exists() or not any(f.startswith(".luminamoon-stdin") for f in os.listdir(out)), os.listdir(out)
+
+
+@pytest.mark.parametrize("as_glob", [False, True])
+def test_an_earlier_runs_output_folder_is_read_for_its_parts(tmp_path, capsys, as_glob):
+    """Chaining runs: the output folder of one run as the input of the next.  Its stats.json (and
+    report.png) beside .luminamoon/run.json are that run's files, not data: stats.json was read as
+    JSON Lines and the second run stopped with "malformed JSON"."""
+    src = tmp_path / "in.jsonl"
+    recs = [{"id": f"d{i}", "text": f"document {i} " + "word " * (i % 7 + 1)} for i in range(40)]
+    src.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    first, second = tmp_path / "first", tmp_path / "second"
+    assert main(["run", str(src), "-o", str(first), "-q", "--no-quality", "--no-pii", "--no-dedup"]) == 0
+    assert (first / "stats.json").is_file() and (first / "report.png").is_file()
+    arg = str(tmp_path / "fi*" / "*") if as_glob else str(first)
+    assert main(["run", arg, "-o", str(second)] + QUIET) == 0
+    err = capsys.readouterr().err
+    assert "statistics / report file(s) of an earlier run" in err and "stats.json" in err
+    want = _rows(str(first))
+    got = _rows(str(second))
+    assert [r["text"] for r in got] == [r["text"] for r in want] and len(got) == len(recs)
+    with open(second / "stats.json") as f:
+        assert json.load(f)["documents"]["input"] == len(recs)
+    # named as a file, stats.json is still read (and refused as what it is)
+    assert main(["run", str(first / "stats.json"), "-o", str(tmp_path / "third")] + QUIET) == 2

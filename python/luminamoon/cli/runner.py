@@ -72,12 +72,13 @@ _STDIN_TMP = ".luminamoon-stdin.tmp"  # standard input being copied, before the 
 class _Inputs:
     """The files of a run: ``paths`` (read in this order), ``names`` (each file's
     path relative to the inputs' common root: the ids' prefix), and what the
-    expansion passed over (``skipped``: not_data, dangling_symlinks, own_output)."""
+    expansion passed over (``skipped``: not_data, dangling_symlinks, own_output, run_files)."""
 
     def __init__(self) -> None:
         self.paths: List[str] = []
         self.names: List[str] = []
-        self.skipped: Dict[str, List[str]] = {"not_data": [], "dangling_symlinks": [], "own_output": []}
+        self.skipped: Dict[str, List[str]] = {"not_data": [], "dangling_symlinks": [], "own_output": [],
+                                              "run_files": []}
         self.stdin = False
 
 
@@ -121,6 +122,9 @@ def _gather_inputs(inputs: Sequence[str], out: str, fmt: str, stdin_copy: Option
                     continue
                 raise RunError(f"the output folder {out!r} holds input file {f!r}: a run must not write where it "
                                "reads (it could replace or delete its input); write the output to another folder")
+            if not literal and _run_file_of_earlier_run(f):
+                res.skipped["run_files"].append(f)
+                continue
             if not literal and fmt == "auto":
                 try:
                     detect_format(f)
@@ -135,13 +139,22 @@ def _gather_inputs(inputs: Sequence[str], out: str, fmt: str, stdin_copy: Option
             roots.append(os.path.abspath(root))
         if n_before == len(res.paths) and not literal:
             raise RunError(f"input not found: {item!r} holds no data file (passed over: "
-                           f"{', '.join(res.skipped['not_data'][:5] + res.skipped['own_output'][:5]) or 'nothing'})")
+                           f"{', '.join(res.skipped['not_data'][:5] + res.skipped['own_output'][:5] + res.skipped['run_files'][:5]) or 'nothing'})")
     try:
         common = os.path.commonpath(roots) if roots else "."
     except ValueError:  # different drives
         common = ""
     res.names = [os.path.relpath(os.path.abspath(p), common) if common else os.path.abspath(p) for p in res.paths]
     return res
+
+
+def _run_file_of_earlier_run(path: str) -> bool:
+    """Whether ``path`` is the statistics or report of an earlier run (``stats.json``, ``report.png`` beside
+    a ``.luminamoon/run.json``): a folder (or glob) input that is, or holds, another run's output is read
+    for its parts only.  ``stats.json`` was read as JSON Lines and stopped the run ("malformed JSON"), so
+    chaining runs (``luminamoon run out1 -o out2``) failed."""
+    d, name = os.path.split(path)
+    return name in _OWN_FILES and os.path.isfile(os.path.join(d, STATE_DIRNAME, _RUN_FILE))
 
 
 def _spool_stdin(out: str, fmt: str) -> "tuple[str, str]":
@@ -794,7 +807,8 @@ def _run_locked(inputs, out, cfg, resume, overwrite, quiet, title, report, stop_
     got = _gather_inputs(inputs, out, fmt, stdin_copy or "-", _own_files(out, prev))
     for what, label in (("not_data", "file(s) that are not data (hidden, marker or unknown file type)"),
                         ("dangling_symlinks", "dangling symlink(s)"),
-                        ("own_output", "own output file(s) of the run in the output folder")):
+                        ("own_output", "own output file(s) of the run in the output folder"),
+                        ("run_files", "statistics / report file(s) of an earlier run (its parts are read)")):
         if got.skipped[what]:
             names = got.skipped[what]
             print(f"luminamoon: skipped {len(names)} {label}: {', '.join(names[:8])}" + (", ..." if len(names) > 8 else ""),
