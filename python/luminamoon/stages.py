@@ -20,6 +20,7 @@ from __future__ import annotations
 import inspect
 import operator
 import os
+import weakref
 from typing import Iterable, Mapping, Optional, Protocol, Sequence, Union, runtime_checkable
 
 import torch
@@ -130,7 +131,14 @@ def _threads_arg(num_threads) -> Optional[int]:
         raise TypeError(f"num_threads must be an int or None, got {type(num_threads).__name__}")
     if num_threads < 1:
         raise ValueError(f"num_threads must be >= 1, got {num_threads}")
+    # review s34: 2**40 was accepted here and every later call raised pybind's "incompatible function
+    # arguments" (the binding takes a C int); the core uses at most 256 threads whatever is asked
+    if num_threads > _MAX_THREADS_ARG:
+        raise ValueError(f"num_threads must be <= {_MAX_THREADS_ARG}, got {num_threads}")
     return num_threads
+
+
+_MAX_THREADS_ARG = 2**31 - 1  # the binding's C int
 
 
 # ---------------------------------------------------------- setting checks
@@ -290,7 +298,11 @@ class _BatchCall:
         """(offsets int64, data, source_index, reasons) of one batch in the offsets layout."""
         return self._obj.run(offsets, data, self.num_threads)
 
+    def _check_usable(self) -> None:
+        """Raise when this object cannot run here (a WAL-backed deduplicator in a forked child)."""
+
     def __call__(self, texts) -> StageResult:
+        self._check_usable()
         st = _as_string_tensor(texts)
         off, data, src, reasons = self._run_raw(st.offsets, st.data)
         return StageResult(_texts_from(off, data), reasons, src)
@@ -701,6 +713,21 @@ class _DedupIndex(_Stage):
     (StreamDeduplicator: one key per distinct document; NearDeduplicator: one per distinct band key)."""
 
     _holds = "a table"
+    #: set in a forked child for a deduplicator with a WAL (see _wal_indexes_after_fork_in_child)
+    _forked = False
+    _closed_in_child = False
+
+    def _register_wal(self) -> None:
+        if self._obj is not None and self._obj.path is not None:
+            _WAL_INDEXES.add(self)
+
+    def _check_usable(self, what: Optional[str] = None) -> None:
+        if self._forked:
+            raise ValueError(
+                f"{what or self._what}: this {self._what} and its WAL {self._obj.path!r} belong to the "
+                f"process that created it; this process is a child forked from it, where using it would "
+                f"write into (or wait on) the parent's log. Create a {self._what} of its own (another "
+                f"wal_path) in this process")
 
     def __getstate__(self):
         raise TypeError(f"a {self._what} holds {self._holds} and an open log and cannot be pickled; "
@@ -709,6 +736,7 @@ class _DedupIndex(_Stage):
     @property
     def counters(self) -> dict:
         """The table's ``stats`` (a deduplicator's counters are its persistent state)."""
+        self._check_usable()
         return self._obj.stats()
 
     def reset_counters(self) -> None:
@@ -719,38 +747,48 @@ class _DedupIndex(_Stage):
     def lsn(self) -> int:
         """The number of keys admitted (distinct documents / band keys): the state is 'the first lsn
         admissions'."""
+        self._check_usable()
         return self._obj.lsn()
 
     def sync(self) -> int:
         """Write the buffered keys and fdatasync the log; returns the durable LSN."""
+        self._check_usable(f"{self._what}.sync")
         return self._obj.sync()
 
     def truncate(self, lsn: int) -> None:
         """Cut the log and the table back to the state at ``lsn`` (durably)."""
+        self._check_usable(f"{self._what}.truncate")
         self._obj.truncate(lsn)
 
     def snapshot(self) -> None:
         """Write a snapshot of the table next to the log (path + '.snap')."""
+        self._check_usable(f"{self._what}.snapshot")
         self._obj.snapshot()
 
     @property
     def stats(self) -> dict:
         """entries (distinct keys), lsn, durable_lsn, bytes_per_entry, wal_bytes, probes, ..."""
+        self._check_usable()
         return self._obj.stats()
 
     def __len__(self) -> int:
+        self._check_usable()
         return int(self._obj.stats()["entries"])
 
     @property
     def closed(self) -> bool:
-        return self._obj.closed
+        return self._closed_in_child or self._obj.closed
 
     @property
     def path(self) -> Optional[str]:
         return self._obj.path
 
     def close(self) -> None:
-        """Sync and close the log (idempotent)."""
+        """Sync and close the log (idempotent).  In a process forked from the one that opened the
+        log it only marks the object closed: the log is the parent's, nothing is written."""
+        if self._forked:
+            self._closed_in_child = True
+            return
         self._obj.close()
 
     def __enter__(self):
@@ -807,15 +845,27 @@ class StreamDeduplicator(_DedupIndex):
             p["tag"] = tag
         # recorded as before: wal_path, seed and max_entries always, the others when given
         self._config = p
-        self._obj = _C.StreamDeduplicator(dict(p))
+        try:
+            self._obj = _C.StreamDeduplicator(dict(p))
+        except ValueError as e:
+            # review s34: a WAL locked by another open deduplicator was refused as "object is in the
+            # wrong state for this call" (the core's LM_ESTATE from flock; NearDeduplicator names it)
+            if wal_path is not None and "wrong state" in str(e):
+                raise ValueError(f"StreamDeduplicator: the WAL {os.fspath(wal_path)} is in use (locked by "
+                                 "another open StreamDeduplicator, in this or another process); close that "
+                                 "one first or use another wal_path") from e
+            raise
+        self._register_wal()
 
     def check_insert_hashes(self, hashes: torch.Tensor) -> torch.Tensor:
         """Admit precomputed hashes (int64 [N, 2]: lo, hi of XXH3-128); bool [N]: new."""
+        self._check_usable(f"{self._what}.check_insert_hashes")
         if not isinstance(hashes, torch.Tensor):
             raise TypeError(f"hashes must be a torch.Tensor, got {type(hashes).__name__}")
         return self._obj.check_insert_hashes(hashes)
 
     def __contains__(self, text) -> bool:
+        self._check_usable(f"{self._what}.contains")
         return self._obj.contains(text)
 
     @property
@@ -825,6 +875,8 @@ class StreamDeduplicator(_DedupIndex):
     def __repr__(self) -> str:
         if self._obj is None:  # its constructor raised
             return "StreamDeduplicator(<not created>)"
+        if self._forked:
+            return f"StreamDeduplicator(wal_path={self.path!r}, seed={self.seed}, <a forked child's copy>)"
         me = self._config.get("max_entries", 0)
         return (f"StreamDeduplicator(wal_path={self.path!r}, seed={self.seed}"
                 f"{f', max_entries={me}' if me else ''}, lsn={self.lsn}{', closed' if self.closed else ''})")
@@ -903,6 +955,7 @@ class NearDeduplicator(_DedupIndex):
                    precision=precision)
         self._config = dict(extra, wal_path=wal_path, max_entries=max_entries, **cfg)
         self._obj = _C.NearDeduplicator(dict(self._config))
+        self._register_wal()
 
     @property
     def config(self) -> dict:
@@ -932,10 +985,12 @@ class NearDeduplicator(_DedupIndex):
         for name, t in (("keys", keys), ("has_keys", has_keys)):
             if not isinstance(t, torch.Tensor):
                 raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        self._check_usable(f"{self._what}.check_keys")
         return self._obj.check_keys(keys, has_keys)
 
     def check_insert_hashes(self, keys: torch.Tensor) -> torch.Tensor:
         """Admit raw band keys (int64 [M, 2]); bool [M]: new (the distributed owner's side)."""
+        self._check_usable(f"{self._what}.check_insert_hashes")
         if not isinstance(keys, torch.Tensor):
             raise TypeError(f"keys must be a torch.Tensor, got {type(keys).__name__}")
         return self._obj.check_insert_hashes(keys)
@@ -964,6 +1019,8 @@ class NearDeduplicator(_DedupIndex):
     def __repr__(self) -> str:
         if self._obj is None:
             return "NearDeduplicator(<not created>)"
+        if self._forked:
+            return f"NearDeduplicator(wal_path={self.path!r}, <a forked child's copy>)"
         c, me = self.config, self._config.get("max_entries", 0)
         return (f"NearDeduplicator(wal_path={self.path!r}, seed={c['seed']}, n_grams={c['n_grams']}, "
                 f"num_buckets={c['num_buckets']}, hashes_per_bucket={c['hashes_per_bucket']}, "
@@ -987,6 +1044,35 @@ def hash128(texts, seed: int = 0) -> torch.Tensor:
         raise ValueError(f"hash128: seed must be in [-2**63, 2**64) (64 bits), got {seed}")
     st = _as_string_tensor(texts)
     return _C.hash128(st.offsets, st.data, seed & (2**64 - 1))
+
+
+# ------------------------------------------------- WAL-backed deduplicators and os.fork()
+# review s34: a forked child inherited a WAL-backed deduplicator together with its log's descriptor
+# and lock (the lock belongs to the shared open file, so it does not keep the child out).  Used there,
+# it appended at the parent's offset: the child's sync() said durable and the parent's next record
+# overwrote it, or the child's records stayed and were replayed as the parent's; and merely exiting
+# the child normally (finalizers) flushed the parent's buffered hashes into the log, so hashes the
+# parent later truncated came back on reopening (documents dropped as duplicates).  In the child the
+# object is now refused with ValueError (_check_usable), and its C object is kept alive for good, so
+# that no destructor there ever writes to the parent's log.  (The C++ binding does not know about
+# fork; the complete fix is a pid check there, like FusedRunner's.)
+
+_WAL_INDEXES: "weakref.WeakSet" = weakref.WeakSet()
+
+
+def _wal_indexes_after_fork_in_child() -> None:
+    live = [ix for ix in list(_WAL_INDEXES) if ix._obj is not None and not ix._obj.closed]
+    if not live:
+        return
+    import ctypes
+
+    for ix in live:
+        ix._forked = True
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(ix._obj))  # never destroyed (=flushed) here
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_wal_indexes_after_fork_in_child)
 
 
 # ----------------------------------------------------------------- pipelines
@@ -1034,6 +1120,11 @@ class _Pipeline(_BatchCall):
         self._near, self._owns_near = _resolve(near_dedup, NearDeduplicator, "near_dedup")
         if self._near is not None and self._near.closed:
             raise ValueError(f"{type(self).__name__}: the NearDeduplicator is closed")
+
+    def _check_usable(self) -> None:
+        for ix in (self._dedup, self._near):
+            if ix is not None:
+                ix._check_usable(f"{type(self).__name__}")
 
     @property
     def cleaner(self) -> Optional[TextCleaner]:
@@ -1160,12 +1251,14 @@ class _FusedStream:
     the next one can start; the next one is already queued.  Internal."""
 
     def __init__(self, pipe: "FusedPipeline", max_jobs: int):
+        pipe._check_usable()
         self._pipe = pipe
         self._runner = _C.FusedRunner(pipe._obj, max_jobs)
         #: the deduplicators whose LSNs collect() reports (the pipeline's own)
         self.dedup, self.near_dedup = pipe.dedup, pipe.near_dedup
 
     def submit(self, texts) -> None:
+        self._pipe._check_usable()
         st = _as_string_tensor(texts)
         self._runner.submit(st.offsets, st.data, self._pipe.num_threads)
 

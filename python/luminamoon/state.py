@@ -14,7 +14,10 @@ Example:
 """
 from __future__ import annotations
 
+import errno
+import fcntl
 import os
+import weakref
 from typing import Optional, Union
 
 from . import _C
@@ -28,6 +31,24 @@ StateCorruptError = _C.StateCorruptError
 COORD_FIELDS = ("epoch", "batch_index", "sample_index", "source_pos", "source_pos2", "shard", "wal_lsn")
 
 
+def _trackers_after_fork_in_child() -> None:
+    # a forked child must not keep the parent's lock alive (the lock belongs to the open file the
+    # two processes share): after the parent closes, its next StateTracker on the file would be
+    # refused for as long as the child lives
+    for t in list(_TRACKERS):
+        fd = t._unlock.detach()
+        if fd is not None:
+            try:
+                os.close(fd[2][0])
+            except OSError:
+                pass
+
+
+_TRACKERS: "weakref.WeakSet" = weakref.WeakSet()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_trackers_after_fork_in_child)
+
+
 class StateTracker:
     """Open (or create, durably) the state file at ``path``.
 
@@ -36,12 +57,41 @@ class StateTracker:
     survives a commit, ``FormatVersionError`` for another format version.
     ``commit(epoch=, batch_index=, sample_index=, source_pos=, source_pos2=,
     shard=, wal_lsn=)`` -> the new sequence number, durable on return.
+
+    One StateTracker per file at a time (this process or another): a second one raises
+    OSError(EBUSY) until the first is closed.  In a process forked from the one that opened it,
+    ``commit`` and ``reset`` raise ValueError (the file is the parent's).
     """
+
+    _obj = None
 
     def __init__(self, path: Union[str, os.PathLike]):
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"StateTracker: path must be a str or PathLike, got {type(path).__name__}")
         self._obj = _C.StateTracker(path)
+        # review s34: two trackers on one file (two objects, or two processes) both committed from
+        # their own view of the slots: each commit returned as durable, and the second overwrote the
+        # first's slot (A's commit of batch 10 was lost, load() returned B's batch 5).  A commit picks
+        # its slot from what this handle last read, so one writer per file is the rule, as for the
+        # dedup WAL: an exclusive flock on a descriptor of our own, released by close() (or GC/exit).
+        self._pid = os.getpid()
+        try:
+            fd = os.open(self._obj.path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            self._obj.close()
+            raise
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            os.close(fd)
+            self._obj.close()
+            if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise
+            raise OSError(errno.EBUSY, f"StateTracker: the state file {self._obj.path} is in use (another open "
+                          "StateTracker, in this or another process, holds it); close that one first",
+                          self._obj.path) from None
+        self._unlock = weakref.finalize(self, os.close, fd)
+        _TRACKERS.add(self)
 
     @property
     def path(self) -> str:
@@ -58,20 +108,29 @@ class StateTracker:
     def commit(self, *, epoch: int = 0, batch_index: int = 0, sample_index: int = 0, source_pos: int = 0,
                source_pos2: int = 0, shard: int = 0, wal_lsn: int = 0) -> int:
         """Make the coordinate durable; returns its sequence number."""
+        self._check_writer("commit")
         return self._obj.commit(epoch=epoch, batch_index=batch_index, sample_index=sample_index,
                                 source_pos=source_pos, source_pos2=source_pos2, shard=shard, wal_lsn=wal_lsn)
 
     def reset(self) -> None:
         """Explicit fresh start: zero both slots (load() then returns None)."""
+        self._check_writer("reset")
         self._obj.reset()
 
     def inspect(self) -> dict:
         """{'a': {'status': 'valid'|'empty'|'corrupt'|'version'|'io_error', 'sequence': int}, 'b': {...}}."""
         return self._obj.inspect()
 
+    def _check_writer(self, what: str) -> None:
+        if self._pid != os.getpid() and not self._obj.closed:
+            raise ValueError(f"StateTracker.{what}: this tracker of {self._obj.path} belongs to process "
+                             f"{self._pid}; this process is a child forked from it and must not write the "
+                             "parent's state file")
+
     def close(self) -> None:
         """Close the file (idempotent)."""
         self._obj.close()
+        self._unlock()
 
     def __enter__(self) -> "StateTracker":
         return self
@@ -80,4 +139,6 @@ class StateTracker:
         self.close()
 
     def __repr__(self) -> str:
+        if self._obj is None:  # its constructor raised
+            return "StateTracker(<not created>)"
         return f"StateTracker({self.path!r}{', closed' if self.closed else ''})"
