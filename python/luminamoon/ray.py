@@ -413,7 +413,15 @@ def process(ds, text_column: str = "text", stages: Optional[Dict[str, Any]] = No
     if dedup == "global" or dedup is True:
         seed: Optional[int] = 0
     elif isinstance(dedup, dict):
-        seed = int(dedup.get("seed", 0))
+        # review s34: {'seed': 'x'} raised int()'s bare message, 1.7 was truncated to 1, 2**64 failed
+        # inside a Ray task and an unknown key ({'sed': 3}) was ignored (seed 0): checked here
+        if set(dedup) - {"seed"}:
+            raise ValueError(f"process: dedup accepts only the key 'seed', got {sorted(map(str, dedup))}")
+        seed = dedup.get("seed", 0)
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise TypeError(f"process: dedup['seed'] must be an int, got {type(seed).__name__}")
+        if not -(1 << 63) <= seed < 1 << 64:
+            raise ValueError(f"process: dedup['seed'] must be in [-2**63, 2**64) (64 bits), got {seed}")
     elif dedup is False or dedup is None:
         seed = None
     else:
@@ -421,11 +429,23 @@ def process(ds, text_column: str = "text", stages: Optional[Dict[str, Any]] = No
     if near_dedup is not None and not isinstance(near_dedup, dict):
         raise TypeError(f"process: near_dedup must be None or a dict of NearDeduplicator settings, "
                         f"got {type(near_dedup).__name__}")
-    if not isinstance(batch_size, int) or batch_size < 1:
+    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
         raise ValueError(f"process: batch_size must be a positive int, got {batch_size!r}")
-    if text_column not in ds.schema().names:
+    # review s34: num_partitions=-1 / 2.5 / "2" failed inside Ray ('num_returns') or with an unrelated
+    # TypeError, and keep_dropped="no" was taken as True: checked here, naming the argument
+    if num_partitions is not None and (isinstance(num_partitions, bool) or not isinstance(num_partitions, int)):
+        raise TypeError(f"process: num_partitions must be a positive int or None, got {type(num_partitions).__name__}")
+    if num_partitions is not None and num_partitions < 1:
+        raise ValueError(f"process: num_partitions must be a positive int or None, got {num_partitions}")
+    if not isinstance(keep_dropped, bool):
+        raise TypeError(f"process: keep_dropped must be a bool, got {type(keep_dropped).__name__}")
+    schema = ds.schema()
+    if schema is None:  # review s34: a Dataset without rows or schema (from_items([])): AttributeError on .names
+        return ds
+    if text_column not in schema.names:
         raise ValueError(f"process: the Dataset has no column {text_column!r} (columns: "
-                         f"{', '.join(ds.schema().names)})")
+                         f"{', '.join(schema.names)})")
+    _check_text_type(schema, text_column)
     near_cfg = None
     if near_dedup is not None:
         from .stages import NearDeduplicator
@@ -433,6 +453,12 @@ def process(ds, text_column: str = "text", stages: Optional[Dict[str, Any]] = No
         with NearDeduplicator(**near_dedup) as nd:  # checks the settings up front
             near_cfg = dict(nd.config)
     stage_kw = {k: stages.get(k, False) for k in ("cleaner", "quality", "pii")}
+    try:  # review s34: a bad stage setting (pii=3) failed inside every Ray task; built once here to check it
+        for x in _pipes(stage_kw):
+            if x is not None:
+                x.close()
+    except (TypeError, ValueError) as e:
+        raise type(e)(f"process: stages: {e}") from None
     P = num_partitions or max(1, int(ray.cluster_resources().get("CPU", 1)))
     ctx = DataContext.get_current()
     old = ctx.execution_options.preserve_order
@@ -446,6 +472,11 @@ def process(ds, text_column: str = "text", stages: Optional[Dict[str, Any]] = No
     finally:
         ctx.execution_options.preserve_order = old
     starts = np.concatenate([[0], np.cumsum(rows)[:-1]]).astype(np.int64) if rows else np.zeros(0, np.int64)
+    # review s34: an empty block (an empty Dataset, or one a filter emptied) has none of the stage-A
+    # columns (map_batches never ran on it): _ds_keys raised KeyError '__lm_reason'.  Empty blocks
+    # hold no rows: left out (the order keys of the others are unchanged)
+    nonempty = [c for c, n in enumerate(rows) if n]
+    blocks, starts = [blocks[c] for c in nonempty], starts[nonempty]
     bands = int(near_cfg["num_buckets"]) if near_cfg else 0
     keys_task = ray.remote(_ds_keys)
     keys_refs = [keys_task.remote(b, int(s), bands, near_cfg is not None) for b, s in zip(blocks, starts)]
@@ -461,7 +492,39 @@ def process(ds, text_column: str = "text", stages: Optional[Dict[str, Any]] = No
     return ray.data.from_arrow_refs(out)
 
 
+def _check_text_type(schema, text_column: str) -> None:
+    """TypeError unless ``text_column`` is a string (or binary) column; best effort (a schema whose
+    types are not pyarrow's is not checked)."""
+    import pyarrow as pa
+
+    try:
+        typ = schema.types[schema.names.index(text_column)]
+    except Exception:  # pragma: no cover - an unusual schema object
+        return
+    if not isinstance(typ, pa.DataType):
+        return
+    ok = (pa.types.is_string(typ) or pa.types.is_large_string(typ) or pa.types.is_binary(typ)
+          or pa.types.is_large_binary(typ) or getattr(pa.types, "is_string_view", lambda t: False)(typ)
+          or getattr(pa.types, "is_binary_view", lambda t: False)(typ))
+    if not ok:
+        raise TypeError(f"process: column {text_column!r} must hold strings, it holds {typ}")
+
+
 # ------------------------------------------------------------ luminamoon run --engine ray
+def run_corpus_ray(inputs: Sequence[str], out: str, cfg: Optional[Dict[str, Any]] = None, *,
+                   address: Optional[str] = None, **kw) -> Dict[str, Any]:
+    """``luminamoon run INPUTS -o OUT --engine ray [--address ADDR]`` from Python: ``run_corpus``
+    with ``engine="ray"`` (``cfg``: a run configuration, default ``default_config()``; ``kw``:
+    ``resume``, ``overwrite``, ``quiet``, ``report``, ...).  Returns the stats.json dict.
+
+    (review s34: named in ``__all__`` and the module's docs but missing, so
+    ``from luminamoon.ray import *`` raised AttributeError.)"""
+    from .cli.config import default_config
+    from .cli.runner import run_corpus
+
+    return run_corpus(inputs, out, default_config() if cfg is None else cfg, engine="ray", address=address, **kw)
+
+
 def _file_stage_a(i: int, path: str, name: str, fmt: str, cfg: Dict[str, Any], keep: List[str]):
     """One input file: read with the local run's source (ids, surrogates, bad records as a local
     run), stage A in batches.  Returns (bulk, keys)."""

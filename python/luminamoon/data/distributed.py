@@ -242,6 +242,10 @@ class DistributedPipeline:
         if near_dedup_config is not None and not isinstance(near_dedup_config, dict):
             raise TypeError(f"near_dedup_config must be a dict of NearDeduplicator arguments, "
                             f"got {type(near_dedup_config).__name__}")
+        if near_dedup_config and near_dedup is None:
+            # review s34: settings for a near dedup that is off were ignored without a word
+            raise ValueError("near_dedup_config is given but near_dedup is None (off): pass "
+                             "near_dedup='global' or 'local' to remove near duplicates, or leave near_dedup_config out")
         if near_dedup_config and "wal_path" in near_dedup_config:
             raise ValueError("near_dedup_config: wal_path is chosen by the pipeline; leave it out")
         if pipeline not in ("fused", "chain"):
@@ -288,9 +292,23 @@ class DistributedPipeline:
                 raise ValueError("this process is not a member of the given process group")
         if state_dir is None and self.world_size > 1:
             raise ValueError("state_dir is required with more than one rank (a folder every rank sees)")
+        if state_dir is not None and not isinstance(state_dir, (str, bytes, os.PathLike)):
+            raise TypeError(f"state_dir must be a path (str or os.PathLike) or None, got {type(state_dir).__name__}")
         self._own_dir = state_dir is None
-        self.state_dir = tempfile.mkdtemp(prefix="luminamoon-dist-") if state_dir is None else os.fspath(state_dir)
-        os.makedirs(self.state_dir, exist_ok=True)
+        # review s34: bytes were kept as bytes (the checkpoint's paths then mixed str and bytes: OSError
+        # "Can't mix strings and bytes" after the folder was made); a folder that cannot be made on
+        # one rank raised there before the first collective and left the other ranks waiting for
+        # the group timeout: now every rank learns it in the start-up check (_check_ranks_agree)
+        self.state_dir = tempfile.mkdtemp(prefix="luminamoon-dist-") if state_dir is None else \
+            os.fsdecode(os.fspath(state_dir))
+        self._dir_err: Optional[str] = None
+        try:
+            os.makedirs(self.state_dir, exist_ok=True)
+        except OSError as e:
+            msg = f"state_dir {self.state_dir!r} cannot be used as a folder: {e.strerror or e}"
+            if self.world_size == 1:
+                raise OSError(e.errno, msg) from None
+            self._dir_err = f"OSError: {msg}"
 
         self._pg = None
         self._own_pg = False
@@ -419,13 +437,17 @@ class DistributedPipeline:
         rank differs in what."""
         if self.world_size == 1:
             return
-        mine, err = None, None
+        mine, err = None, getattr(self, "_dir_err", None)
         try:
+            if err is not None:
+                raise OSError(err)
             run = getattr(self, "_run", None)  # the identity the checkpoint records, computed once
             if isinstance(run, dict) and "source" in run:
                 src = run["source"]
             else:
                 src = self.source.identity() if hasattr(self.source, "identity") else None
+            if src is None:
+                src = self._memory_identity()
             paths = []
             if isinstance(src, dict) and isinstance(src.get("files"), list):
                 paths = [f.get("path") for f in src["files"]]
@@ -440,11 +462,12 @@ class DistributedPipeline:
                                             "pii": describe_setting(self._pii or False)}},
                     "source": src, "paths": paths}
         except Exception as e:  # e.g. an unreadable input file: every rank learns it
-            err = f"{type(e).__name__}: {e}"
+            if err is None:
+                err = f"{type(e).__name__}: {e}"
         infos = self._gather((mine, err))
         bad = [f"rank {i}: {e}" for i, (_, e) in enumerate(infos) if e is not None]
         if bad:
-            raise OSError("checking that all ranks read the same input failed: " + "; ".join(bad))
+            raise OSError("checking that all ranks can start and read the same input failed: " + "; ".join(bad))
         ref = infos[0][0]
         diffs = []
         for i, (x, _) in enumerate(infos[1:], 1):
@@ -468,11 +491,41 @@ class DistributedPipeline:
             elif isinstance(fa, list) and isinstance(fb, list) and len(fa) != len(fb):
                 diffs.append(f"rank {i} reads {len(fb)} file(s), rank 0 {len(fa)}")
             else:
+                hint = (" (every rank passes the same, whole list: the pipeline shards it)"
+                        if isinstance(a, dict) and "in_memory_items" in a else "")
                 diffs.append(f"rank {i}'s source {json.dumps(b, sort_keys=True)} differs from rank 0's "
-                             f"{json.dumps(a, sort_keys=True)}")
+                             f"{json.dumps(a, sort_keys=True)}{hint}")
         if diffs:
             raise ValueError("the ranks of a DistributedPipeline must pass the same source (by content), "
                              "batch_size and settings: " + "; ".join(diffs))
+
+    def _memory_identity(self) -> Optional[Dict[str, Any]]:
+        """A list / tuple source has no identity(): its length and a CRC of up to 32 evenly
+        spaced items, compared by the start-up check only (not recorded in the checkpoint).
+        review s34: ranks that passed different lists (each its own shard, data[rank::W], the
+        usual mistake) were not told: the records were sharded again and most were never
+        delivered; lists of different lengths left the ranks in different collectives until the
+        group timeout."""
+        from collections.abc import Sequence
+
+        from .sources import IterableSource
+
+        seq = getattr(self.source, "_src", None)
+        if type(self.source) is not IterableSource or not isinstance(seq, Sequence) or isinstance(seq, (str, bytes)):
+            return None
+        try:
+            n = len(seq)
+            crc = 0
+            for i in sorted({(k * n) // 32 for k in range(32)} if n > 32 else range(n)):
+                item = seq[i]
+                try:
+                    raw = json.dumps(item, sort_keys=True, default=repr)
+                except (TypeError, ValueError):
+                    raw = repr(item)
+                crc = zlib.crc32(raw.encode("utf-8", "surrogatepass"), crc)
+            return {"in_memory_items": n, "sampled_crc32": crc}
+        except Exception:  # an unusual sequence: not checked
+            return None
 
     # --------------------------------------------------------------- recovery
     def _recover(self) -> None:
