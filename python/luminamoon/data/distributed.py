@@ -518,10 +518,10 @@ class DistributedPipeline:
             crc = 0
             for i in sorted({(k * n) // 32 for k in range(32)} if n > 32 else range(n)):
                 item = seq[i]
-                try:
-                    raw = json.dumps(item, sort_keys=True, default=repr)
+                try:  # not repr(): an object's repr may hold its address, which differs between ranks
+                    raw = json.dumps(item, sort_keys=True, default=lambda o: type(o).__name__)
                 except (TypeError, ValueError):
-                    raw = repr(item)
+                    raw = type(item).__name__
                 crc = zlib.crc32(raw.encode("utf-8", "surrogatepass"), crc)
             return {"in_memory_items": n, "sampled_crc32": crc}
         except Exception:  # an unusual sequence: not checked
