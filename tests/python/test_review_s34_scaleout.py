@@ -145,15 +145,20 @@ def test_state_dir_types(tmp_path):
         assert p.resumed_from["sample_index"] == 40 and sum(len(b.texts) for b in p) == 0
 
 
-_RANK = textwrap.dedent("""
+# a rank process: argv rank, world, store, then the script's own arguments (ARGS)
+_PREAMBLE = textwrap.dedent("""
     import json, os, sys, time
     from datetime import timedelta
     import torch, torch.distributed as dist
-    rank, world, store, corpus, sd, out = sys.argv[1:7]
-    rank, world = int(rank), int(world)
+    rank, world, store = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+    ARGS = sys.argv[4:]
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method="file://" + store, rank=rank, world_size=world,
                             timeout=timedelta(seconds=90))
+""")
+
+_RANK = _PREAMBLE + textwrap.dedent("""
+    corpus, sd, out = ARGS
     from luminamoon.data import DistributedPipeline, JsonlSource
     t0 = time.monotonic()
     res = {}
@@ -181,8 +186,21 @@ def test_state_dir_unusable_on_one_rank_stops_every_rank_at_once(tmp_path):
     script.write_text(_RANK)
     store = str(tmp_path / "store")
     out = str(tmp_path / "res")
-    procs = [subprocess.Popen([sys.executable, str(script), str(r), "2", store, corpus, sd, out],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for r in range(2)]
+    res = _run_ranks(script, out, lambda r: [str(r), "2", store, corpus, sd, out])
+    for r in range(2):
+        assert res[r].get("error", [None])[0] == "OSError", res
+        assert "state_dir" in res[r]["error"][1] and "st" in res[r]["error"][1]
+        assert res[r]["seconds"] < 30, res  # not the 90 s group timeout
+
+
+def _run_ranks(script, out: str, argv) -> list:
+    """Two rank processes of ``script`` (``argv(rank)``: its arguments), 60 s for both; each writes
+    ``{out}-{rank}.json``, returned in rank order (a rank's output is in ``{out}-{rank}.log``)."""
+    procs = []
+    for r in range(2):
+        with open(f"{out}-{r}.log", "wb") as log:
+            procs.append(subprocess.Popen([sys.executable, str(script)] + argv(r), stdout=log,
+                                          stderr=subprocess.STDOUT))
     t0 = time.monotonic()
     try:
         for p in procs:
@@ -192,22 +210,18 @@ def test_state_dir_unusable_on_one_rank_stops_every_rank_at_once(tmp_path):
             if p.poll() is None:
                 p.kill()
                 p.wait()
-    res = [json.load(open(f"{out}-{r}.json")) for r in range(2)]
+    res = []
     for r in range(2):
-        assert res[r].get("error", [None])[0] == "OSError", res
-        assert "state_dir" in res[r]["error"][1] and "st" in res[r]["error"][1]
-        assert res[r]["seconds"] < 30, res  # not the 90 s group timeout
+        if not os.path.exists(f"{out}-{r}.json"):
+            with open(f"{out}-{r}.log", "rb") as f:
+                pytest.fail(f"rank {r} wrote no result: {f.read()[-2000:].decode(errors='replace')}")
+        with open(f"{out}-{r}.json") as f:
+            res.append(json.load(f))
+    return res
 
 
-_LIST_RANK = textwrap.dedent("""
-    import json, sys, time
-    from datetime import timedelta
-    import torch, torch.distributed as dist
-    rank, world, store, sd, out, how = sys.argv[1:7]
-    rank, world = int(rank), int(world)
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method="file://" + store, rank=rank, world_size=world,
-                            timeout=timedelta(seconds=90))
+_LIST_RANK = _PREAMBLE + textwrap.dedent("""
+    sd, out, how = ARGS
     from luminamoon.data import DistributedPipeline
     data = [{"text": f"document {i} " + "words of a longer text " * (i % 7 + 1)} for i in range(60)]
     mine = data[rank::world] if how == "preshard" else data[:40] if (how == "short" and rank == 0) else data
@@ -234,19 +248,7 @@ def test_ranks_passing_different_lists_are_refused(tmp_path, how):
     script = tmp_path / "rank.py"
     script.write_text(_LIST_RANK)
     out = str(tmp_path / "res")
-    procs = [subprocess.Popen([sys.executable, str(script), str(r), "2", str(tmp_path / "store"),
-                               str(tmp_path / "state"), out, how],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for r in range(2)]
-    t0 = time.monotonic()
-    try:
-        for p in procs:
-            p.wait(timeout=max(1.0, 60 - (time.monotonic() - t0)))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    res = [json.load(open(f"{out}-{r}.json")) for r in range(2)]
+    res = _run_ranks(script, out, lambda r: [str(r), "2", str(tmp_path / "store"), str(tmp_path / "state"), out, how])
     if how == "same":  # the same whole list on every rank: every document once, over both ranks
         assert all("error" not in x for x in res), res
         kept = res[0]["kept"] + res[1]["kept"]
