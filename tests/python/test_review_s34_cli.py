@@ -134,3 +134,30 @@ def test_an_earlier_runs_output_folder_is_read_for_its_parts(tmp_path, capsys, a
         assert json.load(f)["documents"]["input"] == len(recs)
     # named as a file, stats.json is still read (and refused as what it is)
     assert main(["run", str(first / "stats.json"), "-o", str(tmp_path / "third")] + QUIET) == 2
+
+
+def test_a_byte_order_mark_before_a_text_files_first_line_is_not_text(tmp_path, capsys):
+    """A .txt input written by a Windows tool starts with a UTF-8 byte order mark: it stayed in the
+    first document ("\\ufeffbom line") in every text reader, where JSONL readers drop it.  Checked on
+    each path: record by record, the block scan, per="file", the distributed stream, and the command."""
+    from luminamoon.data import TextSource
+    from luminamoon.data.dist_stream import GlobalStream
+
+    lines = ["bom line one", "second line", "", "third \u00e9"]
+    raw = "\ufeff" + "\n".join(lines[:2]) + "\r\n" + "\n".join(lines[2:]) + "\n"
+    p = tmp_path / "bom.txt"
+    p.write_bytes(raw.encode("utf-8"))
+    assert [r["text"] for r in TextSource(str(p))] == lines
+    for n in (1, 3, 10):
+        assert [t for b in TextSource(str(p)).iter_blocks(n) for t in b.texts.tolist()] == lines
+    assert [r["text"] for r in TextSource(str(p), per="file")] == [raw[1:]]
+    g = GlobalStream(TextSource(str(p)))
+    assert [g.parse(x)["text"] for x in g.take(10)] == lines
+    # only the first line of a file: a mark later on is text (U+FEFF inside a line is a character)
+    q = tmp_path / "later.txt"
+    q.write_bytes(("first\n\ufeffsecond\n").encode("utf-8"))
+    assert [t for b in TextSource(str(q)).iter_blocks(4) for t in b.texts.tolist()] == ["first", "\ufeffsecond"]
+    assert [r["text"] for r in TextSource(str(q))] == ["first", "\ufeffsecond"]
+    out = tmp_path / "out"
+    assert main(["run", str(p), "-o", str(out), "--format", "jsonl"] + QUIET) == 0
+    assert [r["text"] for r in _rows(str(out))] == lines

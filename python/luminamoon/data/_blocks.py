@@ -25,7 +25,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence
 import numpy as np
 import torch
 
-from .errors import BadRecordError
+from .errors import UTF8_BOM, BadRecordError
 
 __all__ = ["RecordBlock", "LazyRecords", "jsonl_blocks"]
 
@@ -384,6 +384,10 @@ def _scan_text(src, path: str, shard: int, buf: Any, cut: int, base: int, line0:
     else:
         mine = np.ones(nlines, dtype=bool)
     lens = stop - starts
+    # a UTF-8 byte order mark before the file's first line is not text (TextSource._records drops it too)
+    bom = line0 == 0 and nlines > 0 and lens[0] >= 3 and bytes(arr[:3]) == UTF8_BOM
+    if bom:
+        lens[0] -= 3
     big = (lens > lim) if lim is not None else np.zeros(nlines, dtype=bool)
     try:
         str(memoryview(buf)[:cut], "utf-8") if nlines else None  # the check only (no copy first)
@@ -436,6 +440,8 @@ def _scan_text(src, path: str, shard: int, buf: Any, cut: int, base: int, line0:
             sel = np.repeat(flag, ends - starts)
         sel[stop[nl]] = False  # the "\r" of "\r\n" or the "\n"
         sel[stop[cr] + 1] = False  # the "\n" after a "\r"
+        if bom:
+            sel[:3] = False
         data = arr[sel]
     else:
         data = np.zeros(0, dtype=np.uint8)

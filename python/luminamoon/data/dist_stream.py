@@ -17,6 +17,7 @@ import sys
 from typing import Any, Dict, Iterator, List, Optional
 
 from .readers import TooLong
+from .errors import UTF8_BOM
 from .sources import JsonlSource, Source, TextSource
 
 __all__ = ["GlobalStream"]
@@ -72,6 +73,8 @@ class GlobalStream:
         if isinstance(raw, TooLong):  # longer than max_record_bytes: never held whole
             src._refuse_big(f"{path}:{lineno}", raw.nbytes)
             return None
+        if lineno == 1 and raw.startswith(UTF8_BOM):  # a UTF-8 byte order mark, as JsonlSource / TextSource
+            raw = raw[3:]
         if self.mode == "text":
             if raw.endswith(b"\n"):
                 raw = raw[:-2] if raw.endswith(b"\r\n") else raw[:-1]
@@ -80,8 +83,6 @@ class GlobalStream:
             except UnicodeDecodeError as e:
                 src._bad(f"{path}:{lineno}: invalid UTF-8 at byte {e.start}", e)
                 return None
-        if lineno == 1 and raw.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte order mark, as JsonlSource
-            raw = raw[3:]
         try:
             obj = json.loads(raw.decode("utf-8"))
         except UnicodeDecodeError as e:

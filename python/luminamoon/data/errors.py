@@ -9,3 +9,7 @@ class BadRecordError(ValueError):
 
 
 __all__ = ["BadRecordError"]
+
+#: A UTF-8 byte order mark (Windows tools write one): before a file's first line it is not text, in
+#: every reader (JSONL, text by line or by file, the block scans, the distributed stream).
+UTF8_BOM = b"\xef\xbb\xbf"

@@ -73,7 +73,7 @@ import sys
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 from ._blocks import jsonl_blocks, parquet_blocks, text_blocks
-from .errors import BadRecordError
+from .errors import UTF8_BOM, BadRecordError
 from .readers import TooLong, _FramedReader, _IndexedGzipReader, _PlainReader, _compression
 from .writers import write_jsonl  # noqa: F401  (re-exported: its old path)
 
@@ -518,7 +518,7 @@ class JsonlSource(_FileSource):
     def _parse_line(self, path: str, lineno: int, raw: bytes) -> Optional[Dict[str, Any]]:
         """One non-blank line parsed exactly (``json.loads``): the record, or None after a
         bad record was skipped (``on_error="skip"``); raises BadRecordError otherwise."""
-        if lineno == 1 and raw.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte order mark (Windows tools)
+        if lineno == 1 and raw.startswith(UTF8_BOM):  # a UTF-8 byte order mark (Windows tools)
             raw = raw[3:]
         try:
             obj = json.loads(raw.decode("utf-8"))
@@ -606,6 +606,8 @@ class TextSource(_FileSource):
             if isinstance(raw, TooLong):
                 self._refuse_big(f"{path}:{lineno}", raw.nbytes)
                 continue
+            if lineno == 1 and raw.startswith(UTF8_BOM):  # as JsonlSource: not part of the first line's text
+                raw = raw[3:]
             if raw.endswith(b"\n"):
                 raw = raw[:-2] if raw.endswith(b"\r\n") else raw[:-1]
             try:
@@ -644,7 +646,8 @@ class TextSource(_FileSource):
                 self._refuse_big(path, size)
                 continue
             try:
-                yield {self.text_key: b"".join(chunks).decode("utf-8")}
+                body = b"".join(chunks)
+                yield {self.text_key: (body[3:] if body.startswith(UTF8_BOM) else body).decode("utf-8")}
             except UnicodeDecodeError as e:
                 self._bad(f"{path}: invalid UTF-8 at byte {e.start}", e)
 
