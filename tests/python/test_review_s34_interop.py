@@ -183,7 +183,7 @@ def test_compile_fullgraph_views_only_tensors(case):
     assert torch.equal(out, fn(st))
 
 
-def test_compile_pad_bytes_op_on_compacted_offsets():
+def test_compile_pad_bytes_op_on_compacted_offsets(monkeypatch):
     ops = luminamoon.ops
     st = StringTensor.from_list(ITEMS)
     off, data = st.offsets, st.data
@@ -194,8 +194,10 @@ def test_compile_pad_bytes_op_on_compacted_offsets():
         return ops.pad_bytes(co, cd, 6)[0]
 
     torch._dynamo.reset()
-    with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True):
-        out = torch.compile(f, fullgraph=True, dynamic=True)(off, data, mask)
+    # set as test_ops.py sets it: config.patch() reads the old value first, and raises AttributeError
+    # once a monkeypatch elsewhere in this worker process has deleted (= hidden) the entry on undo
+    monkeypatch.setattr(torch._dynamo.config, "capture_dynamic_output_shape_ops", True, raising=False)
+    out = torch.compile(f, fullgraph=True, dynamic=True)(off, data, mask)
     assert torch.equal(out, f(off, data, mask))
 
 
