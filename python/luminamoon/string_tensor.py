@@ -101,13 +101,6 @@ def _as_index_tensor(t, name: str, empty_dtype: torch.dtype = torch.int64) -> to
         raise TypeError(f"{name} must be a tensor, array or list of integers/bools, got {type(t).__name__}") from None
 
 
-def _pa_is_string(arr) -> bool:
-    """Whether an Arrow array has a UTF-8 string type (not binary)."""
-    import pyarrow as pa
-
-    return pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)
-
-
 def _bool_arg(method: str, name: str, value) -> bool:
     """A bool flag, refused with a TypeError naming it otherwise (review s34: ``validate="no"`` was read as
     True by from_arrow, ``validate=None`` as False by from_buffers, and from_list raised pybind11's
@@ -873,7 +866,7 @@ class StringTensor:
         if not isinstance(name, str):
             raise TypeError(f"to_polars: name must be a str, got {type(name).__name__}")
         arr = self.to_arrow()
-        if _pa_is_string(arr):
+        if self._is_utf8():  # exported as a string array (else binary: Polars reads its bytes as they are)
             # Polars trusts a string array's UTF-8 and panics (pyo3 PanicException, not an Exception) on bytes
             # written into st.data after the tensor was checked (review s34); one more pass over the payload
             # (~0.1 ms a MB) against Polars' own copy of it (~4 ms a MB)

@@ -415,9 +415,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         parser.print_help()
         return 2
     from .config import ConfigError
-    from .runner import RunError
+    from .runner import RunError, term_as_interrupt
 
-    old_term = _term_as_interrupt() if args.command in ("run", "demo") else None
+    # SIGTERM like Ctrl-C from the start of a run, not only once its main loop runs (review s34: a SIGTERM
+    # while standard input was copied, at startup or in near-dup pass 1 killed the process, exit -15,
+    # leaving the partial copy of standard input in OUT)
+    old_term = term_as_interrupt() if args.command in ("run", "demo") else None
     try:
         return args.func(args)
     except (RunError, ConfigError, _Fail) as e:
@@ -437,23 +440,6 @@ def main(argv: Optional[List[str]] = None) -> int:
     finally:
         if old_term is not None:
             signal.signal(signal.SIGTERM, old_term)
-
-
-def _term_as_interrupt():
-    """SIGTERM behaves like Ctrl-C from the start of a run, not only once its main loop runs: a
-    SIGTERM while standard input was copied (or during startup / near-dup pass 1) killed the
-    process outright (exit -15), leaving the partial copy of standard input in OUT.  Returns the
-    handler it replaced (None where it could not install one: not the main thread)."""
-    if not hasattr(signal, "SIGTERM"):
-        return None
-
-    def _term(signum, frame):
-        raise KeyboardInterrupt
-
-    try:
-        return signal.signal(signal.SIGTERM, _term)
-    except ValueError:  # not the main thread
-        return None
 
 
 def entry() -> int:

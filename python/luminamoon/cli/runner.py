@@ -1072,15 +1072,7 @@ def _loop(pipe, measured, source, writer: ShardWriter, stats: RunStats, cfg, kee
         writer.finish_part()
         registered[0] = False
 
-    old_term = None
-    if hasattr(signal, "SIGTERM"):
-        def _term(signum, frame):  # a polite kill: behave like Ctrl-C
-            raise KeyboardInterrupt
-
-        try:
-            old_term = signal.signal(signal.SIGTERM, _term)
-        except ValueError:  # not the main thread
-            old_term = None
+    old_term = term_as_interrupt()
     try:
         nb = 0
         it = iter(pipe)
@@ -1223,6 +1215,22 @@ def _loop(pipe, measured, source, writer: ShardWriter, stats: RunStats, cfg, kee
     finally:
         if old_term is not None:
             signal.signal(signal.SIGTERM, old_term)
+
+
+def term_as_interrupt():
+    """SIGTERM (a polite kill) behaves like Ctrl-C: KeyboardInterrupt in the main thread.  Returns the
+    handler it replaced, for the caller to put back; None where none could be installed (no SIGTERM, or
+    not the main thread)."""
+    if not hasattr(signal, "SIGTERM"):
+        return None
+
+    def _term(signum, frame):
+        raise KeyboardInterrupt
+
+    try:
+        return signal.signal(signal.SIGTERM, _term)
+    except ValueError:  # not the main thread
+        return None
 
 
 def _end_writes(dedup, path: str, result: Dict[str, Any]) -> None:
