@@ -1,7 +1,9 @@
 // Shared pieces of the stage bindings; see bind_common.h.
 #include "bind_common.h"
 
+#include <atomic>
 #include <cmath>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
@@ -144,6 +146,56 @@ void param_double(const py::dict &d, const char *name, double *out, const char *
   double x = v.cast<double>();
   if (std::isnan(x)) throw py::value_error(pname(what, name) + " must not be NaN");
   *out = x;
+}
+
+// ---- the fork gate (bind_common.h)
+
+struct Gate {
+  std::mutex m;
+  std::condition_variable cv;
+  size_t inside = 0;   // StageCalls alive
+  size_t closers = 0;  // fork hooks between close and open (two threads may fork at once)
+};
+
+namespace {
+std::atomic<Gate *> g_gate{new Gate};  // replaced (never freed) in a forked child
+}  // namespace
+
+StageCall::StageCall() : g_(g_gate.load(std::memory_order_acquire)) {
+  std::unique_lock<std::mutex> lk(g_->m);
+  g_->cv.wait(lk, [&] { return g_->closers == 0; });
+  g_->inside++;
+}
+
+StageCall::~StageCall() {
+  std::lock_guard<std::mutex> lk(g_->m);
+  if (--g_->inside == 0 && g_->closers) g_->cv.notify_all();
+}
+
+void fork_gate_close() {
+  Gate *g = g_gate.load(std::memory_order_acquire);
+  py::gil_scoped_release nogil;  // the calls inside end without the GIL; other threads may need it
+  std::unique_lock<std::mutex> lk(g->m);
+  g->closers++;
+  g->cv.wait(lk, [&] { return g->inside == 0; });
+}
+
+void fork_gate_open() {
+  Gate *g = g_gate.load(std::memory_order_acquire);
+  {
+    std::lock_guard<std::mutex> lk(g->m);
+    if (g->closers) g->closers--;
+  }
+  g->cv.notify_all();
+}
+
+void fork_gate_reset_in_child() { g_gate.store(new Gate, std::memory_order_release); }
+
+void raise_foreign_wal(const std::string &what, const char *cls, const std::string &path, pid_t owner) {
+  throw py::value_error(what + ": this " + cls + " and its WAL '" + path +
+                        "' belong to the process that created it (pid " + std::to_string(owner) +
+                        "); this process (pid " + std::to_string(getpid()) + ") is a child forked from it, where using it would write into (or wait on) the "
+                        "parent's log. Create a " + cls + " of its own (another wal_path) in this process");
 }
 
 }  // namespace luminamoon

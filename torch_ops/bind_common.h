@@ -12,6 +12,8 @@
 #include <mutex>
 #include <string>
 
+#include <unistd.h>
+
 extern "C" {
 #include "luminamoon/batch.h"
 #include "luminamoon/parallel.h"
@@ -58,5 +60,44 @@ void param_u64(const py::dict &d, const char *name, uint64_t *out, const char *w
 void param_double(const py::dict &d, const char *name, double *out, const char *what);
 // Every key of d must be in `known` (nullptr-terminated): TypeError otherwise.
 void check_keys(const py::dict &d, const char *const *known, const char *what);
+
+// ---- os.fork() and the stage objects' locks
+// A stage object (TextCleaner, ..., FusedPipeline, StateTracker) serialises its calls with a
+// mutex held while the call runs with the GIL released.  A fork taken by another thread at that
+// moment copied the mutex locked, and nothing in the child ever unlocked it: the child's first call
+// on that object waited forever.  So every such section is a StageCall (the "fork gate"), and the
+// fork hooks (bind_pipeline.cpp) close the gate before os.fork(): it waits until no StageCall is
+// inside and lets none in until the fork is done; then no stage mutex is held at the fork.  Sections
+// that take a stage mutex with the GIL held need no StageCall: the forking thread holds the GIL.
+//
+// StageCall: construct it with the GIL released, before taking the object's mutex, and let it die
+// before the GIL is taken back (declare it after the py::gil_scoped_release of the same block);
+// never two in one thread at once (the inner one would wait for a fork the outer one holds back).
+class StageCall {
+ public:
+  StageCall();
+  ~StageCall();
+  StageCall(const StageCall &) = delete;
+  StageCall &operator=(const StageCall &) = delete;
+
+ private:
+  struct Gate *g_;
+};
+// The fork hooks: close (GIL held; released while it waits for the calls inside to end), open
+// again in the parent, and in the child a new gate (the old one's mutex or condition variable may
+// be held or waited on by threads that are not in the child; it is left as it is).
+void fork_gate_close();
+void fork_gate_open();
+void fork_gate_reset_in_child();
+
+// A deduplicator with a write-ahead log belongs to the process that opened the log: in a child
+// forked from it, using it would append at the parent's offset and flush the parent's buffered
+// keys into the parent's log.  True when o (a Dedup / NearDedup: `path`, `pid`) is such a copy.
+template <typename Obj>
+bool foreign_wal(const Obj &o) {
+  return !o.path.empty() && o.pid != getpid();
+}
+// ValueError "<what>: this <cls> and its WAL '<path>' belong to the process that created it; ...".
+[[noreturn]] void raise_foreign_wal(const std::string &what, const char *cls, const std::string &path, pid_t owner);
 
 }  // namespace luminamoon

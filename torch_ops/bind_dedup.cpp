@@ -304,12 +304,16 @@ void bind_dedup(py::module_ &m) {
       .def("stats",
            [](Dedup &o) {
              lm_dedup_stats s;
-             std::lock_guard<std::mutex> lk(o.mu);
-             lm_dedup_stats_get(o.obj, &s);
-             return dedup_stats_dict(s);
+             {
+               std::lock_guard<std::mutex> lk(o.mu);
+               lm_dedup_stats_get(o.obj, &s);
+             }
+             return dedup_stats_dict(s);  // no Python object made with the lock held
            })
       .def("close", [](Dedup &o) { close_dedup(o, o.obj, "StreamDeduplicator.close"); })
       .def_property_readonly("closed", [](Dedup &o) { return o.closed; })
+      .def_property_readonly("forked", [](Dedup &o) { return foreign_wal(o); },
+                             "True in a child forked from the process that opened its log (unusable there)")
       .def_property_readonly("path", [](Dedup &o) { return o.path.empty() ? py::object(py::none()) : py::str(o.path); })
       .def_property_readonly("seed", [](Dedup &o) { return o.params.seed; })
       .def_property_readonly(

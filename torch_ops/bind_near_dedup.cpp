@@ -309,12 +309,16 @@ void bind_near_dedup(py::module_ &m) {
       .def("stats",
            [](NearDedup &o) {
              lm_dedup_stats s;
-             std::lock_guard<std::mutex> lk(o.mu);
-             lm_dedup_stats_get(o.index(), &s);
-             return stats_dict(s, o.params.num_buckets);
+             {
+               std::lock_guard<std::mutex> lk(o.mu);
+               lm_dedup_stats_get(o.index(), &s);
+             }
+             return stats_dict(s, o.params.num_buckets);  // no Python object made with the lock held
            })
       .def("close", [](NearDedup &o) { close_dedup(o, o.index(), "NearDeduplicator.close"); })
       .def_property_readonly("closed", [](NearDedup &o) { return o.closed; })
+      .def_property_readonly("forked", [](NearDedup &o) { return foreign_wal(o); },
+                             "True in a child forked from the process that opened its log (unusable there)")
       .def_property_readonly("path",
                              [](NearDedup &o) { return o.path.empty() ? py::object(py::none()) : py::str(o.path); })
       .def_property_readonly("index_seed", [](NearDedup &o) { return lm_near_dedup_index_seed(&o.params); })

@@ -21,9 +21,13 @@ struct NearDedup {
   lm_near_dedup_params params;
   std::string path;  // empty: in memory
   bool closed = false;
+  pid_t pid = getpid();  // the process that created it (and opened its log): see foreign_wal
   std::mutex mu;
   explicit NearDedup(const py::dict &p);
-  ~NearDedup() { lm_near_dedup_destroy(obj); }
+  // Left as it is in a forked child when it has a log (as Dedup: no flush into the parent's log).
+  ~NearDedup() {
+    if (!foreign_wal(*this)) lm_near_dedup_destroy(obj);
+  }
   lm_dedup *index() const { return lm_near_dedup_index(obj); }
   // Raise ValueError when closed (call with mu held).
   void check_open(const char *what) const;

@@ -77,6 +77,7 @@ struct RunOutcome {
   lm_status s = LM_OK;
   int err = 0;
   bool closed = false;
+  bool foreign = false;  // a deduplicator's log belongs to the process this one was forked from
 };
 
 // After a run (the same locks held): what the batch's consumer records with it.
@@ -91,6 +92,11 @@ struct RunSnapshot {
 // runs next).  No GIL needed: called with it released, or from a thread of no interpreter.
 RunOutcome run_locked(Fused &f, const lm_docs &docs, lm_batch_result &r, const lm_exec &ex, RunSnapshot *snap) {
   RunOutcome o;
+  if ((f.dedup && foreign_wal(*f.dedup)) || (f.near && foreign_wal(*f.near))) {
+    o.foreign = true;
+    return o;
+  }
+  StageCall gate;
   std::lock_guard<std::mutex> lk(f.mu);
   std::unique_lock<std::mutex> dl, nl;
   if (f.dedup) {
@@ -116,6 +122,10 @@ RunOutcome run_locked(Fused &f, const lm_docs &docs, lm_batch_result &r, const l
 
 // The exception of a failed run (as FusedPipeline.run raises it); nothing when it succeeded.
 void raise_outcome(Fused &f, const RunOutcome &o) {
+  if (o.foreign) {
+    if (f.dedup && foreign_wal(*f.dedup)) raise_foreign_wal("FusedPipeline", "StreamDeduplicator", f.dedup->path, f.dedup->pid);
+    raise_foreign_wal("FusedPipeline", "NearDeduplicator", f.near->path, f.near->pid);
+  }
   if (o.closed) throw py::value_error("FusedPipeline: its StreamDeduplicator or NearDeduplicator is closed");
   if (o.s != LM_OK && f.near && lm_fused_near_failed(f.obj)) f.near->raise(o.s, "FusedPipeline", o.err);
   if (o.s == LM_ETOOBIG && f.dedup) f.dedup->raise_full("FusedPipeline");
@@ -228,7 +238,7 @@ struct FusedRunner {
       j->o = run_locked(*f, j->in->docs, j->r, j->ex, &j->snap);
       lk.lock();
       running = false;
-      if (j->o.closed || j->o.s != LM_OK) failed = true;
+      if (j->o.closed || j->o.foreign || j->o.s != LM_OK) failed = true;
       done.push_back(std::move(j));
       cv->notify_all();
     }
@@ -415,14 +425,21 @@ void bind_pipeline(py::module_ &m) {
       .def("collect", &FusedRunner::collect)
       .def("close", &FusedRunner::close);
 
-  // os.fork(): the runners pause (no batch holds its locks at the fork) and resume in the parent.
+  // os.fork(): the runners pause (no batch holds its locks at the fork), then the fork gate closes
+  // (no stage call of any thread holds a stage object's mutex: bind_common.h); the parent opens it
+  // and resumes them, the child gets a gate of its own.  The runners pause first: a runner's thread
+  // that started a batch after the gate closed would wait at the gate with `running` set, and
+  // pause() would wait for it.
   py::module_::import("os").attr("register_at_fork")(
       py::arg("before") = py::cpp_function([] {
         for (auto &r : take_live_runners()) r->pause();
+        fork_gate_close();
       }),
       py::arg("after_in_parent") = py::cpp_function([] {
+        fork_gate_open();
         for (auto &r : take_live_runners()) r->resume();
-      }));
+      }),
+      py::arg("after_in_child") = py::cpp_function([] { fork_gate_reset_in_child(); }));
 }
 
 }  // namespace luminamoon

@@ -52,9 +52,14 @@ struct Dedup {
   lm_dedup_params params;
   std::string path;  // empty: in memory
   bool closed = false;
+  pid_t pid = getpid();  // the process that created it (and opened its log): see foreign_wal
   std::mutex mu;
   explicit Dedup(const py::dict &p);
-  ~Dedup() { lm_dedup_destroy(obj); }
+  // In a forked child a WAL-backed one is left as it is (destroying it would flush the parent's
+  // buffered keys into the parent's log): the child's copy of its memory is not freed.
+  ~Dedup() {
+    if (!foreign_wal(*this)) lm_dedup_destroy(obj);
+  }
   // Raise ValueError when closed (call with mu held).
   void check_open(const char *what) const;
   // Raise the error of LM_ETOOBIG: the table holds max_entries documents.
@@ -69,14 +74,17 @@ struct Dedup {
 py::dict dedup_stats_dict(const lm_dedup_stats &s);
 
 // Run fn() with the GIL released and o.mu held, unless o is closed: ValueError
-// "<what>: the <cls> is closed" then.  Returns fn's status and the errno it left.
+// "<what>: the <cls> is closed" then (and raise_foreign_wal's ValueError in a forked child when
+// o has a log).  Returns fn's status and the errno it left.
 template <typename Obj, typename Fn>
 std::pair<lm_status, int> call_open(Obj &o, const char *what, const char *cls, Fn fn) {
   lm_status s = LM_OK;
   int err = 0;
   bool closed;
+  if (foreign_wal(o)) raise_foreign_wal(what, cls, o.path, o.pid);
   {
     py::gil_scoped_release nogil;
+    StageCall gate;
     std::lock_guard<std::mutex> lk(o.mu);
     closed = o.closed;
     if (!closed) {
@@ -90,13 +98,19 @@ std::pair<lm_status, int> call_open(Obj &o, const char *what, const char *cls, F
 }
 
 // close(): lm_dedup_close(index) once, with the GIL released and o.mu held; o is marked
-// closed even when the close fails (the error is raised: OSError naming o.path for I/O).
+// closed even when the close fails (the error is raised: OSError naming o.path for I/O).  In a
+// child forked from the log's process it only marks o closed: nothing is written to the log.
 template <typename Obj>
 void close_dedup(Obj &o, lm_dedup *index, const char *what) {
   lm_status s = LM_OK;
   int err = 0;
+  if (foreign_wal(o)) {
+    o.closed = true;
+    return;
+  }
   {
     py::gil_scoped_release nogil;
+    StageCall gate;
     std::lock_guard<std::mutex> lk(o.mu);
     if (o.closed) return;
     errno = 0;

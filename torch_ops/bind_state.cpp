@@ -47,6 +47,7 @@ struct State {
     int err = 0;
     {
       py::gil_scoped_release nogil;
+      StageCall gate;
       std::lock_guard<std::mutex> lk(mu);
       if (obj) {
         errno = 0;

@@ -20,6 +20,7 @@ py::tuple run_stage(Obj &o, py::handle offsets, py::handle data, int num_threads
   lm_status s;
   {
     py::gil_scoped_release nogil;
+    StageCall gate;
     std::lock_guard<std::mutex> lk(o.mu);
     s = fn(o.obj, &in.docs, &res.r, &ex);
   }

@@ -20,7 +20,6 @@ from __future__ import annotations
 import inspect
 import operator
 import os
-import weakref
 from typing import Iterable, Mapping, Optional, Protocol, Sequence, Union, runtime_checkable
 
 import torch
@@ -713,13 +712,12 @@ class _DedupIndex(_Stage):
     (StreamDeduplicator: one key per distinct document; NearDeduplicator: one per distinct band key)."""
 
     _holds = "a table"
-    #: set in a forked child for a deduplicator with a WAL (see _wal_indexes_after_fork_in_child)
-    _forked = False
-    _closed_in_child = False
 
-    def _register_wal(self) -> None:
-        if self._obj is not None and self._obj.path is not None:
-            _WAL_INDEXES.add(self)
+    @property
+    def _forked(self) -> bool:
+        """True in a child forked from the process that opened this deduplicator's WAL: the
+        binding refuses every call there (its log is the parent's) and close() writes nothing."""
+        return self._obj is not None and self._obj.forked
 
     def _check_usable(self, what: Optional[str] = None) -> None:
         if self._forked:
@@ -777,7 +775,7 @@ class _DedupIndex(_Stage):
 
     @property
     def closed(self) -> bool:
-        return self._closed_in_child or self._obj.closed
+        return self._obj.closed
 
     @property
     def path(self) -> Optional[str]:
@@ -786,9 +784,6 @@ class _DedupIndex(_Stage):
     def close(self) -> None:
         """Sync and close the log (idempotent).  In a process forked from the one that opened the
         log it only marks the object closed: the log is the parent's, nothing is written."""
-        if self._forked:
-            self._closed_in_child = True
-            return
         self._obj.close()
 
     def __enter__(self):
@@ -855,7 +850,6 @@ class StreamDeduplicator(_DedupIndex):
                                  "another open StreamDeduplicator, in this or another process); close that "
                                  "one first or use another wal_path") from e
             raise
-        self._register_wal()
 
     def check_insert_hashes(self, hashes: torch.Tensor) -> torch.Tensor:
         """Admit precomputed hashes (int64 [N, 2]: lo, hi of XXH3-128); bool [N]: new."""
@@ -955,7 +949,6 @@ class NearDeduplicator(_DedupIndex):
                    precision=precision)
         self._config = dict(extra, wal_path=wal_path, max_entries=max_entries, **cfg)
         self._obj = _C.NearDeduplicator(dict(self._config))
-        self._register_wal()
 
     @property
     def config(self) -> dict:
@@ -1044,35 +1037,6 @@ def hash128(texts, seed: int = 0) -> torch.Tensor:
         raise ValueError(f"hash128: seed must be in [-2**63, 2**64) (64 bits), got {seed}")
     st = _as_string_tensor(texts)
     return _C.hash128(st.offsets, st.data, seed & (2**64 - 1))
-
-
-# ------------------------------------------------- WAL-backed deduplicators and os.fork()
-# review s34: a forked child inherited a WAL-backed deduplicator together with its log's descriptor
-# and lock (the lock belongs to the shared open file, so it does not keep the child out).  Used there,
-# it appended at the parent's offset: the child's sync() said durable and the parent's next record
-# overwrote it, or the child's records stayed and were replayed as the parent's; and merely exiting
-# the child normally (finalizers) flushed the parent's buffered hashes into the log, so hashes the
-# parent later truncated came back on reopening (documents dropped as duplicates).  In the child the
-# object is now refused with ValueError (_check_usable), and its C object is kept alive for good, so
-# that no destructor there ever writes to the parent's log.  (The C++ binding does not know about
-# fork; the complete fix is a pid check there, like FusedRunner's.)
-
-_WAL_INDEXES: "weakref.WeakSet" = weakref.WeakSet()
-
-
-def _wal_indexes_after_fork_in_child() -> None:
-    live = [ix for ix in list(_WAL_INDEXES) if ix._obj is not None and not ix._obj.closed]
-    if not live:
-        return
-    import ctypes
-
-    for ix in live:
-        ix._forked = True
-        ctypes.pythonapi.Py_IncRef(ctypes.py_object(ix._obj))  # never destroyed (=flushed) here
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_wal_indexes_after_fork_in_child)
 
 
 # ----------------------------------------------------------------- pipelines
