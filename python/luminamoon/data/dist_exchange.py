@@ -7,9 +7,14 @@ same owner, and the owner admits in stream order, the first occurrence in the
 global stream is kept and every later one dropped — exactly what one process
 deduplicating the whole stream decides.
 
-Per step and rank three ``all_to_all_single`` calls: the counts (8 bytes per
-peer; -1 from a rank that failed at this step, see ``fail``), the requests (24 bytes per document: lo, hi, global record index) and
-the answers (1 byte per document).  gloo implements ``all_to_all_single``
+Per step and rank three ``all_to_all_single`` calls: the head (16 bytes per peer: the count of
+documents sent to it, and the number of records in this step as this rank read them; the count
+is -1 from a rank that failed at this step, see ``fail``, and -2 from a rank whose stream ended,
+see ``end``), the requests (24 bytes per document: lo, hi, global record index) and the answers
+(1 byte per document).  The step sizes are compared on every rank: ranks whose streams differ in
+length (a generator or factory that yields other records on another rank) stop with ValueError
+at the first step where they differ, all of them, instead of leaving one rank waiting in a
+collective the others never enter (until the group timeout).  gloo implements ``all_to_all_single``
 (``alltoall_base``) but not the list form ``all_to_all``, hence the single-
 tensor form with split sizes.  With an NCCL exchange group the tensors are
 moved to the current CUDA device.
@@ -30,6 +35,12 @@ __all__ = ["HashExchange", "PeerFailedError"]
 class PeerFailedError(RuntimeError):
     """Raised on every rank of a step at which another rank failed (its own error is
     raised there): the ranks stop together instead of waiting for the group timeout."""
+
+
+_FAILED = -1  # the head's count from a rank that failed at this step (fail)
+_ENDED = -2   # ... from a rank whose stream ended before this step (end)
+_DIFFERENT_STREAMS = ("every rank must read the same stream (a generator or factory must yield the same "
+                      "records on every rank; each rank takes its share of every step itself)")
 
 
 class HashExchange:
@@ -62,9 +73,34 @@ class HashExchange:
     def fail(self) -> None:
         """Collective, in place of ``keep`` for the step at which this rank failed: tells
         every rank (whose ``keep`` then raises PeerFailedError) and admits nothing."""
+        if self.world_size > 1:
+            self._head(np.full(self.world_size, _FAILED, dtype=np.int64), -1)
+
+    def end(self) -> None:
+        """Collective, in place of ``keep`` after this rank's last step: every rank's stream must
+        end here too.  A rank still reading raises ValueError in its ``keep`` (and this one here),
+        instead of waiting in a collective this rank never enters."""
+        if self.world_size == 1:
+            return
+        self.busy = True  # an error here: the peers stop in their own head (no fail() after it)
+        head = self._head(np.full(self.world_size, _ENDED, dtype=np.int64), -1)
+        if (head[:, 0] == _FAILED).any():
+            raise PeerFailedError(f"rank(s) {np.flatnonzero(head[:, 0] == _FAILED).tolist()} failed at the step "
+                                  "after this rank's last one (the error is raised there)")
+        more = np.flatnonzero(head[:, 0] != _ENDED).tolist()
+        if more:
+            raise ValueError(f"this rank's stream ended, but rank(s) {more} read another step of "
+                             f"{int(head[more[0], 1])} record(s): {_DIFFERENT_STREAMS}")
+        self.busy = False
+
+    def _head(self, counts: np.ndarray, step_items: int) -> np.ndarray:
+        """The step's first collective: (count sent to each peer, this step's record count) out,
+        [W, 2] in (row r: what rank r sent this rank)."""
         W = self.world_size
-        if W > 1:
-            self._a2a(torch.full((W,), -1, dtype=torch.int64), [1] * W, [1] * W)
+        send = torch.empty((W, 2), dtype=torch.int64)
+        send[:, 0] = torch.from_numpy(np.ascontiguousarray(counts, dtype=np.int64))
+        send[:, 1] = int(step_items)
+        return self._a2a(send, [1] * W, [1] * W).numpy()
 
     def _a2a(self, send: torch.Tensor, in_splits, out_splits) -> torch.Tensor:
         import torch.distributed as dist
@@ -77,18 +113,20 @@ class HashExchange:
                                group=self.group)
         return out.cpu()
 
-    def keep(self, hashes: torch.Tensor, gidx: torch.Tensor) -> torch.Tensor:
-        """hashes int64 [N, 2], gidx int64 [N] (global record indices, increasing) -> bool [N]."""
+    def keep(self, hashes: torch.Tensor, gidx: torch.Tensor, step_items: int = -1) -> torch.Tensor:
+        """hashes int64 [N, 2], gidx int64 [N] (global record indices, increasing) -> bool [N].
+        ``step_items``: the number of records in this step as this rank read them (compared across
+        ranks: ValueError on every rank when they differ; -1: not compared)."""
         t0 = time.perf_counter()
         self.busy = True
         try:
-            out = self._keep(hashes, gidx)
+            out = self._keep(hashes, gidx, step_items)
             self.busy = False
             return out
         finally:
             self.seconds += time.perf_counter() - t0
 
-    def _keep(self, hashes: torch.Tensor, gidx: torch.Tensor) -> torch.Tensor:
+    def _keep(self, hashes: torch.Tensor, gidx: torch.Tensor, step_items: int) -> torch.Tensor:
         n = hashes.shape[0]
         self.docs += n
         self.steps += 1
@@ -100,11 +138,22 @@ class HashExchange:
         counts = np.bincount(owner, minlength=W).astype(np.int64)
         order_t = torch.from_numpy(order)
         payload = torch.cat([hashes, gidx.view(-1, 1)], dim=1)[order_t].contiguous()  # [N, 3]
-        recv_counts = self._a2a(torch.from_numpy(counts), [1] * W, [1] * W).numpy()
-        failed = np.flatnonzero(recv_counts < 0).tolist()  # ranks that called fail() for this step
+        head = self._head(counts, step_items)
+        recv_counts = np.ascontiguousarray(head[:, 0])
+        failed = np.flatnonzero(recv_counts == _FAILED).tolist()  # ranks that called fail() for this step
         if failed:
             raise PeerFailedError(f"rank(s) {failed} failed at this step (the error is raised there); "
                                   "this rank stops too, nothing of this step was admitted")
+        ended = np.flatnonzero(recv_counts == _ENDED).tolist()
+        if ended:
+            raise ValueError(f"rank(s) {ended} reached the end of their stream before this step, in which this "
+                             f"rank read {step_items} record(s): {_DIFFERENT_STREAMS}; nothing of this step "
+                             "was admitted")
+        sizes = head[:, 1]
+        if step_items >= 0 and ((sizes >= 0) & (sizes != step_items)).any():
+            per_rank = {r: int(x) for r, x in enumerate(sizes.tolist()) if x >= 0}
+            raise ValueError(f"the ranks read steps of different sizes (records per rank in this step: "
+                             f"{per_rank}): {_DIFFERENT_STREAMS}; nothing of this step was admitted")
         req = self._a2a(payload, counts.tolist(), recv_counts.tolist())
         # Admit in global record order: the received rows sorted by their global index.
         o = torch.argsort(req[:, 2])

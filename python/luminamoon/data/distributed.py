@@ -688,7 +688,7 @@ class DistributedPipeline:
         """The dedup decision (collective under global dedup) and the batch."""
         n_s = len(p.hashes)
         if self.dedup_mode == "global":
-            keep = self._exchange.keep(p.hashes, p.gidx[p.surv])
+            keep = self._exchange.keep(p.hashes, p.gidx[p.surv], step_items=p.n_global)
         elif self.dedup_mode == "local":
             keep = self._dedup.check_insert_hashes(p.hashes.contiguous())
         else:
@@ -735,7 +735,7 @@ class DistributedPipeline:
         if self.near_mode == "global":
             g = p.gidx[p.surv][cand] if n_s else torch.zeros(0, dtype=torch.int64)
             kg = (g.view(-1, 1) * B + torch.arange(B, dtype=torch.int64).view(1, -1)).reshape(-1)
-            is_new = self._near_exchange.keep(keys.contiguous(), kg)
+            is_new = self._near_exchange.keep(keys.contiguous(), kg, step_items=p.n_global)
         else:
             is_new = self._near.check_insert_hashes(keys.contiguous())
         dup = torch.zeros(n_s, dtype=torch.bool)
@@ -765,6 +765,11 @@ class DistributedPipeline:
                     if self._closed:  # review s34: closed mid-iteration (another thread): not the end of the data
                         raise ValueError("this DistributedPipeline was closed while it was iterated: the "
                                          "iteration stopped before the end of the data (resume from the last commit)")
+                    # every rank's stream must end here too: a rank still reading would otherwise wait
+                    # in its next step's exchange, which this rank never enters (ValueError on all)
+                    x = self._exchange or self._near_exchange
+                    if x is not None:
+                        x.end()
                     return
                 b = self._finish(item)
             except Exception as e:
