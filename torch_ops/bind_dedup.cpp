@@ -102,6 +102,7 @@ py::dict wal_info_dict(const lm_dedup_wal_info &i, lm_status s) {
   d["records"] = i.records;
   d["valid_bytes"] = i.valid_bytes;
   d["file_bytes"] = i.file_bytes;
+  d["lsn_kept"] = i.lsn_kept;
   return d;
 }
 

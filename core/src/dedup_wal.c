@@ -493,7 +493,8 @@ lm_status lm_dedup_wal_inspect(const char *path, lm_dedup_wal_info *info) {
   lm_status s = wal_open_ro(path, info, &fd);
   if (s) return s;
   uint8_t hdr[LM_WAL_REC_HDR];
-  uint64_t off = LM_WAL_HDR_SIZE, size = info->file_bytes;
+  uint64_t off = LM_WAL_HDR_SIZE, size = info->file_bytes, last_off = 0;
+  uint32_t last_count = 0;
   while (size - off >= LM_WAL_REC_HDR) {
     ssize_t r = lm_io_pread_full(fd, hdr, sizeof hdr, off);
     if (r < 0) {
@@ -503,10 +504,26 @@ lm_status lm_dedup_wal_inspect(const char *path, lm_dedup_wal_info *info) {
     if (r != (ssize_t)sizeof hdr || !rec_header_ok(hdr) || lm_le_get64(hdr + 8) != info->lsn_end) break;
     uint64_t len = LM_WAL_REC_HDR + (uint64_t)lm_le_get32(hdr + 4) * 16u;
     if (size - off < len) break; /* payload incomplete */
+    last_off = off;
+    last_count = lm_le_get32(hdr + 4);
     off += len;
-    info->lsn_end += lm_le_get32(hdr + 4);
+    info->lsn_end += last_count;
     info->records++;
     info->valid_bytes = off;
+  }
+  info->lsn_kept = info->lsn_end;
+  if (s == LM_OK && info->records) { /* the last record's payload: an open cuts it when bad */
+    lm_hash128_t *buf = (lm_hash128_t *)malloc((size_t)(last_count ? last_count : 1) * 16u);
+    uint8_t h2[LM_WAL_REC_HDR];
+    uint32_t c = 0;
+    int r = buf ? read_record(fd, last_off, size, info->lsn_end - last_count, h2, buf, &c) : -2;
+    if (r == -2)
+      s = LM_ENOMEM;
+    else if (r < 0)
+      s = LM_EIO;
+    else if (r == 0)
+      info->lsn_kept = info->lsn_end - last_count;
+    free(buf);
   }
   lm_io_close_quietly(fd);
   return s;

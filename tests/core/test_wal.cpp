@@ -666,6 +666,7 @@ TEST(Wal, InspectAndReadHashesAreReadOnlyAndChecked) {
   EXPECT_EQ(info.records, recs.size());
   EXPECT_EQ(info.valid_bytes, wal.size());
   EXPECT_EQ(info.file_bytes, wal.size());
+  EXPECT_EQ(info.lsn_kept, adm.size());
   std::vector<lm_hash128_t> out(adm.size() + 1);
   uint64_t n = 99;
   ASSERT_EQ(lm_dedup_wal_read_hashes(path.c_str(), adm.size(), out.data(), &n), LM_OK);
@@ -688,6 +689,7 @@ TEST(Wal, InspectAndReadHashesAreReadOnlyAndChecked) {
   write_all(path, wal.substr(0, wal.size() - 5));
   ASSERT_EQ(lm_dedup_wal_inspect(path.c_str(), &info), LM_OK);
   EXPECT_EQ(info.lsn_end, adm.size() - last);
+  EXPECT_EQ(info.lsn_kept, adm.size() - last);
   EXPECT_EQ(info.valid_bytes, recs.back().first);
   EXPECT_EQ(info.file_bytes, wal.size() - 5);
   EXPECT_EQ(lm_dedup_wal_read_hashes(path.c_str(), adm.size(), out.data(), &n), LM_ERANGE);
@@ -701,6 +703,20 @@ TEST(Wal, InspectAndReadHashesAreReadOnlyAndChecked) {
   EXPECT_EQ(n, 0u);
   ASSERT_EQ(lm_dedup_wal_inspect(path.c_str(), &info), LM_OK);
   EXPECT_EQ(info.lsn_end, adm.size());
+  EXPECT_EQ(info.lsn_kept, adm.size());  // a valid record follows: an open refuses, it cuts nothing
+  // a flipped payload bit in the last record: lsn_kept stops before it (an open cuts it), and
+  // inspecting changes nothing
+  bad = wal;
+  bad[recs.back().first + 24 + 5] ^= 4;
+  write_all(path, bad);
+  ASSERT_EQ(lm_dedup_wal_inspect(path.c_str(), &info), LM_OK);
+  EXPECT_EQ(info.lsn_end, adm.size());
+  EXPECT_EQ(info.lsn_kept, adm.size() - last);
+  EXPECT_EQ(read_all(path), bad);
+  d = nullptr;
+  ASSERT_EQ(open_wal(path, &d, 8, 11), LM_OK);  // what the open keeps is what inspect said
+  EXPECT_EQ(lsn_of(d), adm.size() - last);
+  lm_dedup_destroy(d);
   // a damaged record header: the valid prefix ends there
   bad = wal;
   bad[recs[1].first + 4] ^= 1;

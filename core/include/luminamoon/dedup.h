@@ -213,11 +213,18 @@ typedef struct lm_dedup_wal_info {
   uint64_t valid_bytes;           /* header + those records */
   uint64_t file_bytes;            /* size of the file (more than valid_bytes:
                                      a torn tail, damage, or a record being written) */
+  uint64_t lsn_kept;              /* the LSNs opening the log would keep, [0, lsn_kept):
+                                     lsn_end, less the last of those records when its
+                                     payload fails its CRC (an open cuts a bad record
+                                     that no valid one follows).  Lets a caller refuse a
+                                     log that lost committed records before opening it
+                                     (which cuts).  A snapshot is not consulted. */
 } lm_dedup_wal_info;
 
 /* Read the header of the WAL at `path` and walk its record headers (magic,
  * header CRC, count, LSN sequence, payload present; payload CRCs are checked by
- * lm_dedup_wal_read_hashes, not here) up to the first one that fails.
+ * lm_dedup_wal_read_hashes, not here, except the last record's: lsn_kept) up to
+ * the first one that fails.
  * *info is zeroed, then filled as far as the file allows.
  * Errors: LM_EINVAL (NULL argument), LM_EIO (errno kept; e.g. ENOENT),
  * LM_ECORRUPT (shorter than a header, no magic (magic_ok 0), or a damaged

@@ -63,6 +63,29 @@ def local_wal_path(state_dir: str, near: bool = False) -> str:
     return os.path.join(state_dir, "near_dedup.wal" if near else "dedup.wal")
 
 
+def check_wal_keeps(path: str, lsn: int, what: str = "the dedup WAL", unit: str = "hashes") -> None:
+    """Before a committed state's WAL is opened: refuse (OSError) a log that does not hold the
+    ``lsn`` records the commit needs, reading it only.  Opening it would cut a torn or damaged tail
+    at once, before the resume could tell that the cut lost committed records: design §8, nothing
+    is truncated before recovery has succeeded.  A log that cannot be inspected (missing, damaged
+    header, other version) is left for the open to report; it changes nothing then."""
+    if lsn <= 0 or not os.path.exists(path):
+        return
+    from .. import _C
+
+    try:
+        info = _C.dedup_wal_inspect(path)
+    except OSError:
+        return
+    if info["status"] != "LM_OK" or info["lsn_kept"] >= lsn:
+        return
+    damaged = info["lsn_kept"] < info["lsn_end"] or info["valid_bytes"] < info["file_bytes"]
+    raise OSError(f"{what} {path} holds {info['lsn_kept']} intact {unit} but the committed state needs "
+                  f"{lsn}: the log lost committed records"
+                  f"{' (its end is torn or damaged)' if damaged else ''}. Nothing was changed: the file is "
+                  "as it was (restore it from a copy, or start over with a new state_dir)")
+
+
 def wal_bytes(path: str) -> int:
     """The size of a WAL file, 0 when there is none; more than ``WAL_HEADER`` means it holds hashes."""
     try:

@@ -22,7 +22,7 @@ from typing import Any, Callable, Dict, Optional
 
 import torch
 
-from .checkpoint import load_json_checked, rank_sidecar_path
+from .checkpoint import check_wal_keeps, load_json_checked, rank_sidecar_path
 from .dist_state import owner_of, read_wal_hashes
 
 __all__ = ["NEAR_WAL_NAME_RE", "near_wal_path", "restore_near_dedup", "cleanup_near"]
@@ -61,6 +61,7 @@ def restore_near_dedup(state_dir: str, rank: int, world_size: int, mode: Optiona
         mine = load_json_checked(rs)
         if int(mine.get("near_wal_lsn", -1)) != lsns[r]:
             raise OSError(f"{rs} holds near LSN {mine.get('near_wal_lsn')}, the global commit {lsns[r]}")
+        check_wal_keeps(path, lsns[r], "the near-dedup WAL", "band keys")  # before the open, which cuts
         nd = _open(path, cfg)
         try:
             if nd.lsn < lsns[r]:
@@ -77,6 +78,7 @@ def restore_near_dedup(state_dir: str, rank: int, world_size: int, mode: Optiona
             old = near_wal_path(sd, i, W_old)
             if not os.path.exists(old):
                 raise OSError(f"the committed near-dedup log {old} is missing: refusing to resume")
+            check_wal_keeps(old, lsns[i], "the near-dedup WAL", "band keys")  # before the open, which cuts
             nd = _open(old, cfg)
             try:
                 if nd.lsn < lsns[i]:

@@ -30,7 +30,8 @@ import numpy as np
 import torch
 
 from .. import _C
-from .checkpoint import (WAL_NAME_RE, atomic_write, dump_json, load_json_checked, rank_sidecar_path,  # noqa: F401
+from .checkpoint import (WAL_NAME_RE, atomic_write, check_wal_keeps, dump_json, load_json_checked,  # noqa: F401
+                         rank_sidecar_path,
                          sidecar_path as global_sidecar_path, wal_path)
 
 __all__ = ["crc32c", "read_wal_hashes", "validate_wal", "atomic_write", "wal_path", "global_sidecar_path",
@@ -91,6 +92,7 @@ def validate_wal(path: str, limit_lsn: int, seed: int = 0) -> None:
 
     if not os.path.exists(path):
         raise OSError(f"the committed dedup log {path} is missing: refusing to resume")
+    check_wal_keeps(path, limit_lsn)  # before the open, which cuts a damaged tail
     d = StreamDeduplicator(wal_path=path, seed=seed)
     try:
         if d.lsn < limit_lsn:
@@ -137,6 +139,7 @@ def restore_dedup(state_dir: str, rank: int, world_size: int, mode: Optional[str
         mine = load_json_checked(rs)
         if int(mine["wal_lsn"]) != lsns[r]:
             raise OSError(f"{rs} holds LSN {mine['wal_lsn']}, the global commit {lsns[r]}")
+        check_wal_keeps(path, lsns[r])  # before the open, which cuts a damaged tail
         d = SD(wal_path=path, seed=seed)
         try:
             if d.lsn < lsns[r]:

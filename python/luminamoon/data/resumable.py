@@ -49,8 +49,8 @@ import torch
 from ._prefetch import (DEFAULT_MAX_PREFETCH_BYTES, END, Prefetcher, atomic_write, check_max_bytes,
                         empty_prefetch_stats, lock_state_dir, tensor_memory, unlock_state_dir)
 from .checkpoint import (STATE_VERSION as _STATE_VERSION, WAL_HEADER as _WAL_HEADER, describe_setting,  # noqa: F401
-                         dump_json, load_json_checked, local_wal_path, run_differences, sidecar_path,
-                         source_differences, state_path, wal_bytes)
+                         check_wal_keeps, dump_json, load_json_checked, local_wal_path, run_differences,
+                         sidecar_path, source_differences, state_path, wal_bytes)
 from .sources import Source, as_source
 
 __all__ = ["Batch", "ResumablePipeline"]
@@ -480,6 +480,12 @@ class ResumablePipeline:
             self._run = self._run_record(pipeline, stage_objs, dedup, dedup_kw)
             self._run["near_dedup"] = near_cfg
             side = self._load_committed()  # 2. the committed state, checked, before any file changes
+            if side is not None:  # 2b. its logs hold what it needs (read only: opening one cuts its tail)
+                if dedup is not False:
+                    check_wal_keeps(local_wal_path(self.state_dir), int(side["wal_lsn"]))
+                if near_dedup is not False:
+                    check_wal_keeps(local_wal_path(self.state_dir, near=True), int(side.get("near_wal_lsn", 0)),
+                                    "the near-dedup WAL", "band keys")
             if dedup is not False:  # 3. the dedup log, cut back to the commit
                 self.dedup = res.dedup = _stages.StreamDeduplicator(
                     wal_path=local_wal_path(self.state_dir), **dedup_kw)
