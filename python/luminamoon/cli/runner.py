@@ -205,6 +205,9 @@ def _make_source(paths: List[str], fmt: str, cfg: Dict[str, Any]):
     key = icfg["text_field"]
     mb = icfg["max_record_mb"]
     limit = {"on_error": on_error, "max_record_bytes": max(1, int(mb * 2**20)) if mb else None}
+    if icfg["text_per"] == "file" and fmt != "text":  # was: ignored without a word
+        raise ConfigError(f"--text-per-file (input.text_per='file') applies to text input, and this input is "
+                          f"{fmt}: drop the option, or pass --input-format text to read each file as one document")
     if fmt == "jsonl":
         return S.JsonlSource(paths, text_key=key, **limit)
     if fmt == "text":
