@@ -24,7 +24,7 @@ _RANK = _PREAMBLE + textwrap.dedent("""
     t0 = time.monotonic()
     res = {"kept": []}
     try:
-        with DistributedPipeline(lambda: iter(data[:n]), batch_size=4, state_dir=sd + "-" + str(rank),
+        with DistributedPipeline(lambda: iter(data[:n]), batch_size=4, state_dir=sd,
                                  stages={"quality": False}, num_threads=1, **kw) as p:
             for b in p:
                 res["kept"] += b.texts.tolist()

@@ -529,12 +529,15 @@ class DistributedPipeline:
 
     # --------------------------------------------------------------- recovery
     def _recover(self) -> None:
-        side, err = None, None
+        side, err, token = None, None, None
         if self.rank == 0:
             try:
                 from ..state import StateTracker
 
                 self._lock_fd = lock_state_dir(self.state_dir)  # one job per folder (rank 0 holds it)
+                if self.world_size > 1:  # a file the other ranks must see: state_dir is one shared folder
+                    token = f".shared-check-{os.getpid()}-{os.urandom(8).hex()}"
+                    open(os.path.join(self.state_dir, token), "wb").close()
                 self._check_whole()
                 self._state = StateTracker(os.path.join(self.state_dir, "state"))
                 loaded = self._state.load()
@@ -556,10 +559,24 @@ class DistributedPipeline:
                                          "resuming would change the output: " + "; ".join(diff))
             except Exception as e:  # reported on every rank
                 err = f"{type(e).__name__}: {e}"
-        side, err = self._bcast((side, err))
+        side, err, token = self._bcast((side, err, token))
         if err is not None:
+            self._drop_token(token)
             cls = ValueError if err.startswith("ValueError") else OSError
             raise cls(f"loading the distributed checkpoint in {self.state_dir!r}: {err}")
+        if token is not None:
+            # Every rank writes its log and sidecars into state_dir and rank 0 the commit that names
+            # them all: a node-local folder (another folder on each node) worked until a resume on
+            # another number of ranks (or nodes) found the other ranks' files missing.  Checked now.
+            seen = self._gather(os.path.exists(os.path.join(self.state_dir, token)))
+            self._drop_token(token)
+            blind = [i for i, ok in enumerate(seen) if not ok]
+            if blind:
+                raise ValueError(f"state_dir {self.state_dir!r} is not one folder shared by every rank: rank(s) "
+                                 f"{blind} do not see the file rank 0 just wrote there. A DistributedPipeline's "
+                                 "state_dir must be the same shared folder on every node (a path on a file "
+                                 "system all nodes mount, e.g. NFS or Lustre); each rank writes its dedup log and "
+                                 "sidecars there and rank 0 the commit that names them all")
         if side is not None:
             if side["dedup"] != self.dedup_mode or int(side["seed"]) != self.seed:
                 raise ValueError(f"the checkpoint was taken with dedup={side['dedup']!r}, seed={side['seed']}; "
@@ -597,6 +614,13 @@ class DistributedPipeline:
             if int(side["world_size"]) == self.world_size and extras is not None:
                 self.resume_extra = extras[self.rank]
             self.resumed_from = {k: side[k] for k in ("commit_id", "step", "sample_index", "world_size")}
+
+    def _drop_token(self, token: Optional[str]) -> None:
+        if token is not None and self.rank == 0:
+            try:
+                os.remove(os.path.join(self.state_dir, token))
+            except OSError:
+                pass
 
     def _check_whole(self) -> None:
         """Rank 0: a folder with commits or dedup hashes but no state file lost its state: refuse
