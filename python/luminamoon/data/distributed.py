@@ -30,7 +30,11 @@ records (no exchange; a document seen by two ranks is kept by both).
 
 **Ranks agree.**  At start every rank checks (one collective) that all read the
 same input by content, with the same batch size and settings; otherwise all raise
-ValueError naming the rank and what differs.  A rank whose step fails (a bad
+ValueError naming the rank and what differs.  ``state_dir`` must be one folder shared by
+every rank (every rank must see a file rank 0 writes there; ValueError otherwise).  Under
+global dedup every step's exchange also compares the ranks' step sizes, and a rank whose
+stream ended says so: streams of different lengths (a generator factory yielding other
+records on another rank) stop every rank with ValueError at the first step that differs.  A rank whose step fails (a bad
 record) tells the others through that step's dedup exchange: they raise
 ``PeerFailedError`` at once instead of waiting for the group timeout.
 
