@@ -534,7 +534,7 @@ def _file_stage_a(i: int, path: str, name: str, fmt: str, cfg: Dict[str, Any], k
     from .cli.config import stage_kwargs
     from .cli.report import length_histogram
     from .string_tensor import StringTensor
-    from .cli.writers import id_text, repair_surrogates
+    from .cli.writers import group_label, id_text, repair_surrogates
 
     icfg = cfg["input"]
     idf, tf = icfg["id_field"], icfg["text_field"]
@@ -577,8 +577,7 @@ def _file_stage_a(i: int, path: str, name: str, fmt: str, cfg: Dict[str, Any], k
             if R._SURROGATES in r:
                 su[j] = r.pop(R._SURROGATES)
             if group_by:
-                g = r.get(group_by)
-                groups.append("(none)" if g is None else repair_surrogates(id_text(g)))
+                groups.append(group_label(r.get(group_by)))
         skipped_l.append(sk)
         surr_l.append(su)
         for j in passed.tolist():

@@ -37,7 +37,7 @@ from .config import ConfigError, stage_kwargs
 from ..data.sources import BadRecordError
 from .report import RunStats, format_summary, length_histogram, render_report
 from ..stages import DedupFullError
-from .writers import PART_RE, ShardWriter, id_text, repair_surrogates
+from .writers import PART_RE, ShardWriter, group_label, id_text, repair_surrogates
 
 __all__ = ["run_corpus", "RunError", "detect_format", "STATE_DIRNAME"]
 
@@ -1156,8 +1156,7 @@ def _loop(pipe, measured, source, writer: ShardWriter, stats: RunStats, cfg, kee
             if group_by:
                 groups = {}
                 for r, c in zip(recs, reasons.tolist()):
-                    g = r.get(group_by)
-                    g = "(none)" if g is None else repair_surrogates(id_text(g))
+                    g = group_label(r.get(group_by))  # 1 and "1" are two groups (they were one)
                     o = groups.setdefault(g, {})
                     key = "kept" if c == 0 else names.setdefault(c, reason_name(c))
                     o[key] = o.get(key, 0) + 1

@@ -87,6 +87,31 @@ def id_text(v: Any) -> str:
     return j if isinstance(j, str) else _json_text(j)
 
 
+_JSON_START = frozenset('-0123456789tfn"[{')
+
+
+def group_label(v: Any) -> str:
+    """The ``--group-by`` label of a field value (stats.json ``groups`` keys, the report): a string
+    as is, anything else as JSON text (``id_text``), a missing / null value ``(none)``.  A string
+    that would read as one of those (the string 1 beside the number 1, true, (none), or the
+    report's (other)) is written as its JSON string, in double quotes, so that two different
+    values never share a group (1 and "1" were one group)."""
+    if v is None:
+        return "(none)"
+    if not isinstance(v, str):
+        return repair_surrogates(id_text(v))
+    t = repair_surrogates(v)
+    if t in ("(none)", "(other)"):
+        return json.dumps(t, ensure_ascii=False)
+    if t[:1] in _JSON_START or t[:1].isspace():
+        try:
+            json.loads(t)
+        except ValueError:
+            return t
+        return json.dumps(t, ensure_ascii=False)
+    return t
+
+
 class ShardWriter:
     """Buffers kept documents and writes them as numbered part files.
 
