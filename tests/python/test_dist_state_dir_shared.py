@@ -46,6 +46,8 @@ def test_node_local_state_dirs_are_refused_on_every_rank(tmp_path):
 
 
 def test_a_shared_state_dir_runs_and_leaves_no_check_file(tmp_path):
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / ".shared-check-99-dead").write_bytes(b"")  # a killed run's: removed too
     res = _ranks(tmp_path, "yes")
     assert all("error" not in x for x in res), res
     assert res[0]["kept"] + res[1]["kept"] == 40

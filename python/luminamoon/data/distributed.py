@@ -539,6 +539,9 @@ class DistributedPipeline:
                 from ..state import StateTracker
 
                 self._lock_fd = lock_state_dir(self.state_dir)  # one job per folder (rank 0 holds it)
+                for name in os.listdir(self.state_dir):  # a killed run's (this job holds the folder's lock)
+                    if name.startswith(".shared-check-"):
+                        self._drop_token(name)
                 if self.world_size > 1:  # a file the other ranks must see: state_dir is one shared folder
                     token = f".shared-check-{os.getpid()}-{os.urandom(8).hex()}"
                     open(os.path.join(self.state_dir, token), "wb").close()
