@@ -180,10 +180,17 @@ Dedup::Dedup(const py::dict &p) {
         throw py::value_error("StreamDeduplicator: the WAL " + path + " was written with seed=" +
                               std::to_string(info.seed) + "; open it with that seed (got seed=" +
                               std::to_string(params.seed) + ")");
-      if (std::memcmp(info.tag, params.tag, LM_DEDUP_TAG_SIZE) != 0)
-        throw py::value_error("StreamDeduplicator: the WAL " + path + " was written with tag=" +
-                              tag_hex(info.tag) + ", this deduplicator has tag=" + tag_hex(params.tag) +
-                              " (another configuration's log; dedup_wal_inspect(path) reads its header)");
+      if (std::memcmp(info.tag, params.tag, LM_DEDUP_TAG_SIZE) != 0) {
+        static const uint8_t zero[LM_DEDUP_TAG_SIZE] = {0};
+        const bool untagged = std::memcmp(params.tag, zero, LM_DEDUP_TAG_SIZE) == 0;
+        throw py::value_error(
+            "StreamDeduplicator: the WAL " + path + " was written with tag=" + tag_hex(info.tag) +
+            ", this deduplicator has tag=" + tag_hex(params.tag) +
+            (untagged ? " (no tag: the log belongs to a tagged configuration -- a ResumablePipeline tags the "
+                        "log of its state folder; open it with tag=luminamoon._C.dedup_wal_inspect(path)['tag'], "
+                        "or read it without opening it with luminamoon._C.dedup_wal_read_hashes)"
+                      : " (another configuration's log; dedup_wal_inspect(path) reads its header)"));
+      }
     }
   }
   if (s) raise_status(s, "StreamDeduplicator", path, err);

@@ -866,6 +866,11 @@ class StreamDeduplicator(_DedupIndex):
     def seed(self) -> int:
         return self._obj.seed
 
+    @property
+    def tag(self) -> bytes:
+        """The 32 bytes stored in the WAL's header (zeros: no tag)."""
+        return self._obj.tag
+
     def __repr__(self) -> str:
         if self._obj is None:  # its constructor raised
             return "StreamDeduplicator(<not created>)"

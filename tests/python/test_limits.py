@@ -429,7 +429,11 @@ def test_cli_dedup_max_entries_and_seed(tmp_path, capsys):
                "--set", "dedup.seed=77"])
     assert rc == 0
     wal = os.path.join(out, ".luminamoon", "dedup.wal")
-    d = StreamDeduplicator(wal, seed=77)  # the run's WAL was written with the configured seed
+    with pytest.raises(ValueError, match="dedup_wal_inspect"):  # the state folder's log is tagged
+        StreamDeduplicator(wal, seed=77)
+    from luminamoon import _C
+
+    d = StreamDeduplicator(wal, seed=77, tag=_C.dedup_wal_inspect(wal)["tag"])  # written with the configured seed
     assert len(d) == 50
     d.close()
     with pytest.raises(ValueError, match="seed"):

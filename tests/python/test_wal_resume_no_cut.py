@@ -95,3 +95,57 @@ def test_distributed_resume_refuses_a_damaged_committed_tail_before_the_log_chan
     with pytest.raises(OSError, match="lost committed records"):
         DistributedPipeline(DOCS, **kw)
     assert open(wal, "rb").read() == bytes(data)  # was: cut by the open before the refusal
+
+
+def test_a_dedup_log_from_another_state_folder_is_refused(tmp_path):
+    """A dedup.wal copied in from another state folder (same settings, more hashes) was accepted:
+    the resume cut it to the committed LSN and decided duplicates by the other run's documents
+    (here: 150 of the 200 remaining documents dropped).  Each folder's log now has its own tag, the
+    commit records it, and the resume compares it with the log's header before opening it."""
+    import shutil
+
+    kw = dict(batch_size=50, prefetch_batches=0, dedup={"wal_buffer_hashes": 16}, stages={"quality": False})
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    with ResumablePipeline(DOCS, state_dir=a, **kw) as p:
+        for i, _ in enumerate(p):
+            if i == 3:
+                p.commit()
+                break
+    other = DOCS[::-1]  # another run: the last documents first
+    with ResumablePipeline(other, state_dir=b, **kw) as p:
+        for i, _ in enumerate(p):
+            if i == 5:
+                p.commit()
+                break
+    wal = os.path.join(a, "dedup.wal")
+    shutil.copyfile(os.path.join(b, "dedup.wal"), wal)
+    foreign = open(wal, "rb").read()
+    with pytest.raises(OSError, match="not the log this state folder committed with"):
+        ResumablePipeline(DOCS, state_dir=a, **kw)
+    assert open(wal, "rb").read() == foreign  # nothing changed
+    # a folder whose own log is in place resumes and delivers the 200 documents after the commit
+    shutil.rmtree(a)
+    with ResumablePipeline(DOCS, state_dir=a, **kw) as p:
+        for i, _ in enumerate(p):
+            if i == 3:
+                p.commit()
+                break
+    with ResumablePipeline(DOCS, state_dir=a, **kw) as p:
+        assert sum(len(x.texts) for x in p) == 200
+
+
+def test_a_resume_over_another_list_is_refused(tmp_path):
+    """A list has an identity now (its length and a CRC of 32 sampled records): resuming a state
+    committed over another list was accepted and applied its position and dedup table to other
+    records (here all 200 remaining documents dropped as duplicates)."""
+    kw = dict(batch_size=50, prefetch_batches=0, stages={"quality": False})
+    sd = str(tmp_path / "s")
+    with ResumablePipeline(DOCS[::-1], state_dir=sd, **kw) as p:
+        for i, _ in enumerate(p):
+            if i == 3:
+                p.commit()
+                break
+    with pytest.raises(ValueError, match="in-memory list of 400"):
+        ResumablePipeline(DOCS, state_dir=sd, **kw)
+    with ResumablePipeline(DOCS[::-1], state_dir=sd, **kw) as p:  # the same list resumes
+        assert sum(len(x.texts) for x in p) == 200

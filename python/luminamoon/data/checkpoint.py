@@ -178,6 +178,13 @@ def source_differences(a: Optional[Dict[str, Any]], b: Optional[Dict[str, Any]])
     """What differs between two sources' identities (settings, file count, file fingerprints)."""
     if a is None and b is None:
         return []
+    if a is None and b.get("kind") == "IterableSource":
+        return []  # committed before lists had an identity: nothing to compare
+    if a is not None and b is not None and "in_memory_items" in a and "in_memory_items" in b and a != b:
+        return [f"input: committed over an in-memory list of {a['in_memory_items']} record(s) (sampled CRC "
+                f"{a.get('sampled_crc32')}), now {b['in_memory_items']} (sampled CRC {b.get('sampled_crc32')})"
+                + (f", text_key {a.get('text_key')!r} -> {b.get('text_key')!r}"
+                   if a.get("text_key") != b.get("text_key") else "")]
     if a is None or b is None:
         return [f"input: committed over {'a source without identity' if a is None else a.get('kind')}, "
                 f"now {'a source without identity' if b is None else b.get('kind')}"]

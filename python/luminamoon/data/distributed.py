@@ -450,8 +450,6 @@ class DistributedPipeline:
                 src = run["source"]
             else:
                 src = self.source.identity() if hasattr(self.source, "identity") else None
-            if src is None:
-                src = self._memory_identity()
             paths = []
             if isinstance(src, dict) and isinstance(src.get("files"), list):
                 paths = [f.get("path") for f in src["files"]]
@@ -502,34 +500,6 @@ class DistributedPipeline:
         if diffs:
             raise ValueError("the ranks of a DistributedPipeline must pass the same source (by content), "
                              "batch_size and settings: " + "; ".join(diffs))
-
-    def _memory_identity(self) -> Optional[Dict[str, Any]]:
-        """A list / tuple source has no identity(): its length and a CRC of up to 32 evenly
-        spaced items, compared by the start-up check only (not recorded in the checkpoint).
-        review s34: ranks that passed different lists (each its own shard, data[rank::W], the
-        usual mistake) were not told: the records were sharded again and most were never
-        delivered; lists of different lengths left the ranks in different collectives until the
-        group timeout."""
-        from collections.abc import Sequence
-
-        from .sources import IterableSource
-
-        seq = getattr(self.source, "_src", None)
-        if type(self.source) is not IterableSource or not isinstance(seq, Sequence) or isinstance(seq, (str, bytes)):
-            return None
-        try:
-            n = len(seq)
-            crc = 0
-            for i in sorted({(k * n) // 32 for k in range(32)} if n > 32 else range(n)):
-                item = seq[i]
-                try:  # not repr(): an object's repr may hold its address, which differs between ranks
-                    raw = json.dumps(item, sort_keys=True, default=lambda o: type(o).__name__)
-                except (TypeError, ValueError):
-                    raw = type(item).__name__
-                crc = zlib.crc32(raw.encode("utf-8", "surrogatepass"), crc)
-            return {"in_memory_items": n, "sampled_crc32": crc}
-        except Exception:  # an unusual sequence: not checked
-            return None
 
     # --------------------------------------------------------------- recovery
     def _recover(self) -> None:

@@ -388,10 +388,15 @@ class ResumablePipeline:
     Resume never guesses: each commit records what shapes the
     output — the stages and their settings, dedup on/off and its seed, the
     batch size, the text key and the source's ``identity()`` (file sources: each
-    file's size, mtime and sampled SHA-256; plain iterables have none, so a
-    changed iterable cannot be detected) — and a pipeline built with other
+    file's size, mtime and sampled SHA-256; a list / tuple / range: its length and
+    a CRC of 32 sampled records; iterators and factories have none, so a changed
+    one cannot be detected) — and a pipeline built with other
     settings, or over changed files, is refused with ValueError saying what
-    differs.  A folder holding commit sidecars or a non-empty dedup log but no
+    differs.  The dedup logs are checked read-only before they are opened
+    (opening cuts a damaged tail): one that lost committed records is refused
+    (OSError) unchanged, and so is a ``dedup.wal`` from another state folder (each
+    folder's log carries a random tag in its header, recorded with every commit;
+    open it by hand with ``tag=luminamoon._C.dedup_wal_inspect(path)["tag"]``).  A folder holding commit sidecars or a non-empty dedup log but no
     ``state`` file is refused (OSError) and left as it is.  The datatrove-mode
     PII replacement cycle is part of each commit.  ``state_dir`` is locked for
     the pipeline's life (``state_dir/lock``; a second opener gets OSError "in use
@@ -487,8 +492,9 @@ class ResumablePipeline:
                     check_wal_keeps(local_wal_path(self.state_dir, near=True), int(side.get("near_wal_lsn", 0)),
                                     "the near-dedup WAL", "band keys")
             if dedup is not False:  # 3. the dedup log, cut back to the commit
+                tag_kw = {} if dedup_kw.get("tag") is not None else {"tag": self._wal_tag(side)}
                 self.dedup = res.dedup = _stages.StreamDeduplicator(
-                    wal_path=local_wal_path(self.state_dir), **dedup_kw)
+                    wal_path=local_wal_path(self.state_dir), **dedup_kw, **tag_kw)
             if near_dedup is not False:  # 3b. the near-dedup band index's log, likewise
                 self.near_dedup = res.near = _stages.NearDeduplicator(
                     wal_path=local_wal_path(self.state_dir, near=True), **near_kw)
@@ -609,6 +615,32 @@ class ResumablePipeline:
         self._commit_id = commit_id
         return side
 
+    def _wal_tag(self, side: Optional[Dict[str, Any]]) -> bytes:
+        """The tag of this folder's dedup WAL (read-only, before it is opened): the one the last
+        commit recorded, checked against the log's header; else the log's own; else a new random
+        one.  A log from another state folder -- same settings, enough hashes -- was accepted and its
+        table used (documents dropped or kept by another run's history): now refused, unchanged."""
+        path = local_wal_path(self.state_dir)
+        stored = None
+        if os.path.exists(path):
+            from .. import _C
+
+            try:
+                info = _C.dedup_wal_inspect(path)
+            except OSError:
+                info = None
+            if info is not None and info["status"] == "LM_OK":
+                stored = bytes(info["tag"])
+        want = side.get("wal_tag") if side is not None else None
+        if want is None:  # no commit, or one written before commits recorded the tag
+            return stored if stored is not None else os.urandom(32)
+        if stored is not None and stored.hex() != want:
+            raise OSError(f"the dedup WAL {path} is not the log this state folder committed with (its header "
+                          f"tag {stored.hex()[:16]}..., the commit's {want[:16]}...): a log from another state "
+                          "folder or run? Resuming with it would decide duplicates by another run's history. "
+                          "Nothing was changed: put this folder's own dedup.wal back, or use a new state_dir")
+        return bytes.fromhex(want)
+
     def _check_run(self, old: Optional[Dict[str, Any]], where: str) -> None:
         if old is None:
             raise ValueError(f"{where} holds a commit that does not record its run settings (written by an "
@@ -639,7 +671,7 @@ class ResumablePipeline:
             self.near_dedup.truncate(near_lsn)
         self._start = {k: int(side[k]) for k in ("batch_index", "sample_index", "epoch")}
         self._producer.start = dict(self._start)
-        coord = {k: v for k, v in side.items() if k not in ("extra", "run", "state_dir")}
+        coord = {k: v for k, v in side.items() if k not in ("extra", "run", "state_dir", "wal_tag")}
         self._last = coord
         self._origin = coord
         self.resume_extra = side.get("extra")
@@ -736,6 +768,8 @@ class ResumablePipeline:
         side = dict(last)
         side["extra"] = extra
         side["run"] = self._run
+        if self.dedup is not None:
+            side["wal_tag"] = self.dedup.tag.hex()  # which log the LSN counts in (_wal_tag checks it)
         with self._lock:
             if self._committing:
                 raise RuntimeError("commit() called while this thread is inside commit() (from a signal "

@@ -70,6 +70,7 @@ import glob as _glob
 import json
 import os
 import sys
+import zlib
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 from ._blocks import jsonl_blocks, parquet_blocks, text_blocks
@@ -293,6 +294,30 @@ def _check_key(name: str, value: Any) -> None:
         raise TypeError(f"{name} must be str, got {type(value).__name__}")
 
 
+def sequence_key(seq: Any) -> Optional[Dict[str, Any]]:
+    """A list / tuple / range of records, by content: its length and a CRC32 of up to 32 evenly
+    spaced items (each as JSON; an item that is not JSON by its type name -- never ``repr()``, which
+    may hold an address).  None for anything else (iterators, factories: no content to read before
+    the stream) or when an item cannot be read."""
+    from collections.abc import Sequence
+
+    if not isinstance(seq, Sequence) or isinstance(seq, (str, bytes)):
+        return None
+    try:
+        n = len(seq)
+        crc = 0
+        for i in sorted({(k * n) // 32 for k in range(32)} if n > 32 else range(n)):
+            item = seq[i]
+            try:
+                raw = json.dumps(item, sort_keys=True, default=lambda o: type(o).__name__)
+            except (TypeError, ValueError):
+                raw = type(item).__name__
+            crc = zlib.crc32(raw.encode("utf-8", "surrogatepass"), crc)
+    except Exception:  # an unusual sequence: no key
+        return None
+    return {"in_memory_items": n, "sampled_crc32": crc}
+
+
 class IterableSource(Source):
     """Any Python iterable.  Resuming replays the iterable from the beginning
     and skips the records already consumed (O(position)), so it needs a way to
@@ -332,6 +357,13 @@ class IterableSource(Source):
 
     def position(self) -> Dict[str, Any]:
         return {"kind": "iterable", "consumed": self._consumed}
+
+    def identity(self) -> Optional[Dict[str, Any]]:
+        """A list / tuple / range by content (``sequence_key``: its length and a CRC of 32 sampled
+        items), so that a resume over another list is refused (it was accepted: the committed
+        position and dedup table applied to other records).  None for an iterator or a factory."""
+        key = sequence_key(self._src) if not callable(self._src) else None
+        return None if key is None else {"kind": "IterableSource", "text_key": self.text_key, **key}
 
     def seek(self, position: Dict[str, Any]) -> None:
         self._check_kind(position, "iterable")
