@@ -177,15 +177,16 @@ def _spool_stdin(out: str, fmt: str) -> "tuple[str, str]":
     comp = ""
     body = head
     if head[:2] == b"\x1f\x8b":
-        import zlib
-
-        comp, body = ".gz", zlib.decompressobj(31).decompress(head)
-    elif head[:4] == b"\x28\xb5\x2f\xfd":
+        comp = ".gz"
+        try:
+            body = _first_bytes(head, "gzip")
+        except Exception as e:  # zlib.error: was a traceback (exit 1); the caller drops the spool
+            raise RunError(f"standard input starts like gzip data but is not readable gzip ({e})") from None
+    elif head[:4] == b"\x28\xb5\x2f\xfd" or (len(head) >= 8 and  # a zstd frame, or a skippable one (pzstd)
+                                               int.from_bytes(head[:4], "little") & 0xFFFFFFF0 == 0x184D2A50):
         comp = ".zst"
         try:
-            import zstandard
-
-            body = zstandard.ZstdDecompressor().decompressobj().decompress(head)
+            body = _first_bytes(head, "zstd")
         except Exception:
             body = b"{"
     if fmt == "auto":
@@ -195,6 +196,38 @@ def _spool_stdin(out: str, fmt: str) -> "tuple[str, str]":
         fmt = "parquet" if head[:4] == b"PAR1" else "jsonl" if body.lstrip()[:1] == b"{" else "text"
     ext = {"parquet": ".parquet", "jsonl": ".jsonl", "text": ".txt"}[fmt]
     return tmp, "stdin" + ext + ("" if fmt == "parquet" else comp)
+
+
+def _first_bytes(head: bytes, comp: str) -> bytes:
+    """The first decompressed bytes of ``head`` (the start of a gzip or zstd stream) that are not
+    blank, read across members / frames (review s35: only the first member / frame was read, so a
+    stream opening with an empty gzip member, an empty zstd frame or a skippable frame was taken
+    for text, and its JSON lines became documents of raw JSON).  Raises on data that is not the
+    format (zlib.error, zstd.ZstdError)."""
+    import zlib
+
+    rest, body = head, b""
+    while rest and not body.strip():
+        if comp == "gzip":
+            if not rest.strip(b"\0"):  # zero padding after the last member
+                break
+            d = zlib.decompressobj(31)
+            body += d.decompress(rest, 1 << 16)
+            if not d.eof:
+                break
+            rest = d.unused_data
+        else:
+            import zstandard
+
+            if len(rest) >= 8 and int.from_bytes(rest[:4], "little") & 0xFFFFFFF0 == 0x184D2A50:
+                rest = rest[8 + int.from_bytes(rest[4:8], "little"):]  # a skippable frame
+                continue
+            d = zstandard.ZstdDecompressor().decompressobj()
+            body += d.decompress(rest)
+            if not d.eof:
+                break
+            rest = d.unused_data
+    return body
 
 
 def _make_source(paths: List[str], fmt: str, cfg: Dict[str, Any]):

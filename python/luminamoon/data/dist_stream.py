@@ -95,6 +95,9 @@ class GlobalStream:
             src._bad(f"{path}:{lineno}: malformed JSON: nested too deeply to parse "
                      f"(more than about {sys.getrecursionlimit()} levels)", e)
             return None
+        except ValueError as e:  # as JsonlSource: an integer longer than Python's int limit (4300 digits)
+            src._bad(f"{path}:{lineno}: malformed JSON: {e}", e)
+            return None
         if not isinstance(obj, dict):
             src._bad(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
             return None
