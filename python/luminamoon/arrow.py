@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import torch
 
 from . import _C
@@ -220,21 +221,44 @@ def _concat(cls, parts: list) -> StringTensor:
                         utf8=utf8)
 
 
-def _from_array(cls, arr: pa.Array, validate: bool) -> StringTensor:
+def _nulls_error(count: int, first: int, dictionary: bool = False) -> ValueError:
+    how = ("fill them first (pyarrow.compute.fill_null; a dictionary array whose nulls are entries of its "
+           "dictionary: cast it to its value type first, fill_null leaves those)" if dictionary else
+           "fill them first (pyarrow.compute.fill_null)")
+    return ValueError(f"the Arrow array holds {count} nulls (the first at {first}); StringTensor has no nulls: {how}")
+
+
+def _from_array(cls, arr: pa.Array, validate: bool, base: int = 0) -> StringTensor:
+    """``base``: the position of ``arr``'s first element in what the caller passed (a chunk of a chunked
+    array), for the position an error names."""
     if arr.null_count:
         first = arr.is_null().index(True).as_py()
-        raise ValueError(f"the Arrow array holds {arr.null_count} nulls (the first at {first}); "
-                         "StringTensor has no nulls: fill them first (pyarrow.compute.fill_null)")
+        raise _nulls_error(arr.null_count, base + first)
     t = arr.type
     if pa.types.is_dictionary(t):
         # Decoded here, not with dictionary_decode (which pyarrow cannot do for string_view
         # dictionaries): the dictionary becomes a StringTensor, the indices select from it
         # (views layout: no payload copy).  Nulls in the indices were refused above.
-        values = _from_array(cls, arr.dictionary, validate)
+        dictionary = arr.dictionary
         idx = arr.indices.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
-        if len(idx) and (int(idx.min()) < 0 or int(idx.max()) >= len(values)):
+        if len(idx) and (int(idx.min()) < 0 or int(idx.max()) >= len(dictionary)):
             raise ValueError(f"the dictionary array's indices point outside its dictionary "
-                             f"({len(values)} values)")
+                             f"({len(dictionary)} values)")
+        if dictionary.null_count:
+            # A null entry of the dictionary (dictionary_encode(null_encoding="encode"), or one no index uses
+            # after a slice) is not counted in arr.null_count.  The elements that select one are this array's
+            # nulls; entries no element selects do not matter (review s35: any null entry refused the array,
+            # and the error named the entry's position in the dictionary as the element's).
+            used = null_mask(dictionary)[idx]
+            if used.any():
+                raise _nulls_error(int(used.sum()), base + int(np.argmax(used)), dictionary=True)
+            vt = dictionary.type
+            if vt in _VIEW_TYPES:  # fill_null has no view kernel: a copy of the dictionary as large_*
+                vt = pa.large_string() if vt == pa.string_view() else pa.large_binary()
+                dictionary = dictionary.cast(vt)
+            empty = b"" if pa.types.is_binary(vt) or pa.types.is_large_binary(vt) else ""
+            dictionary = pc.fill_null(dictionary, pa.scalar(empty, type=vt))
+        values = _from_array(cls, dictionary, validate)
         return values.take(torch.from_numpy(np.ascontiguousarray(idx)))
     if t in _STRING_TYPES:
         return _from_offsets_array(cls, arr, validate)
@@ -247,8 +271,9 @@ def from_arrow(cls, obj, validate: bool = True) -> StringTensor:
     if isinstance(obj, cls):
         return obj
     if isinstance(obj, pa.ChunkedArray):
-        chunks = [c for c in obj.chunks if len(c)] or [pa.array([], type=obj.type)]
-        return _concat(cls, [_from_array(cls, c, validate) for c in chunks])
+        starts = np.cumsum([0] + [len(c) for c in obj.chunks])  # the position an error names (review s35)
+        parts = [_from_array(cls, c, validate, int(b)) for c, b in zip(obj.chunks, starts) if len(c)]
+        return _concat(cls, parts or [_from_array(cls, pa.array([], type=obj.type), validate)])
     if isinstance(obj, pa.Array):
         return _from_array(cls, obj, validate)
     if hasattr(obj, "__arrow_c_stream__"):

@@ -26,6 +26,8 @@ import importlib.machinery
 import os
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensor
+from torch.fx.experimental.symbolic_shapes import guard_or_false
 
 
 def _load_ops() -> str:
@@ -51,7 +53,75 @@ _lib = torch.ops.luminamoon
 
 
 def _n(offsets: torch.Tensor):
+    if offsets.dim() == 0 or guard_or_false(offsets.shape[0] == 0):
+        return 0  # not N+1 >= 1 offsets: the kernel raises its ValueError (review s35; see _strict)
     return offsets.shape[0] - 1
+
+
+def _nonneg(size):
+    """A size the kernel checks itself (max_len): 0 when negative, so that the fake output can be made."""
+    return 0 if guard_or_false(size < 0) else size
+
+
+def _strict(*tensors) -> bool:
+    """True for plain meta tensors (no real kernel runs after the fake one, so the fake kernel raises the
+    kernel's error itself); False for FakeTensors (torch.compile / export): bad input is then left to the real
+    kernel at run time, which raises the same TypeError / ValueError as eager.  An error raised while tracing
+    reaches the caller as torch._dynamo's TorchRuntimeError instead, and unclear ones ("Trying to create tensor
+    with negative dimension -1" for empty offsets, "tuple index out of range" for 0-d lengths) were (review s35)."""
+    flat = [t for x in tensors for t in (x if isinstance(x, (list, tuple)) else (x,))]
+    return not any(isinstance(t, FakeTensor) for t in flat)
+
+
+_DTYPE_NAMES = {torch.uint8: "Byte", torch.int8: "Char", torch.int16: "Short", torch.int32: "Int", torch.int64: "Long",
+                torch.float16: "Half", torch.float32: "Float", torch.float64: "Double", torch.bool: "Bool",
+                torch.bfloat16: "BFloat16", torch.uint16: "UInt16", torch.uint32: "UInt32", torch.uint64: "UInt64"}
+
+
+def _dt(dtype) -> str:
+    return _DTYPE_NAMES.get(dtype, str(dtype).replace("torch.", ""))
+
+
+def _shape(t) -> str:
+    return "[" + ", ".join(str(x) for x in t.shape) + "]"
+
+
+def _check_strings_meta(op: str, offsets, data, on: str = "offsets", dn: str = "data") -> None:
+    """The kernels' checks of (offsets, data) (torch_ops/stable/stable_common.h: check_strings_light), for
+    plain meta tensors (see _strict)."""
+    if offsets.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"luminamoon.{op}: {on} must be an int32 or int64 tensor, got {_dt(offsets.dtype)}")
+    if data.dtype != torch.uint8:
+        raise TypeError(f"luminamoon.{op}: {dn} must be a uint8 tensor, got {_dt(data.dtype)}")
+    if offsets.dim() != 1 or offsets.shape[0] < 1:
+        raise ValueError(f"luminamoon.{op}: {on} must be 1-D with N+1 >= 1 entries, got shape {_shape(offsets)}")
+    if data.dim() != 1:
+        raise ValueError(f"luminamoon.{op}: {dn} must be 1-D, got shape {_shape(data)}")
+
+
+def _check_views_meta(op: str, views, buffers=(), vn: str = "views") -> None:
+    """The views kernels' checks (torch_ops/ops_cpu.cpp: check_views), for plain meta tensors."""
+    if views.dtype != torch.uint8:
+        raise TypeError(f"luminamoon.{op}: {vn} must be uint8, got {_dt(views.dtype)}")
+    if views.dim() != 2 or views.shape[1] != 16:
+        raise ValueError(f"luminamoon.{op}: {vn} must have shape [N, 16], got {_shape(views)}")
+    for i, b in enumerate(buffers):
+        if b.dtype != torch.uint8:
+            raise TypeError(f"luminamoon.{op}: buffers[{i}] must be uint8")
+        if b.dim() != 1:
+            raise ValueError(f"luminamoon.{op}: buffers[{i}] must be a contiguous 1-D CPU tensor")
+
+
+def _check_mask_meta(op: str, mask, n: int) -> None:
+    if mask.dtype != torch.bool:
+        raise TypeError(f"luminamoon.{op}: mask must be bool, got {_dt(mask.dtype)}")
+    if mask.dim() != 1 or mask.shape[0] != n:
+        raise ValueError(f"luminamoon.{op}: mask must have shape [{n}], got {_shape(mask)}")
+
+
+def _check_max_len_meta(op: str, max_len) -> None:
+    if max_len < 0:
+        raise ValueError(f"luminamoon.{op}: max_len must be >= 0, got {max_len}")
 
 
 def _same_device(op: str, **tensors) -> None:
@@ -78,51 +148,89 @@ def _views_device(op: str, **args) -> None:
 
 @torch.library.register_fake("luminamoon::prefix_match")
 def _prefix_match_fake(offsets, data, prefix):
+    if _strict(offsets, data):
+        _check_strings_meta('prefix_match', offsets, data)
     _same_device('prefix_match', offsets=offsets, data=data)
     return offsets.new_empty((_n(offsets),), dtype=torch.bool)
 
 
 @torch.library.register_fake("luminamoon::equal_scalar")
 def _equal_scalar_fake(offsets, data, s):
+    if _strict(offsets, data):
+        _check_strings_meta('equal_scalar', offsets, data)
     _same_device('equal_scalar', offsets=offsets, data=data)
     return offsets.new_empty((_n(offsets),), dtype=torch.bool)
 
 
 @torch.library.register_fake("luminamoon::equal")
 def _equal_fake(offsets_a, data_a, offsets_b, data_b):
+    if _strict(offsets_a, data_a, offsets_b, data_b):
+        _check_strings_meta('equal', offsets_a, data_a, "offsets_a", "data_a")
+        _check_strings_meta('equal', offsets_b, data_b, "offsets_b", "data_b")
+        if offsets_a.shape[0] != offsets_b.shape[0]:
+            raise ValueError("luminamoon.equal: offsets_a and offsets_b must describe the same number of strings, "
+                             f"got {offsets_a.shape[0] - 1} and {offsets_b.shape[0] - 1}")
+        if offsets_a.dtype != offsets_b.dtype:
+            raise TypeError("luminamoon.equal: offsets_a and offsets_b must have the same dtype, got "
+                            f"{_dt(offsets_a.dtype)} and {_dt(offsets_b.dtype)}")
     _same_device('equal', offsets_a=offsets_a, data_a=data_a, offsets_b=offsets_b, data_b=data_b)
-    torch._check(offsets_a.shape[0] == offsets_b.shape[0], lambda: "offsets_a and offsets_b differ in length")
+    if not guard_or_false(offsets_a.shape[0] != offsets_b.shape[0]):
+        # (two unbacked lengths, e.g. two compact results, are checked equal at run time here; lengths known to
+        # differ are left to the kernel, which raises its ValueError as in eager: review s35)
+        torch._check(offsets_a.shape[0] == offsets_b.shape[0], lambda: "offsets_a and offsets_b differ in length")
     return offsets_a.new_empty((_n(offsets_a),), dtype=torch.bool)
 
 
 @torch.library.register_fake("luminamoon::hash64")
 def _hash64_fake(offsets, data, seed=0):
+    if _strict(offsets, data):
+        _check_strings_meta('hash64', offsets, data)
     _same_device('hash64', offsets=offsets, data=data)
     return offsets.new_empty((_n(offsets),), dtype=torch.int64)
 
 
 @torch.library.register_fake("luminamoon::pad_bytes")
 def _pad_bytes_fake(offsets, data, max_len, pad_id=0, bos_id=-1, eos_id=-1):
+    if _strict(offsets, data):
+        _check_strings_meta('pad_bytes', offsets, data)
+        _check_max_len_meta('pad_bytes', max_len)
     _same_device('pad_bytes', offsets=offsets, data=data)
     n = _n(offsets)
-    return (offsets.new_empty((n, max_len), dtype=torch.int64), offsets.new_empty((n,), dtype=torch.int64))
+    return (offsets.new_empty((n, _nonneg(max_len)), dtype=torch.int64), offsets.new_empty((n,), dtype=torch.int64))
 
 
 @torch.library.register_fake("luminamoon::attention_mask")
 def _attention_mask_fake(lengths, max_len):
-    return lengths.new_empty((lengths.shape[0], max_len), dtype=torch.int64)
+    if _strict(lengths):
+        if lengths.dtype != torch.int64:
+            raise TypeError(f"luminamoon.attention_mask: lengths must be int64, got {_dt(lengths.dtype)}")
+        if lengths.dim() != 1:
+            raise ValueError(f"luminamoon.attention_mask: lengths must be 1-D, got shape {_shape(lengths)}")
+        _check_max_len_meta('attention_mask', max_len)
+    rows = lengths.shape[0] if lengths.dim() >= 1 else 1  # not 1-D: the kernel raises (see _strict)
+    return lengths.new_empty((rows, _nonneg(max_len)), dtype=torch.int64)
 
 
 @torch.library.register_fake("luminamoon::gather")
 def _gather_fake(offsets, data, index):
+    if _strict(offsets, data, index):
+        _check_strings_meta('gather', offsets, data)
+        if index.dtype != torch.int64:
+            raise TypeError(f"luminamoon.gather: index must be int64, got {_dt(index.dtype)}")
+        if index.dim() != 1:
+            raise ValueError(f"luminamoon.gather: index must be 1-D, got shape {_shape(index)}")
     _same_device('gather', offsets=offsets, data=data, index=index)
     ctx = torch.library.get_ctx()
     nbytes = ctx.new_dynamic_size()
-    return offsets.new_empty((index.shape[0] + 1,)), data.new_empty((nbytes,))
+    m = index.shape[0] if index.dim() >= 1 else 1  # not 1-D: the kernel raises (see _strict)
+    return offsets.new_empty((m + 1,)), data.new_empty((nbytes,))
 
 
 @torch.library.register_fake("luminamoon::compact")
 def _compact_fake(offsets, data, mask):
+    if _strict(offsets, data, mask):
+        _check_strings_meta('compact', offsets, data)
+        _check_mask_meta('compact', mask, offsets.shape[0] - 1)
     _same_device('compact', offsets=offsets, data=data, mask=mask)
     ctx = torch.library.get_ctx()
     # The output length N_kept + 1 is itself the unbacked size (a bare symbol, so
@@ -134,12 +242,16 @@ def _compact_fake(offsets, data, mask):
 
 @torch.library.register_fake("luminamoon::views_from_offsets")
 def _views_from_offsets_fake(offsets, data):
+    if _strict(offsets, data):
+        _check_strings_meta('views_from_offsets', offsets, data)
     _same_device('views_from_offsets', offsets=offsets, data=data)
     return data.new_empty((_n(offsets), 16))
 
 
 @torch.library.register_fake("luminamoon::offsets_from_views")
 def _offsets_from_views_fake(views, buffers, large=False):
+    if _strict(views, buffers):
+        _check_views_meta("offsets_from_views", views, buffers)
     _views_device("offsets_from_views", views=views, buffers=buffers)
     nbytes = torch.library.get_ctx().new_dynamic_size()
     dtype = torch.int64 if large else torch.int32
@@ -148,30 +260,45 @@ def _offsets_from_views_fake(views, buffers, large=False):
 
 @torch.library.register_fake("luminamoon::views_prefix_match")
 def _views_prefix_match_fake(views, buffers, prefix):
+    if _strict(views, buffers):
+        _check_views_meta("views_prefix_match", views, buffers)
     _views_device("views_prefix_match", views=views, buffers=buffers)
     return views.new_empty((views.shape[0],), dtype=torch.bool)
 
 
 @torch.library.register_fake("luminamoon::views_equal_scalar")
 def _views_equal_scalar_fake(views, buffers, s):
+    if _strict(views, buffers):
+        _check_views_meta("views_equal_scalar", views, buffers)
     _views_device("views_equal_scalar", views=views, buffers=buffers)
     return views.new_empty((views.shape[0],), dtype=torch.bool)
 
 
 @torch.library.register_fake("luminamoon::views_equal")
 def _views_equal_fake(views_a, buffers_a, views_b, buffers_b):
+    if _strict(views_a, buffers_a, views_b, buffers_b):
+        _check_views_meta("views_equal", views_a, buffers_a, "views_a")
+        _check_views_meta("views_equal", views_b, buffers_b, "views_b")
+        if views_a.shape[0] != views_b.shape[0]:
+            raise ValueError("luminamoon.views_equal: views_a and views_b must have the same length, got "
+                             f"{views_a.shape[0]} and {views_b.shape[0]}")
     _views_device("views_equal", views_a=views_a, buffers_a=buffers_a, views_b=views_b, buffers_b=buffers_b)
     return views_a.new_empty((views_a.shape[0],), dtype=torch.bool)
 
 
 @torch.library.register_fake("luminamoon::views_hash64")
 def _views_hash64_fake(views, buffers, seed=0):
+    if _strict(views, buffers):
+        _check_views_meta("views_hash64", views, buffers)
     _views_device("views_hash64", views=views, buffers=buffers)
     return views.new_empty((views.shape[0],), dtype=torch.int64)
 
 
 @torch.library.register_fake("luminamoon::views_compact")
 def _views_compact_fake(views, mask):
+    if _strict(views, mask):
+        _check_views_meta("views_compact", views)
+        _check_mask_meta("views_compact", mask, views.shape[0])
     _same_device("views_compact", views=views, mask=mask)
     kept = torch.library.get_ctx().new_dynamic_size()
     return views.new_empty((kept, 16))
