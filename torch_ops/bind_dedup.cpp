@@ -4,6 +4,8 @@
 #include <cerrno>
 #include <utility>
 #include <cstring>
+#include <mutex>
+#include <unordered_set>
 
 #include "bind_stages.h"
 
@@ -33,6 +35,30 @@ py::dict dedup_stats_dict(const lm_dedup_stats &s) {
   d["tail_bytes_cut"] = s.tail_bytes_cut;
   d["snapshot_loaded"] = bool(s.snapshot_loaded);
   return d;
+}
+
+namespace {
+std::mutex g_wal_mu;
+std::unordered_set<lm_dedup *> *g_wal_indexes = new std::unordered_set<lm_dedup *>;  // never freed
+}  // namespace
+
+void wal_index_opened(lm_dedup *index) {
+  std::lock_guard<std::mutex> lk(g_wal_mu);
+  g_wal_indexes->insert(index);
+}
+
+void wal_index_closed(lm_dedup *index) {
+  std::lock_guard<std::mutex> lk(g_wal_mu);
+  g_wal_indexes->erase(index);
+}
+
+void wal_indexes_abandon_in_child() {
+  // One thread here (the child); the set is changed only by constructors and destructors, with the
+  // GIL held, so no thread held its mutex at the fork: try_lock all the same (never wait in a child).
+  std::unique_lock<std::mutex> lk(g_wal_mu, std::try_to_lock);
+  if (!lk.owns_lock()) return;
+  for (lm_dedup *d : *g_wal_indexes) lm_dedup_abandon_log(d);
+  g_wal_indexes->clear();
 }
 
 namespace {
@@ -194,6 +220,7 @@ Dedup::Dedup(const py::dict &p) {
     }
   }
   if (s) raise_status(s, "StreamDeduplicator", path, err);
+  if (!path.empty()) wal_index_opened(obj);
 }
 
 void bind_dedup(py::module_ &m) {

@@ -180,6 +180,7 @@ NearDedup::NearDedup(const py::dict &p) {
                           " is in use (locked by another open NearDeduplicator, in this or another process); "
                           "close that one first or use another wal_path");
   if (s) raise_status(s, kWhat, path, err);
+  if (!path.empty()) wal_index_opened(index());
 }
 
 void bind_near_dedup(py::module_ &m) {

@@ -5,6 +5,7 @@
 
 #include "bind_array.h"
 #include "bind_common.h"
+#include "bind_stages.h"  // wal_index_opened / wal_index_closed
 
 extern "C" {
 #include "luminamoon/near_dedup.h"
@@ -26,6 +27,7 @@ struct NearDedup {
   explicit NearDedup(const py::dict &p);
   // Left as it is in a forked child when it has a log (as Dedup: no flush into the parent's log).
   ~NearDedup() {
+    if (!path.empty() && obj) wal_index_closed(index());
     if (!foreign_wal(*this)) lm_near_dedup_destroy(obj);
   }
   lm_dedup *index() const { return lm_near_dedup_index(obj); }

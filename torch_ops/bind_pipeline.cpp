@@ -439,7 +439,10 @@ void bind_pipeline(py::module_ &m) {
         fork_gate_open();
         for (auto &r : take_live_runners()) r->resume();
       }),
-      py::arg("after_in_child") = py::cpp_function([] { fork_gate_reset_in_child(); }));
+      py::arg("after_in_child") = py::cpp_function([] {
+        fork_gate_reset_in_child();
+        wal_indexes_abandon_in_child();  // the parent's logs: this copy no longer holds them open
+      }));
 }
 
 }  // namespace luminamoon

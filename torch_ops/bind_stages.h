@@ -21,6 +21,16 @@ extern "C" {
 
 namespace luminamoon {
 
+// The indexes of the live deduplicators that have a log (defined in bind_dedup.cpp).  A forked
+// child inherits their log descriptors, and with them the parent's flock on each log (the lock
+// belongs to the open file both share): a child that lived on (a DataLoader worker) kept the log
+// locked after the parent closed it, so the parent could not open its own log again.  In the child
+// (os.register_at_fork after_in_child, bind_pipeline.cpp) every one is abandoned
+// (lm_dedup_abandon_log: its descriptor closed, nothing written).
+void wal_index_opened(lm_dedup *index);
+void wal_index_closed(lm_dedup *index);
+void wal_indexes_abandon_in_child();
+
 struct Cleaner {
   lm_cleaner *obj = nullptr;
   lm_cleaner_params params;
@@ -58,6 +68,7 @@ struct Dedup {
   // In a forked child a WAL-backed one is left as it is (destroying it would flush the parent's
   // buffered keys into the parent's log): the child's copy of its memory is not freed.
   ~Dedup() {
+    if (!path.empty()) wal_index_closed(obj);
     if (!foreign_wal(*this)) lm_dedup_destroy(obj);
   }
   // Raise ValueError when closed (call with mu held).
@@ -69,6 +80,7 @@ struct Dedup {
 };
 
 // ---- shared by the two deduplicators (bind_dedup.cpp, bind_near_dedup.cpp)
+
 
 // The stats() dict of a deduplicator's index (core lm_dedup_stats).  Defined in bind_dedup.cpp.
 py::dict dedup_stats_dict(const lm_dedup_stats &s);

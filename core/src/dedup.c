@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "dedup_internal.h"
+#include "durable_internal.h"
 
 /* ---------------------------------------------------------------- table */
 
@@ -489,6 +490,17 @@ lm_status lm_dedup_close(lm_dedup *d) {
   if (d->fd >= 0) s = lm_dwal_close(d);
   d->closed = 1;
   return s;
+}
+
+lm_status lm_dedup_abandon_log(lm_dedup *d) {
+  if (!d) return LM_EINVAL;
+  if (d->fd >= 0) {
+    lm_io_close_quietly(d->fd);
+    d->fd = -1;
+  }
+  d->npend = 0;
+  d->closed = 1;
+  return LM_OK;
 }
 
 void lm_dedup_destroy(lm_dedup *d) {

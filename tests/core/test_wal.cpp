@@ -881,3 +881,33 @@ TEST(WalSnapshot, WithTrailingBytesIsNotTrusted) {
   std::set<SnapKey> want2 = make_wal_with_snapshot(wal2, 10);
   reopen_expect(wal2, want2, 1);
 }
+
+TEST(Wal, AbandonLogClosesTheDescriptorAndWritesNothing) {
+  TempDir td;
+  std::string path = td.file("a.wal");
+  lm_dedup *d = nullptr;
+  ASSERT_EQ(open_wal(path, &d, 64, 3), LM_OK);
+  std::mt19937_64 rng(5);
+  std::vector<lm_hash128_t> adm;
+  feed(d, 100, rng, &adm);
+  ASSERT_EQ(lm_dedup_sync(d, nullptr), LM_OK);
+  const size_t synced = adm.size();
+  feed(d, 10, rng, &adm);  // buffered (64 per record): not in the file
+  ASSERT_GT(adm.size(), synced);
+  std::string before = read_all(path);
+  lm_dedup *other = nullptr;
+  EXPECT_EQ(open_wal(path, &other, 64, 3), LM_ESTATE);  // locked while d holds it
+  ASSERT_EQ(lm_dedup_abandon_log(d), LM_OK);
+  EXPECT_EQ(lm_dedup_abandon_log(d), LM_OK);  // again: nothing to do
+  uint64_t lsn = 0;
+  ASSERT_EQ(lm_dedup_lsn(d, &lsn), LM_OK);  // still answers
+  EXPECT_EQ(lsn, adm.size());
+  int nw = -1;
+  EXPECT_EQ(lm_dedup_check_insert_hash(d, {1, 2}, &nw), LM_ESTATE);  // closed
+  lm_dedup_destroy(d);
+  EXPECT_EQ(read_all(path), before);  // the 10 buffered hashes were dropped, not written
+  ASSERT_EQ(open_wal(path, &other, 64, 3), LM_OK);  // the descriptor (and its lock) is gone
+  EXPECT_EQ(lsn_of(other), synced);
+  lm_dedup_destroy(other);
+  EXPECT_EQ(lm_dedup_abandon_log(nullptr), LM_EINVAL);
+}

@@ -153,3 +153,46 @@ def test_wal_dedup_refused_in_a_child_by_the_binding_itself(tmp_path):
     assert d.lsn == 1 and d.sync() == 1
     d.close()
     assert StreamDeduplicator(wal_path=str(tmp_path / "d.wal")).lsn == 1
+
+
+@pytest.mark.parametrize("cls", [StreamDeduplicator, NearDeduplicator])
+def test_parent_reopens_its_log_while_a_forked_child_lives(tmp_path, cls):
+    """A child that lives on (a DataLoader worker) kept the parent's log locked (an flock belongs
+    to the open file both share): after the parent closed its deduplicator it could not open the
+    log again ("is in use") until the child exited.  The child's copy now closes its descriptor at
+    the fork (nothing written), and the child still refuses to use it."""
+    path = str(tmp_path / "d.wal")
+    d = cls(wal_path=path)
+    d(["one document with several words in it for the shingles", "another one, different in every way"])
+    d.sync()
+    r, w = os.pipe()
+    ready_r, ready_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child: wait until the parent is done, then report
+        os.close(w)
+        os.write(ready_w, b"r")  # its at-fork hooks have run (a DataLoader worker has long started)
+        os.read(r, 1)
+        try:
+            d(["x"])
+            msg = "admitted"
+        except ValueError as e:
+            msg = "refused" if "fork" in str(e) else f"other {e}"
+        d.close()
+        os._exit(0 if msg == "refused" else 3)
+    os.close(r)
+    os.close(ready_w)
+    assert os.read(ready_r, 1) == b"r"
+    os.close(ready_r)
+    try:
+        before = open(path, "rb").read()
+        lsn = d.lsn
+        d.close()
+        e = cls(wal_path=path)  # was: ValueError "... is in use" while the child lived
+        assert e.lsn == lsn
+        e.close()
+    finally:
+        os.write(w, b"x")
+        os.close(w)
+        _, status = os.waitpid(pid, 0)
+    assert status == 0  # the child refused to use the parent's log
+    assert open(path, "rb").read() == before  # and wrote nothing into it

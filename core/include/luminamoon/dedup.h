@@ -136,6 +136,18 @@ lm_status lm_dedup_create(const lm_dedup_params *params, lm_dedup **out);
  * answers lm_dedup_stats / lm_dedup_lsn and lm_dedup_destroy (LM_ESTATE otherwise). */
 lm_status lm_dedup_close(lm_dedup *d);
 
+/* For a process forked from the one that opened the log: close this copy's
+ * descriptor of the log without writing anything (the hashes buffered in this
+ * copy are dropped: they are the parent's to write) and mark the object closed
+ * (lm_dedup_stats / lm_dedup_lsn still answer; lm_dedup_destroy then frees
+ * without writing).  The parent's log, descriptor and lock are untouched (an
+ * flock belongs to the open file both processes share; it ends when the last
+ * descriptor of it closes, so a child that keeps its copy would otherwise hold
+ * the parent's log locked after the parent closed it).  In-memory or already
+ * closed: nothing to do.  Errors: LM_EINVAL (NULL).  Never call it in the
+ * process that opened the log: use lm_dedup_close. */
+lm_status lm_dedup_abandon_log(lm_dedup *d);
+
 /* lm_dedup_close (errors ignored) and free.  NULL is ignored. */
 void lm_dedup_destroy(lm_dedup *d);
 
