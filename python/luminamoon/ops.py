@@ -429,3 +429,33 @@ def offsets_from_views(views, buffers, large: bool = False):
     if not isinstance(large, bool):
         raise TypeError(f"luminamoon.offsets_from_views: large must be a bool, got {type(large).__name__}")
     return _lib.offsets_from_views(views, _tensor_list("offsets_from_views", "buffers", buffers), large)
+
+
+# ---------------------------------------------------------------- torch.vmap
+# The ops whose output sizes depend on the data: torch.vmap's fallback ran them once per batch element and
+# stacked the results, and when the elements kept different numbers of strings or bytes the error was torch's
+# "stack expects each tensor to be equal size, but got [3] at entry 0 and [4] at entry 1" (review s35).  Same
+# loop here, with an error that says what happened.
+def _vmap_loop(name: str):
+    op = getattr(_lib, name)
+
+    def rule(info, in_dims, *args):
+        outs = []
+        for b in range(info.batch_size):
+            outs.append(op(*[a.select(d, b) if d is not None else a for a, d in zip(args, in_dims)]))
+        single = isinstance(outs[0], torch.Tensor)
+        cols = [[o] for o in outs] if single else [list(o) for o in outs]
+        for k in range(len(cols[0])):
+            shapes = [tuple(c[k].shape) for c in cols]
+            if len(set(shapes)) > 1:
+                raise ValueError(f"torch.vmap over luminamoon.{name}: its output size depends on the data and the "
+                                 f"batch elements gave different sizes ({shapes[0]} and "
+                                 f"{next(s for s in shapes if s != shapes[0])}); call it once per element instead")
+        stacked = tuple(torch.stack([c[k] for c in cols]) for k in range(len(cols[0])))
+        return (stacked[0], 0) if single else (stacked, (0,) * len(stacked))
+
+    torch.library.register_vmap(f"luminamoon::{name}", rule)
+
+
+for _name in ("gather", "compact", "views_compact"):
+    _vmap_loop(_name)

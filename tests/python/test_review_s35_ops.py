@@ -225,3 +225,25 @@ def test_chunked_array_null_position_is_the_position_in_the_whole_array():
     first = pc.index(pc.is_null(ch), True).as_py()
     with pytest.raises(ValueError, match=rf"holds 2 nulls \(the first at {first}\)"):
         StringTensor.from_arrow(ch)
+
+
+# ---------------------------------------------------------------- torch.vmap over the data-dependent ops
+
+def test_vmap_over_compact_and_gather_matches_a_loop_or_refuses_clearly():
+    off, data = _strings()
+    n = len(ITEMS)
+    # two strings and 6 bytes kept by each ("a" + "apple", "" + "banana"): equal sizes, stacked
+    same = torch.stack([torch.tensor([i in (1, 2) for i in range(n)]), torch.tensor([i in (0, 4) for i in range(n)])])
+    got_off, got_data = torch.vmap(lambda m: OPS.compact(off, data, m))(same)
+    for b in range(2):
+        want = [s for s, k in zip(ITEMS, same[b].tolist()) if k]
+        assert StringTensor.from_buffers(got_off[b], got_data[b]).tolist() == want
+    idx = torch.tensor([[0, 2], [2, 0]])  # same strings, other order: equal sizes
+    go, gd = torch.vmap(lambda i: OPS.gather(off, data, i))(idx)
+    for b in range(2):
+        assert StringTensor.from_buffers(go[b], gd[b]).tolist() == [ITEMS[i] for i in idx[b].tolist()]
+    views = OPS.views_from_offsets(off, data)
+    differ = torch.stack([torch.arange(n) < 2, torch.arange(n) < 5])
+    for call in (lambda m: OPS.compact(off, data, m), lambda m: OPS.views_compact(views, m)):
+        with pytest.raises(ValueError, match="depends on the data"):  # was torch.stack's "expects each tensor ..."
+            torch.vmap(call)(differ)
