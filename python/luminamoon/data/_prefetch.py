@@ -170,6 +170,7 @@ def lock_state_dir(state_dir: str) -> int:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     except OSError as e:
         raise OSError(e.errno, f"cannot open the lock file {path!r} of state_dir: {e.strerror}", path) from e
+    _HELD_LOCKS[fd] = os.getpid()  # before the flock: a fork from now on closes the child's copy
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as e:
@@ -177,6 +178,7 @@ def lock_state_dir(state_dir: str) -> int:
             holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
         except OSError:
             holder = ""
+        _HELD_LOCKS.pop(fd, None)
         os.close(fd)
         if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
             raise OSError(e.errno, f"cannot lock state_dir {state_dir!r}: {e.strerror}", path) from e
@@ -192,9 +194,32 @@ def lock_state_dir(state_dir: str) -> int:
 
 
 def unlock_state_dir(fd: int) -> None:
-    """Release a lock from ``lock_state_dir`` (idempotent for a fd of -1)."""
-    if fd is not None and fd >= 0:
+    """Release a lock from ``lock_state_dir`` (idempotent for a fd of -1).  In a child forked
+    from the process that took it the descriptor is already closed (``_HELD_LOCKS``): nothing to
+    do, and the number may now be another file's."""
+    if fd is not None and fd >= 0 and _HELD_LOCKS.pop(fd, None) == os.getpid():
         try:
             os.close(fd)
         except OSError:
             pass
+
+
+# review s35: the lock is an flock, which belongs to the open file, and a forked child (a
+# DataLoader worker, a multiprocessing.Pool worker, any os.fork) shares that open file: after the
+# parent closed its pipeline, its next ResumablePipeline / DistributedPipeline on the same
+# state_dir was refused ("in use by process <its own pid>") for as long as the child lived.  The
+# child closes its copies at once: the lock stays the parent's alone.
+_HELD_LOCKS: Dict[int, int] = {}  # the descriptors of lock_state_dir -> the process that took them
+
+
+def _locks_after_fork_in_child() -> None:
+    for fd in list(_HELD_LOCKS):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _HELD_LOCKS.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_locks_after_fork_in_child)

@@ -390,6 +390,7 @@ class DistributedPipeline:
         self._cycle: Optional[List[int]] = None  # the PII cycle restored from the checkpoint
         self._last: Optional[Dict[str, Any]] = None
         self._closed = False
+        self._pid = os.getpid()  # the process its files, thread and group belong to (see close)
         self._started = False
         self._stop = threading.Event()
         self._prefetch: Optional[Prefetcher] = None
@@ -975,6 +976,13 @@ class DistributedPipeline:
         if self._closed:
             return
         self._closed = True
+        if getattr(self, "_pid", os.getpid()) != os.getpid():
+            # review s35: in a child forked from the owner (its interpreter exit runs _close_live, or it
+            # dropped the pipeline) this removed the parent's private state_dir (the parent's next commit
+            # failed), or waited on a lock held by the parent's producer thread at the fork.  Nothing of
+            # it is the child's: the thread is not there and the files are the parent's (the folder
+            # lock's descriptor is closed at the fork).
+            return
         self._stop.set()
         if self._prefetch is not None:
             self._prefetch.stop()

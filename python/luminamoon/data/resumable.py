@@ -74,10 +74,22 @@ class _Resources:
         self.state = None
         self.lock_fd = -1
         self.own_dir: Optional[str] = None
+        self.pid = os.getpid()  # the process they belong to
 
     def close(self) -> None:
         """Release everything, even when a step fails (a full disk failing the WAL's last
-        flush must not keep the folder locked); the first error is raised at the end."""
+        flush must not keep the folder locked); the first error is raised at the end.
+
+        In a child forked from the owner (its interpreter exit, or the pipeline dropped there, runs
+        this) nothing is touched: the thread is not there, ``lock`` or the queue's lock may be held
+        by a thread that is not there either, and the folder and its files are the parent's."""
+        if os.getpid() != self.pid:
+            # review s35: it waited forever on ``lock`` held by the parent's producer at the fork
+            # (the child never exited), or removed the parent's private state_dir (the parent's
+            # next commit failed: FileNotFoundError).  The lock's descriptor is closed at the fork.
+            if self.prefetch is not None and self.prefetch._thread.is_alive():  # started here, in the child
+                self.prefetch.stop()
+            return
         self.stop.set()
         # the thread first, outside the lock (it may be waiting for it to finish a batch)
         first = _run_all([lambda: self.prefetch is not None and self.prefetch.stop()])
@@ -759,6 +771,11 @@ class ResumablePipeline:
         your own output's position there.
         """
         self._check_open()
+        if self._res.pid != os.getpid():
+            # review s35: in a forked child it waited forever on the lock the parent's producer held at
+            # the fork, or wrote a commit sidecar into the parent's state_dir before being refused
+            raise ValueError(f"ResumablePipeline.commit: this pipeline belongs to process {self._res.pid}; this "
+                             "process is a child forked from it and must not write the parent's state_dir")
         if extra is not None:
             try:
                 json.dumps(extra)
