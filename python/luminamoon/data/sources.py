@@ -295,6 +295,18 @@ def _check_key(name: str, value: Any) -> None:
         raise TypeError(f"{name} must be str, got {type(value).__name__}")
 
 
+def lone_surrogate_at(text: str) -> int:
+    """The index of the first lone surrogate in ``text`` (a JSON ``\\uD800``-``\\uDFFF`` escape that is
+    not half of a pair: how some tools write a byte that is not UTF-8), or -1 when there is none."""
+    if text.isascii():
+        return -1
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        return e.start
+    return -1
+
+
 def sequence_key(seq: Any) -> Optional[Dict[str, Any]]:
     """A list / tuple / range of records, by content: its length and a CRC32 of up to 32 evenly
     spaced items (each as JSON; an item that is not JSON by its type name -- never ``repr()``, which
@@ -587,7 +599,24 @@ class JsonlSource(_FileSource):
             what = "missing" if text is None and self.text_key not in obj else f"not a string ({type(text).__name__})"
             self._bad(f"{path}:{lineno}: text field {self.text_key!r} is {what}")
             return None
+        if not self.keep_lone_surrogates and self._lone_surrogate(path, lineno, text):
+            return None
         return obj
+
+    #: False (the default): a record whose text holds a lone surrogate is a bad record (file:line;
+    #: skipped with on_error="skip").  It reached the stages, which refused the whole batch with
+    #: "strings[i] cannot be encoded as UTF-8", naming no file or line, never skipped.  ``luminamoon
+    #: run`` sets True: it replaces each by U+FFFD and counts the documents (stats.json).
+    keep_lone_surrogates = False
+
+    def _lone_surrogate(self, path: str, lineno: int, text: str) -> bool:
+        at = lone_surrogate_at(text)
+        if at < 0:
+            return False
+        self._bad(f"{path}:{lineno}: text field {self.text_key!r} holds a lone surrogate (U+{ord(text[at]):04X} "
+                  f"at character {at}: a \\u escape that is not half of a pair), which is not text and "
+                  "cannot be encoded as UTF-8")
+        return True
 
     @property
     def _columnar(self) -> bool:
