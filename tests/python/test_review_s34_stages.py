@@ -30,32 +30,9 @@ from luminamoon import _C
 from luminamoon.stages import (FusedPipeline, NearDeduplicator, PIIMasker, QualityFilter, StreamDeduplicator,
                                TextCleaner)
 
+from forking import fork_child  # noqa: E402
+
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
-
-
-def _fork_run(fn) -> tuple:
-    """Run fn() in a forked child; (exit status, what it wrote to its pipe)."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child
-        os.close(r)
-        code = 0
-        try:
-            msg = fn()
-        except BaseException as e:  # noqa: BLE001
-            msg, code = f"raised {type(e).__name__}: {e}", 3
-        os.write(w, str(msg).encode())
-        os._exit(code)
-    os.close(w)
-    chunks = []
-    while True:
-        b = os.read(r, 65536)
-        if not b:
-            break
-        chunks.append(b)
-    os.close(r)
-    _, status = os.waitpid(pid, 0)
-    return status, b"".join(chunks).decode()
 
 
 # ------------------------------------------------------------------ fork
@@ -75,7 +52,7 @@ def test_forked_child_cannot_write_into_the_parents_wal(tmp_path, cls):
         except ValueError as e:
             return f"refused {e}"
 
-    status, out = _fork_run(child)
+    status, out = fork_child(child)
     assert status == 0, out
     assert out.startswith("refused") and "fork" in out, out  # was: "admitted ..." (its records overwritten next)
     lsn_before = d.lsn
@@ -133,7 +110,7 @@ def test_forked_child_pipeline_with_a_wal_dedup_is_refused_and_close_writes_noth
         repr(pipe)
         return msgs
 
-    status, out = _fork_run(child)
+    status, out = fork_child(child)
     assert status == 0 and out == "[True, True, True, True]", out
     assert os.path.getsize(wal) == size  # the child wrote nothing (the parent's buffer is still its own)
     assert pipe(["three"]).kept.all().item()
@@ -144,7 +121,7 @@ def test_forked_child_pipeline_with_a_wal_dedup_is_refused_and_close_writes_noth
 def test_in_memory_dedup_still_works_in_a_forked_child():
     d = StreamDeduplicator()
     d(["a"])
-    status, out = _fork_run(lambda: d(["a", "b"]).reasons.tolist())
+    status, out = fork_child(lambda: d(["a", "b"]).reasons.tolist())
     assert status == 0 and out == "[1, 0]", out
 
 
@@ -392,7 +369,7 @@ def test_wal_dedup_inspect_after_fork_refusal_is_untouched(tmp_path):
     d = StreamDeduplicator(wal)
     d(["p1", "p2"])
     d.sync()
-    status, out = _fork_run(lambda: d.check_insert_hashes(__import__("torch").zeros(1, 2, dtype=__import__("torch").int64)))
+    status, out = fork_child(lambda: d.check_insert_hashes(__import__("torch").zeros(1, 2, dtype=__import__("torch").int64)))
     assert status != 0 and "fork" in out, out
     d(["p3"])
     d.sync()

@@ -23,6 +23,7 @@ subprocess.Popen with a preexec_fn (which runs the at-fork hooks) while stage ca
 """
 from __future__ import annotations
 
+import itertools
 import multiprocessing as mp
 import os
 import signal
@@ -39,6 +40,8 @@ from luminamoon.stages import (FusedPipeline, NearDeduplicator, PIIMasker, Quali
                                TextCleaner)
 from luminamoon.string_tensor import StringTensor
 
+from forking import child_alive, fork_child as _fork_child, hammering, wait_child as _wait_child
+
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 
 WORDS = ("the data pipeline reads many documents and cleans them before training a model on the text because "
@@ -50,45 +53,6 @@ def _doc(i: int) -> str:
 
     r = random.Random(i)
     return " ".join(" ".join(r.choices(WORDS, k=12)).capitalize() + "." for _ in range(6)) + f" Doc {i}."
-
-
-def _wait_child(pid: int, limit_s: float = 20.0):
-    """The child's wait status, or 'hung' (then it is killed)."""
-    deadline = time.monotonic() + limit_s
-    while time.monotonic() < deadline:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return status
-        time.sleep(0.01)
-    os.kill(pid, signal.SIGKILL)
-    os.waitpid(pid, 0)
-    return "hung"
-
-
-def _fork_child(fn, limit_s: float = 20.0) -> tuple:
-    """Run fn() in a forked child (it leaves with os._exit): (status or 'hung', what it returned)."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child
-        os.close(r)
-        code = 0
-        try:
-            msg = str(fn())
-        except BaseException as e:  # noqa: BLE001
-            msg, code = f"raised {type(e).__name__}: {e}", 3
-        os.write(w, msg.encode())
-        os._exit(code)
-    os.close(w)
-    status = _wait_child(pid, limit_s)
-    out = b""
-    if status != "hung":
-        while True:
-            b = os.read(r, 65536)
-            if not b:
-                break
-            out += b
-    os.close(r)
-    return status, out.decode()
 
 
 def _script(tmp_path, body: str, *args: str, timeout: float = 50.0) -> subprocess.CompletedProcess:
@@ -117,18 +81,9 @@ def slow(st):
 slow.__qualname__ = "slow"
 docs = [{"text": f"Doc {i}. The data pipeline reads many documents and cleans them."} for i in range(40)]
 
-
-def wait_child(pid, limit_s=15.0):
-    deadline = time.monotonic() + limit_s
-    while time.monotonic() < deadline:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return status
-        time.sleep(0.01)
-    os.kill(pid, signal.SIGKILL)
-    os.waitpid(pid, 0)
-    return "hung"
-"""
+sys.path.insert(0, @TESTS@)
+from forking import wait_child
+""".replace("@TESTS@", repr(os.path.dirname(os.path.abspath(__file__))))
 
 
 # ------------------------------------------------- a child's normal exit and the parent's pipeline
@@ -238,30 +193,6 @@ p.close()
 
 # ------------------------------------------------- locks a forked child must not keep
 
-def _hold_a_child() -> tuple:
-    """Fork a child that says it runs (its at-fork hooks done) and waits until told to exit."""
-    ready_r, ready_w = os.pipe()
-    go_r, go_w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child
-        os.close(ready_r)
-        os.close(go_w)
-        signal.alarm(30)
-        os.write(ready_w, b"r")
-        os.read(go_r, 1)
-        os._exit(0)
-    os.close(ready_w)
-    os.close(go_r)
-    assert os.read(ready_r, 1) == b"r"
-    os.close(ready_r)
-    return pid, go_w
-
-
-def _release_child(pid: int, go_w: int) -> None:
-    os.close(go_w)
-    assert _wait_child(pid) == 0
-
-
 def test_state_dir_lock_is_not_kept_by_a_forked_child(tmp_path):
     """A DataLoader / Pool worker forked while a pipeline is open shares its state_dir lock (an
     flock: it belongs to the open file).  After the parent closed the pipeline, its next pipeline on
@@ -271,14 +202,11 @@ def test_state_dir_lock_is_not_kept_by_a_forked_child(tmp_path):
     docs = [{"text": _doc(i)} for i in range(50)]
     sd = str(tmp_path / "state")
     p = ResumablePipeline(docs, batch_size=10, state_dir=sd, dedup=False, stages={"quality": False})
-    pid, go = _hold_a_child()
-    try:
+    with child_alive():
         p.close()
         q = ResumablePipeline(docs, batch_size=10, state_dir=sd, dedup=False, stages={"quality": False})
         assert sum(len(b.texts) for b in q) == 50
         q.close()
-    finally:
-        _release_child(pid, go)
 
 
 @pytest.mark.parametrize("cls", [StreamDeduplicator, NearDeduplicator])
@@ -292,28 +220,23 @@ def test_wal_lock_is_not_kept_by_a_forked_child(tmp_path, cls):
     d = cls(wal_path=wal)
     d([_doc(i) for i in range(10)])
     d.sync()
-    ready_r, ready_w = os.pipe()
-    go_r, go_w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child
-        os.close(ready_r)
-        os.close(go_w)
-        signal.alarm(30)
+    def in_child():
+        try:
+            d([_doc(99)])
+        except ValueError as e:
+            assert "fork" in str(e)  # refused: the log is the parent's
+        else:
+            raise AssertionError("the child wrote into the parent's log")
         d.close()  # the child's own copy: marks it closed, writes nothing
-        os.write(ready_w, b"r")
-        os.read(go_r, 1)
-        os._exit(0)
-    os.close(ready_w)
-    os.close(go_r)
-    try:
-        assert os.read(ready_r, 1) == b"r"
+
+    with child_alive(in_child):
+        before = open(wal, "rb").read()
+        lsn = d.lsn
         d.close()
         e = cls(wal_path=wal)  # was: ValueError "... is in use (locked by another open ...)"
-        assert e.lsn == d.lsn
+        assert e.lsn == lsn
         e.close()
-    finally:
-        os.close(ready_r)
-        _release_child(pid, go_w)
+    assert open(wal, "rb").read() == before  # the child wrote nothing into it
 
 
 # ------------------------------------------------- what held up
@@ -336,26 +259,7 @@ def test_forks_from_two_threads_while_five_stages_and_a_tracker_are_hammered(tmp
     small = ["a short one", "a short one", "another text entirely, long enough to be kept by the filter"]
     expected = {k: str(type(o)()(small).reasons.tolist()) if k != "fused" else
                 str(FusedPipeline(dedup=True)(small).reasons.tolist()) for k, o in objs.items()}
-    stop = threading.Event()
-    errors: list = []
-    calls = {k: 0 for k in objs}
-
-    def hammer(name):
-        try:
-            while not stop.is_set():
-                objs[name](st)
-                calls[name] += 1
-        except BaseException as e:  # noqa: BLE001
-            errors.append((name, e))
-
-    def committer():
-        i = 0
-        try:
-            while not stop.is_set():
-                i += 1
-                tracker.commit(batch_index=i)
-        except BaseException as e:  # noqa: BLE001
-            errors.append(("commit", e))
+    batches = itertools.count(1)
 
     def use():
         gpid = os.fork()  # a grandchild uses them too (first: the deduplicators then see `small` anew)
@@ -374,10 +278,8 @@ def test_forks_from_two_threads_while_five_stages_and_a_tracker_are_hammered(tmp
             results.append(_fork_child(use))
             time.sleep(0.01)
 
-    threads = [threading.Thread(target=hammer, args=(k,)) for k in objs] + [threading.Thread(target=committer)]
-    for t in threads:
-        t.start()
-    try:
+    with hammering(*(lambda o=o: o(st) for o in objs.values()),
+                   lambda: tracker.commit(batch_index=next(batches))):
         time.sleep(0.05)
         forkers = [threading.Thread(target=forker) for _ in range(2)]
         for t in forkers:
@@ -385,11 +287,6 @@ def test_forks_from_two_threads_while_five_stages_and_a_tracker_are_hammered(tmp
         for t in forkers:
             t.join(60)
         assert not any(t.is_alive() for t in forkers), "a fork hung in the parent"
-    finally:
-        stop.set()
-        for t in threads:
-            t.join(30)
-    assert not errors, errors
     assert results == [(0, "ok")] * 10, results
     assert tracker.load()[0]["batch_index"] >= 1
     tracker.close()
@@ -406,16 +303,6 @@ def test_fork_pool_from_a_thread_while_fused_pipeline_runs_on_two_threads():
     global _POOL_FUSED
     _POOL_FUSED = FusedPipeline(dedup=True, quality=False, num_threads=2)
     st = _big()
-    stop = threading.Event()
-    errors: list = []
-
-    def hammer():
-        try:
-            while not stop.is_set():
-                _POOL_FUSED(st)
-        except BaseException as e:  # noqa: BLE001
-            errors.append(e)
-
     out: list = []
 
     def pooler():
@@ -424,17 +311,11 @@ def test_fork_pool_from_a_thread_while_fused_pipeline_runs_on_two_threads():
             with ctx.Pool(2) as pool:
                 out.append(sum(pool.map(_pool_work, [10 ** 6 + 40 * j for j in range(6)], chunksize=1)))
 
-    h = threading.Thread(target=hammer)
-    h.start()
-    try:
+    with hammering(lambda: _POOL_FUSED(st)):
         p = threading.Thread(target=pooler)
         p.start()
         p.join(60)
         assert not p.is_alive(), "Pool(fork) hung"
-    finally:
-        stop.set()
-        h.join(30)
-    assert not errors, errors
     # documents never seen by the parent's table: each worker's copy admits all 40 of each chunk
     assert out == [240, 240], out
 
@@ -444,26 +325,10 @@ def test_popen_with_preexec_fn_while_stage_calls_run():
     one it spawns without them, and the child runs nothing of ours before exec."""
     cleaner = TextCleaner(num_threads=2)
     st = _big()
-    stop = threading.Event()
-    errors: list = []
-
-    def hammer():
-        try:
-            while not stop.is_set():
-                cleaner(st)
-        except BaseException as e:  # noqa: BLE001
-            errors.append(e)
-
-    t = threading.Thread(target=hammer)
-    t.start()
-    try:
+    with hammering(lambda: cleaner(st)):
         for k in range(6):
             kw = {"preexec_fn": (lambda: None)} if k % 2 == 0 else {}
             r = subprocess.run([sys.executable, "-c", "print('ok')"], capture_output=True, text=True,
                                timeout=30, **kw)
             assert r.stdout.strip() == "ok"
-    finally:
-        stop.set()
-        t.join(30)
-    assert not errors, errors
     assert cleaner(["a short one"]).kept.tolist() == TextCleaner()(["a short one"]).kept.tolist()

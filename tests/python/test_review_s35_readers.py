@@ -12,6 +12,7 @@ import torch  # noqa: F401  (loads torch's libraries before the extension)
 
 from luminamoon.data import BadRecordError
 from luminamoon.data import sources as S
+from test_cli_inputs import _rows  # noqa: E402 - the part files' rows
 
 QUIET = ["-q", "--no-report", "--no-quality", "--no-dedup", "--no-pii", "--no-clean"]
 
@@ -123,7 +124,7 @@ def test_command_reads_a_string_view_parquet_file(tmp_path, capsys):
     rc = main(["run", str(path), "-o", str(out), *QUIET])
     err = capsys.readouterr().err
     assert rc == 0, err
-    assert [r["text"] for r in _part_rows(out)] == texts
+    assert [r["text"] for r in _rows(out)] == texts
 
 
 # ---------------------------------------------------------------- compressed data under a plain name
@@ -257,22 +258,6 @@ def _stdin_run(tmp_path, monkeypatch, capsys, data):
     return rc, capsys.readouterr().err, out
 
 
-def _part_rows(out):
-    rows = []
-    for f in sorted(os.listdir(out)):
-        p = os.path.join(out, f)
-        if not f.startswith("part-"):
-            continue
-        if f.endswith(".parquet"):
-            import pyarrow.parquet as pq
-
-            rows += pq.read_table(p).to_pylist()
-        else:
-            with open(p, "rb") as fh:
-                rows += [json.loads(l) for l in fh if l.strip()]
-    return rows
-
-
 def _empty_first_gzip(data):
     return gzip.compress(b"") + gzip.compress(data)
 
@@ -293,7 +278,7 @@ def test_standard_input_json_lines_after_an_empty_member_or_skippable_frame(tmp_
     data = "".join(json.dumps(d) + "\n" for d in docs).encode()
     rc, err, out = _stdin_run(tmp_path, monkeypatch, capsys, wrap(data))
     assert rc == 0, err
-    assert [r["text"] for r in _part_rows(out)] == [d["text"] for d in docs]
+    assert [r["text"] for r in _rows(out)] == [d["text"] for d in docs]
 
 
 def test_standard_input_that_is_not_gzip_after_the_gzip_magic_exits_2(tmp_path, monkeypatch, capsys):
@@ -304,6 +289,17 @@ def test_standard_input_that_is_not_gzip_after_the_gzip_magic_exits_2(tmp_path, 
 
 
 # ---------------------------------------------------------------- a "\r\n" cut at the size limit
+
+def _compress(raw: bytes, comp: str) -> bytes:
+    """raw as the file of kind comp: plain, gz / zst, or *_split (two members / frames, the first
+    ending just after a CR)."""
+    if comp.startswith("gz"):
+        return _split_after_cr(raw, gzip.compress) if comp.endswith("split") else gzip.compress(raw)
+    if comp.startswith("zst"):
+        c = pytest.importorskip("zstandard").ZstdCompressor()
+        return _split_after_cr(raw, c.compress) if comp.endswith("split") else c.compress(raw)
+    return raw
+
 
 def _split_after_cr(raw, compress):
     """Two members / frames, the first ending with the "\\r" of the second line's "\\r\\n"."""
@@ -321,15 +317,8 @@ def test_too_long_line_size_when_its_crlf_is_cut_at_the_limit(tmp_path, comp):
         lines = [b"first", b"x" * width, b"after"]
         raw = b"\r\n".join(lines) + b"\r\n"
         path = str(tmp_path / f"c{width}.txt") + ("" if comp == "plain" else "." + comp.split("_")[0])
-        if comp.startswith("gz"):
-            blob = _split_after_cr(raw, gzip.compress) if comp.endswith("split") else gzip.compress(raw)
-        elif comp.startswith("zst"):
-            c = pytest.importorskip("zstandard").ZstdCompressor()
-            blob = _split_after_cr(raw, c.compress) if comp.endswith("split") else c.compress(raw)
-        else:
-            blob = raw
         with open(path, "wb") as f:
-            f.write(blob)
+            f.write(_compress(raw, comp))
         for read in (_by_record, _by_blocks):
             recs, err, _, _ = read(S.TextSource(path, max_record_bytes=lim, gzip_index=False))
             if width > lim:
@@ -340,15 +329,8 @@ def test_too_long_line_size_when_its_crlf_is_cut_at_the_limit(tmp_path, comp):
         jpath = path.replace(".txt", ".jsonl")
         jlines = [json.dumps({"text": l.decode()}).encode() for l in lines]
         jraw = b"\r\n".join(jlines) + b"\r\n"
-        if comp.startswith("gz"):
-            jblob = _split_after_cr(jraw, gzip.compress) if comp.endswith("split") else gzip.compress(jraw)
-        elif comp.startswith("zst"):
-            c = pytest.importorskip("zstandard").ZstdCompressor()
-            jblob = _split_after_cr(jraw, c.compress) if comp.endswith("split") else c.compress(jraw)
-        else:
-            jblob = jraw
         with open(jpath, "wb") as f:
-            f.write(jblob)
+            f.write(_compress(jraw, comp))
         jlim = len(jlines[1]) - (width - lim)  # the same margin on the JSON line
         for read in (_by_record, _by_blocks):
             recs, err, _, _ = read(S.JsonlSource(jpath, max_record_bytes=jlim, gzip_index=False))
