@@ -106,6 +106,6 @@ class GlobalStream:
             what = "missing" if text is None and self.text_key not in obj else f"not a string ({type(text).__name__})"
             src._bad(f"{path}:{lineno}: text field {self.text_key!r} is {what}")
             return None
-        if not getattr(src, "keep_lone_surrogates", True) and src._lone_surrogate(path, lineno, text):
+        if not getattr(src, "_keep_lone_surrogates", True) and src._lone_surrogate(path, lineno, text):
             return None  # as JsonlSource._parse_line: a bad record naming its line
         return obj

@@ -599,7 +599,7 @@ class JsonlSource(_FileSource):
             what = "missing" if text is None and self.text_key not in obj else f"not a string ({type(text).__name__})"
             self._bad(f"{path}:{lineno}: text field {self.text_key!r} is {what}")
             return None
-        if not self.keep_lone_surrogates and self._lone_surrogate(path, lineno, text):
+        if not self._keep_lone_surrogates and self._lone_surrogate(path, lineno, text):
             return None
         return obj
 
@@ -607,7 +607,7 @@ class JsonlSource(_FileSource):
     #: skipped with on_error="skip").  It reached the stages, which refused the whole batch with
     #: "strings[i] cannot be encoded as UTF-8", naming no file or line, never skipped.  ``luminamoon
     #: run`` sets True: it replaces each by U+FFFD and counts the documents (stats.json).
-    keep_lone_surrogates = False
+    _keep_lone_surrogates = False
 
     def _lone_surrogate(self, path: str, lineno: int, text: str) -> bool:
         at = lone_surrogate_at(text)
