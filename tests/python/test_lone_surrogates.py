@@ -1,9 +1,10 @@
 """A JSONL record whose text holds a lone surrogate (``"\\ud800"``: a \\u escape that is not half of a
 pair, how some tools write a byte that is not UTF-8) reached the stages, which refused the whole
 batch with "strings[1] cannot be encoded as UTF-8": no file, no line, and ``on_error="skip"`` did not
-skip it (review s35, readers).  It is now a bad record of its source on every reading path (the
-columnar block path, record by record, DistributedPipeline's stream); ``luminamoon run`` still
-replaces each by U+FFFD and counts the documents."""
+skip it (review s35, readers).  In a pipeline it is now a bad record of its source on every reading
+path (the columnar block path, record by record, DistributedPipeline's stream); iterating the source
+itself still yields it as Python holds it; ``luminamoon run`` still replaces each by U+FFFD and counts
+the documents."""
 import json
 
 import pytest
@@ -58,3 +59,8 @@ def test_the_command_still_repairs_and_counts(path, tmp_path):
     texts = [json.loads(line)["text"] for line in open(next(out.glob("part-*.jsonl")))]
     assert texts[1] == "bad \ufffd here" and len(texts) == 4
     assert json.load(open(out / "stats.json"))["input_repairs"]["docs_with_lone_surrogates"] == 1
+
+
+def test_iterating_the_source_still_yields_it(path):
+    """Outside a pipeline the text comes as Python holds it (the caller may repair it)."""
+    assert [r["text"] for r in JsonlSource(path)] == [json.loads(line)["text"] for line in LINES]

@@ -97,7 +97,7 @@ from .dist_state import cleanup, restore_dedup
 from .dist_near import NEAR_WAL_NAME_RE, cleanup_near, restore_near_dedup
 from .dist_stream import GlobalStream
 from ._blocks import stream_steps
-from .sources import Source, as_source
+from .sources import Source, as_source, refuse_lone_surrogates
 
 __all__ = ["DistributedPipeline", "DistBatch"]
 
@@ -269,6 +269,7 @@ class DistributedPipeline:
         if num_threads is not None and (isinstance(num_threads, bool) or not isinstance(num_threads, int)):
             raise TypeError(f"num_threads must be an int or None, got {type(num_threads).__name__}")
         source = as_source(source, text_key)
+        refuse_lone_surrogates(source)  # a bad record naming its line, not a batch the stages refuse
         self.source = source
         self.stream = GlobalStream(source, text_key)
         self._steps = None  # (start, stream_steps iterator): the columnar path, once iteration starts

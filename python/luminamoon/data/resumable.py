@@ -51,7 +51,7 @@ from ._prefetch import (DEFAULT_MAX_PREFETCH_BYTES, END, Prefetcher, atomic_writ
 from .checkpoint import (STATE_VERSION as _STATE_VERSION, WAL_HEADER as _WAL_HEADER, describe_setting,  # noqa: F401
                          check_wal_keeps, dump_json, load_json_checked, local_wal_path, run_differences,
                          sidecar_path, source_differences, state_path, wal_bytes)
-from .sources import Source, as_source
+from .sources import Source, as_source, refuse_lone_surrogates
 
 __all__ = ["Batch", "ResumablePipeline"]
 
@@ -447,6 +447,7 @@ class ResumablePipeline:
         if isinstance(near_dedup, dict) and "wal_path" in near_dedup:
             raise ValueError("near_dedup: wal_path is chosen by the pipeline (state_dir/near_dedup.wal); leave it out")
         source = as_source(source, text_key)
+        refuse_lone_surrogates(source)  # a bad record naming its line, not a batch the stages refuse
         self.source = source
         self.batch_size = batch_size
         self.prefetch_batches = prefetch_batches

@@ -295,6 +295,13 @@ def _check_key(name: str, value: Any) -> None:
         raise TypeError(f"{name} must be str, got {type(value).__name__}")
 
 
+def refuse_lone_surrogates(source: Any) -> None:
+    """For a pipeline reading ``source``: a JSONL text holding a lone surrogate is a bad record of the
+    source (file:line, skippable), not a batch the stages refuse (see JsonlSource._keep_lone_surrogates)."""
+    if isinstance(source, JsonlSource):
+        source._keep_lone_surrogates = False
+
+
 def lone_surrogate_at(text: str) -> int:
     """The index of the first lone surrogate in ``text`` (a JSON ``\\uD800``-``\\uDFFF`` escape that is
     not half of a pair: how some tools write a byte that is not UTF-8), or -1 when there is none."""
@@ -603,11 +610,13 @@ class JsonlSource(_FileSource):
             return None
         return obj
 
-    #: False (the default): a record whose text holds a lone surrogate is a bad record (file:line;
+    #: True (iterating the source): a text with a lone surrogate is yielded as Python holds it (how
+    #: JSON carries undecodable bytes; the caller may repair it).  The pipelines set False on the
+    #: source they read (``refuse_lone_surrogates``): such a record is then a bad record (file:line;
     #: skipped with on_error="skip").  It reached the stages, which refused the whole batch with
     #: "strings[i] cannot be encoded as UTF-8", naming no file or line, never skipped.  ``luminamoon
-    #: run`` sets True: it replaces each by U+FFFD and counts the documents (stats.json).
-    _keep_lone_surrogates = False
+    #: run`` keeps True: it replaces each by U+FFFD and counts the documents (stats.json).
+    _keep_lone_surrogates = True
 
     def _lone_surrogate(self, path: str, lineno: int, text: str) -> bool:
         at = lone_surrogate_at(text)
