@@ -277,9 +277,6 @@ def _input_source(inner, id_field: str, text_field: str, names: Sequence[str]):
     that follows them, not ahead of the consumer)."""
     from ..data.sources import Source
 
-    if hasattr(inner, "_keep_lone_surrogates"):
-        inner._keep_lone_surrogates = True  # replaced by U+FFFD and counted below (a library source refuses them)
-
     class _InputSource(Source):
         def __init__(self) -> None:
             super().__init__()

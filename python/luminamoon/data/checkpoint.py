@@ -63,21 +63,33 @@ def local_wal_path(state_dir: str, near: bool = False) -> str:
     return os.path.join(state_dir, "near_dedup.wal" if near else "dedup.wal")
 
 
-def check_wal_keeps(path: str, lsn: int, what: str = "the dedup WAL", unit: str = "hashes") -> None:
-    """Before a committed state's WAL is opened: refuse (OSError) a log that does not hold the
-    ``lsn`` records the commit needs, reading it only.  Opening it would cut a torn or damaged tail
-    at once, before the resume could tell that the cut lost committed records: design §8, nothing
-    is truncated before recovery has succeeded.  A log that cannot be inspected (missing, damaged
-    header, other version) is left for the open to report; it changes nothing then."""
-    if lsn <= 0 or not os.path.exists(path):
-        return
+def inspect_wal(path: str) -> Optional[Dict[str, Any]]:
+    """``dedup_wal_inspect`` of the log at ``path`` (read only: no lock, no change), or None when there
+    is no file, it cannot be read, or its header is one the open will report (missing magic, damage,
+    another version)."""
+    if not os.path.exists(path):
+        return None
     from .. import _C
 
     try:
         info = _C.dedup_wal_inspect(path)
     except OSError:
+        return None
+    return info if info["status"] == "LM_OK" else None
+
+
+def check_wal_keeps(path: str, lsn: int, what: str = "the dedup WAL", unit: str = "hashes",
+                    info: Optional[Dict[str, Any]] = None) -> None:
+    """Before a committed state's WAL is opened: refuse (OSError) a log that does not hold the
+    ``lsn`` records the commit needs, reading it only.  Opening it would cut a torn or damaged tail
+    at once, before the resume could tell that the cut lost committed records: design §8, nothing
+    is truncated before recovery has succeeded.  A log that cannot be inspected (missing, damaged
+    header, other version) is left for the open to report; it changes nothing then.  ``info``: the
+    log's ``inspect_wal`` when the caller has read it already."""
+    if lsn <= 0:
         return
-    if info["status"] != "LM_OK" or info["lsn_kept"] >= lsn:
+    info = info if info is not None else inspect_wal(path)
+    if info is None or info["lsn_kept"] >= lsn:
         return
     damaged = info["lsn_kept"] < info["lsn_end"] or info["valid_bytes"] < info["file_bytes"]
     raise OSError(f"{what} {path} holds {info['lsn_kept']} intact {unit} but the committed state needs "

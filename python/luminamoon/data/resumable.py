@@ -49,8 +49,8 @@ import torch
 from ._prefetch import (DEFAULT_MAX_PREFETCH_BYTES, END, Prefetcher, atomic_write, check_max_bytes,
                         empty_prefetch_stats, lock_state_dir, tensor_memory, unlock_state_dir)
 from .checkpoint import (STATE_VERSION as _STATE_VERSION, WAL_HEADER as _WAL_HEADER, describe_setting,  # noqa: F401
-                         check_wal_keeps, dump_json, load_json_checked, local_wal_path, run_differences,
-                         sidecar_path, source_differences, state_path, wal_bytes)
+                         check_wal_keeps, dump_json, inspect_wal, load_json_checked, local_wal_path,
+                         run_differences, sidecar_path, source_differences, state_path, wal_bytes)
 from .sources import Source, as_source, refuse_lone_surrogates
 
 __all__ = ["Batch", "ResumablePipeline"]
@@ -498,14 +498,15 @@ class ResumablePipeline:
             self._run = self._run_record(pipeline, stage_objs, dedup, dedup_kw)
             self._run["near_dedup"] = near_cfg
             side = self._load_committed()  # 2. the committed state, checked, before any file changes
+            wal_info = inspect_wal(local_wal_path(self.state_dir)) if dedup is not False else None
             if side is not None:  # 2b. its logs hold what it needs (read only: opening one cuts its tail)
                 if dedup is not False:
-                    check_wal_keeps(local_wal_path(self.state_dir), int(side["wal_lsn"]))
+                    check_wal_keeps(local_wal_path(self.state_dir), int(side["wal_lsn"]), info=wal_info)
                 if near_dedup is not False:
                     check_wal_keeps(local_wal_path(self.state_dir, near=True), int(side.get("near_wal_lsn", 0)),
                                     "the near-dedup WAL", "band keys")
             if dedup is not False:  # 3. the dedup log, cut back to the commit
-                tag_kw = {} if dedup_kw.get("tag") is not None else {"tag": self._wal_tag(side)}
+                tag_kw = {} if dedup_kw.get("tag") is not None else {"tag": self._wal_tag(side, wal_info)}
                 self.dedup = res.dedup = _stages.StreamDeduplicator(
                     wal_path=local_wal_path(self.state_dir), **dedup_kw, **tag_kw)
             if near_dedup is not False:  # 3b. the near-dedup band index's log, likewise
@@ -628,22 +629,14 @@ class ResumablePipeline:
         self._commit_id = commit_id
         return side
 
-    def _wal_tag(self, side: Optional[Dict[str, Any]]) -> bytes:
-        """The tag of this folder's dedup WAL (read-only, before it is opened): the one the last
-        commit recorded, checked against the log's header; else the log's own; else a new random
-        one.  A log from another state folder -- same settings, enough hashes -- was accepted and its
-        table used (documents dropped or kept by another run's history): now refused, unchanged."""
+    def _wal_tag(self, side: Optional[Dict[str, Any]], info: Optional[Dict[str, Any]]) -> bytes:
+        """The tag of this folder's dedup WAL (``info``: its ``inspect_wal``, read before it is opened):
+        the one the last commit recorded, checked against the log's header; else the log's own; else
+        a new random one.  A log from another state folder -- same settings, enough hashes -- was
+        accepted and its table used (documents dropped or kept by another run's history): now
+        refused, unchanged."""
         path = local_wal_path(self.state_dir)
-        stored = None
-        if os.path.exists(path):
-            from .. import _C
-
-            try:
-                info = _C.dedup_wal_inspect(path)
-            except OSError:
-                info = None
-            if info is not None and info["status"] == "LM_OK":
-                stored = bytes(info["tag"])
+        stored = bytes(info["tag"]) if info is not None else None
         want = side.get("wal_tag") if side is not None else None
         if want is None:  # no commit, or one written before commits recorded the tag
             return stored if stored is not None else os.urandom(32)
