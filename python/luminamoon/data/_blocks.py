@@ -12,8 +12,11 @@ for (malformed, unusual, too long) go through the exact per-line parser of
 Positions, skips and errors are those of iterating the source record by record:
 ``block.position`` is the source position after the block's last record (after
 everything when the block ends the input), ``block.skipped`` the source's
-``skipped`` at that position, and a bad record raises after the blocks made of
-the records before it were yielded.
+``skipped`` at that position, and a bad record (``on_error="raise"``) raises after
+every record before it was yielded: the block it falls in is cut short there (a
+block of fewer than ``n`` records, its position just before the bad record), so a
+caller that catches the error and reads on from ``source.position()`` -- past the
+bad record, as when iterating -- loses no record.
 """
 from __future__ import annotations
 
@@ -154,13 +157,15 @@ class RecordBlock:
     ``records`` (the other fields, :class:`LazyRecords`), ``shards`` and ``lines``
     (int64 arrays: each record's file index and 1-based line number), ``position``
     (the source position after the block) and ``skipped`` (the source's skip count
-    at that position)."""
+    at that position).  ``error_follows``: the block was cut short by a bad record
+    (``on_error="raise"``) whose error the next step of the iteration raises."""
 
-    __slots__ = ("texts", "records", "shards", "lines", "position", "skipped")
+    __slots__ = ("texts", "records", "shards", "lines", "position", "skipped", "error_follows")
 
     def __init__(self, texts, records, shards, lines, position, skipped):
         self.texts, self.records, self.shards, self.lines = texts, records, shards, lines
         self.position, self.skipped = position, skipped
+        self.error_follows = False
 
     def __len__(self) -> int:
         return len(self.records)
@@ -783,7 +788,8 @@ def _cut_blocks(src, pieces, n: int, build, position, start) -> Iterator[RecordB
     ``error_pos``) cut into blocks of ``n``, the last one shorter.  ``build(pend)`` makes (texts, records,
     shards, lines) of the spans ``pend`` = [(piece, a, b)]; ``position(piece, i)`` is the resume position
     after record i of a piece; ``start(k)`` the position at the start of file k.  ``src._pos`` follows the
-    blocks handed out, and a piece's error is raised after its good records."""
+    blocks handed out, and a piece's error is raised after its good records (the block
+    they end is handed out short first)."""
     pend: List[tuple] = []  # (piece, a, b): records [a, b) of a piece
     have = 0
 
@@ -808,6 +814,12 @@ def _cut_blocks(src, pieces, n: int, build, position, start) -> Iterator[RecordB
                 src._pos = dict(blk.position)
                 yield blk
         if c.error is not None:
+            if have:  # the good records before the bad one: a short block, then the error
+                blk = make(None, 0)
+                blk.error_follows = True
+                pend, have = [], 0
+                src._pos = dict(blk.position)
+                yield blk
             src._pos = c.error_pos
             raise c.error
     final = start(len(src.paths))

@@ -212,12 +212,21 @@ class _Producer:
         if self.read_ahead:
             pf = Prefetcher(lambda: blocks, self.read_ahead, name="luminamoon-read")
 
-            def nxt():
+            def get():
                 item = pf.get()
                 return None if item is END else item
         else:
-            def nxt():
+            def get():
                 return next(blocks, None)
+
+        def nxt():
+            # a block cut short by a bad record (on_error="raise") is not a batch: the batches
+            # stay whole, and the error raises next; nothing is committed past the last whole
+            # batch, so a resume reads those records again
+            blk = get()
+            while blk is not None and getattr(blk, "error_follows", False):
+                blk = get()
+            return blk
         stream = None
         # not with prefetch_batches=0 (read_ahead 0): the consumer's own thread then produces each
         # batch when asked, nothing ahead (the stream would read and run the next block meanwhile)
