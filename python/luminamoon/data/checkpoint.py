@@ -98,6 +98,37 @@ def check_wal_keeps(path: str, lsn: int, what: str = "the dedup WAL", unit: str 
                   "as it was (restore it from a copy, or start over with a new state_dir)")
 
 
+_TAG_FIX = "put this folder's own log back, or use a new state_dir"
+
+
+def wal_tag(path: str, committed: Optional[str], info: Optional[Dict[str, Any]], fix: str = _TAG_FIX) -> bytes:
+    """The tag to open the dedup WAL at ``path`` with, decided before it is opened (``info``: its
+    ``inspect_wal``, None when there is no readable log): the one the last commit recorded
+    (``committed``, hex), checked against the log's header (``check_wal_tag``); else (no commit, or
+    one written before commits recorded the tag) the log's own; else a new random one.
+    ResumablePipeline, DistributedPipeline (each rank's log) and the collate's GlobalDedup share it."""
+    stored = bytes(info["tag"]) if info is not None else None
+    if committed is None:
+        return stored if stored is not None else os.urandom(32)
+    check_wal_tag(path, stored, committed, fix=fix)
+    return bytes.fromhex(committed)
+
+
+def check_wal_tag(path: str, stored: Optional[bytes], committed: Optional[str], fix: str = _TAG_FIX,
+                  whose: str = "this state folder committed with") -> None:
+    """Refuse (OSError naming ``path``) a dedup WAL whose header tag ``stored`` is not the one a commit
+    recorded (``committed``, hex).  Such a log -- copied from another state folder or run with the same
+    settings, enough hashes -- was accepted and its table used: documents dropped or kept by another
+    run's history.  Nothing to check when either is unknown (no readable log, or a commit written
+    before commits recorded the tag).  The caller checks before it changes anything (``fix``: what to
+    do instead)."""
+    if stored is None or committed is None or stored.hex() == committed:
+        return
+    raise OSError(f"the dedup WAL {path} is not the log {whose} (its header tag {stored.hex()[:16]}..., "
+                  f"the commit's {str(committed)[:16]}...): a log from another state folder or run? Resuming with "
+                  f"it would decide duplicates by another run's history. Nothing was changed: {fix}")
+
+
 def wal_bytes(path: str) -> int:
     """The size of a WAL file, 0 when there is none; more than ``WAL_HEADER`` means it holds hashes."""
     try:

@@ -60,7 +60,11 @@ right after the batch it belongs to, so a loader resumed from
   when a worker was SIGKILLed, are uncommitted and forgotten, so restarting
   from the first undelivered row loses nothing.  The rollback needs the same
   server process: a state loaded into another (or a restarted) server is
-  refused with ValueError.
+  refused with ValueError.  A server started on a ``wal_path`` keeps the log's
+  tag (a new log gets a random one) and each worker's state records it: a
+  state loaded into a server whose log is another (one copied from another
+  run with the same settings) is refused with OSError naming the log, before
+  anything is rolled back.
 
 Under ``StatefulDataLoader`` a collate with dedup on refuses a dataset that is
 not wrapped (ValueError): its resume would silently deliver other documents.
@@ -120,12 +124,23 @@ class _DedupService:
         if parent is not None:  # a kill -9 of the training process must not leave this server running
             threading.Thread(target=self._exit_with, args=(parent.sentinel,), daemon=True).start()
         try:
-            self._dedup = stages.StreamDeduplicator(wal_path=wal_path, max_entries=max_entries)
+            tag = None
+            if wal_path is not None:  # the log's own tag, or a new random one (loader states record it)
+                from .checkpoint import inspect_wal, wal_tag
+
+                tag = wal_tag(wal_path, None, inspect_wal(wal_path))
+            self._dedup = stages.StreamDeduplicator(wal_path=wal_path, max_entries=max_entries, tag=tag)
         except Exception as e:  # handed to the client by init_error() (a RemoteError would hide its type)
             self._error = e
 
     def init_error(self) -> Optional[BaseException]:
         return self._error
+
+    def wal(self):
+        """(the log's path, its header tag as hex), or (None, None) for an in-memory table."""
+        if self._wal_path is None:
+            return None, None
+        return self._wal_path, self._dedup.tag.hex()
 
     @staticmethod
     def _exit_with(sentinel) -> None:
@@ -280,6 +295,14 @@ class GlobalDedup:
     def _restore(self, client: int, count: int) -> None:
         self._check_open("load_state_dict")
         self.service.restore(client, count)
+
+    def _wal(self):
+        """(the server's log path, its header tag as hex), or (None, None) without a log; asked once
+        (a server keeps its log, and so its tag, for its life)."""
+        if getattr(self, "_wal_cache", None) is None:
+            self._check_open("state_dict")
+            self._wal_cache = tuple(self.service.wal())
+        return self._wal_cache
 
     @property
     def lsn(self) -> int:
@@ -651,7 +674,9 @@ class ResumableCollate:
         client = self._client()
         if P.count is None:
             P.count = self.dedup._count(client)
-        return {"format": 1, "dedup": "global", "client": client, "count": P.count, **near}
+        _, tag = self.dedup._wal()  # which log the count counts in (checked by load_state_dict)
+        return {"format": 1, "dedup": "global", "client": client, "count": P.count,
+                **({"wal_tag": tag} if tag is not None else {}), **near}
 
     def _load_state_dict(self, state: Dict[str, Any]) -> None:
         kind = None if self.pipeline is None or self.dedup is None else \
@@ -700,6 +725,13 @@ class ResumableCollate:
                                  f"worker {self._client()}")
             if isinstance(count, bool) or not isinstance(count, int) or count < 0:
                 raise ValueError(f"load_state_dict: the dedup state's count must be an int >= 0, got {count!r}")
+            path, tag = self.dedup._wal()
+            if path is not None:  # before the rollback (the first change): a log from another run is refused
+                from .checkpoint import check_wal_tag
+
+                check_wal_tag(path, bytes.fromhex(tag), state.get("wal_tag"), whose="the loader state was taken with",
+                              fix="start the server on the log this state was taken with (its own wal_path), "
+                                  "or start over without the state")
             self.dedup._restore(client, count)
             P.count = count
         P.pending = t

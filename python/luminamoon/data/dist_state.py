@@ -9,7 +9,9 @@ Layout of a distributed ``state_dir`` (one folder shared by every rank)::
     commit-<id>.json                        global sidecar: step, world size, source position, every rank's
                                             committed WAL LSN, every rank's ``extra``
     commit-<id>-rank<r>-of<W>.json          per-rank sidecar (rank r's LSN), written before the agreement
-    dedup-rank<r>-of<W>.wal                 the dedup table of the hashes rank r owns (owner rule h mod W)
+    dedup-rank<r>-of<W>.wal                 the dedup table of the hashes rank r owns (owner rule h mod W);
+                                            its header holds a random tag, which every commit records
+                                            (``wal_tags``): a log from another folder or run is refused
 
 The sidecars of the last two commits are kept (the state file has two slots).
 The paths, the sidecar reading and the run-record check are shared with ResumablePipeline in
@@ -30,9 +32,9 @@ import numpy as np
 import torch
 
 from .. import _C
-from .checkpoint import (WAL_NAME_RE, atomic_write, check_wal_keeps, dump_json, load_json_checked,  # noqa: F401
-                         rank_sidecar_path,
-                         sidecar_path as global_sidecar_path, wal_path)
+from .checkpoint import (WAL_NAME_RE, atomic_write, check_wal_keeps, dump_json, inspect_wal,  # noqa: F401
+                         load_json_checked, rank_sidecar_path,
+                         sidecar_path as global_sidecar_path, wal_path, wal_tag)
 
 __all__ = ["crc32c", "read_wal_hashes", "validate_wal", "atomic_write", "wal_path", "global_sidecar_path",
            "rank_sidecar_path", "WAL_NAME_RE", "owner_of", "restore_dedup", "cleanup"]
@@ -84,16 +86,24 @@ def read_wal_hashes(path: str, limit_lsn: int, seed: int = 0) -> torch.Tensor:
     return out
 
 
-def validate_wal(path: str, limit_lsn: int, seed: int = 0) -> None:
+_TAG_FIX = ("put this folder's own dedup-rank logs back (every rank's, from the same run), or use a new "
+            "state_dir")
+
+
+def validate_wal(path: str, limit_lsn: int, seed: int = 0, committed_tag: Optional[str] = None) -> None:
     """Open the WAL natively (every record after its snapshot is CRC-checked; a torn
     tail past the durable part is cut) and check it holds ``limit_lsn`` hashes.
-    Takes the WAL's lock for the duration: fails if a live process holds it."""
+    Takes the WAL's lock for the duration: fails if a live process holds it.  Before the
+    open, its header tag is checked against ``committed_tag`` (hex, what the commit recorded;
+    None: the log's own is taken): a log from another folder or run is refused, unchanged."""
     from ..stages import StreamDeduplicator
 
     if not os.path.exists(path):
         raise OSError(f"the committed dedup log {path} is missing: refusing to resume")
-    check_wal_keeps(path, limit_lsn)  # before the open, which cuts a damaged tail
-    d = StreamDeduplicator(wal_path=path, seed=seed)
+    info = inspect_wal(path)
+    tag = wal_tag(path, committed_tag, info, fix=_TAG_FIX)
+    check_wal_keeps(path, limit_lsn, info=info)  # before the open, which cuts a damaged tail
+    d = StreamDeduplicator(wal_path=path, seed=seed, tag=tag)
     try:
         if d.lsn < limit_lsn:
             raise OSError(f"{path} holds {d.lsn} hashes, but the committed state needs {limit_lsn}: "
@@ -118,8 +128,13 @@ def restore_dedup(state_dir: str, rank: int, world_size: int, mode: Optional[str
     * same world size: the WAL is cut back to this rank's committed LSN;
     * another world size: the old WALs are CRC-checked (each by one rank; ``agree`` is the
       collective that makes every rank raise if any failed), then read, and this rank's new
-      WAL receives every committed hash it owns under ``h mod world_size`` ("global"), or
-      all of them ("local": a document seen before the switch is never kept again).
+      WAL (a new random tag) receives every committed hash it owns under ``h mod world_size``
+      ("global"), or all of them ("local": a document seen before the switch is never kept again).
+
+    Before any log is opened, each committed log's header tag is checked against the one the
+    commit recorded (``side["wal_tags"]``; absent in a commit written before commits recorded
+    them: the log's own is taken): a log copied from another state folder or run is refused
+    (OSError naming it) on every rank, and no rank has changed a file.
     """
     from ..stages import StreamDeduplicator as SD
 
@@ -128,19 +143,27 @@ def restore_dedup(state_dir: str, rank: int, world_size: int, mode: Optional[str
     W, r, sd = world_size, rank, state_dir
     path = wal_path(sd, r, W)
     if side is None:
-        d = SD(wal_path=path, seed=seed)
+        d = SD(wal_path=path, seed=seed, tag=wal_tag(path, None, inspect_wal(path)))  # its own, or a new one
         if d.lsn:
             d.truncate(0)
         return d, None
     lsns = [int(x) for x in side["wal_lsns"]]
+    tags = side.get("wal_tags")  # None: committed before commits recorded the logs' tags
     W_old = int(side["world_size"])
     if W_old == W:
-        rs = rank_sidecar_path(sd, int(side["commit_id"]), r, W)
-        mine = load_json_checked(rs)
-        if int(mine["wal_lsn"]) != lsns[r]:
-            raise OSError(f"{rs} holds LSN {mine['wal_lsn']}, the global commit {lsns[r]}")
-        check_wal_keeps(path, lsns[r])  # before the open, which cuts a damaged tail
-        d = SD(wal_path=path, seed=seed)
+        err, tag = None, None
+        try:  # every check before any rank opens (and cuts) its log: all ranks raise, or none
+            rs = rank_sidecar_path(sd, int(side["commit_id"]), r, W)
+            mine = load_json_checked(rs)
+            if int(mine["wal_lsn"]) != lsns[r]:
+                raise OSError(f"{rs} holds LSN {mine['wal_lsn']}, the global commit {lsns[r]}")
+            info = inspect_wal(path)
+            tag = wal_tag(path, None if tags is None else tags[r], info, fix=_TAG_FIX)
+            check_wal_keeps(path, lsns[r], info=info)  # before the open, which cuts a damaged tail
+        except Exception as e:
+            err = f"{type(e).__name__}: {e}"
+        agree(err, "checking the committed dedup logs")
+        d = SD(wal_path=path, seed=seed, tag=tag)
         try:
             if d.lsn < lsns[r]:
                 raise OSError(f"the dedup WAL {path} holds {d.lsn} hashes but the committed state "
@@ -152,15 +175,15 @@ def restore_dedup(state_dir: str, rank: int, world_size: int, mode: Optional[str
         return d, None
     err = None
     try:
-        for i in range(r, W_old, W):  # native CRC check of each old log, by one rank each
-            validate_wal(wal_path(sd, i, W_old), lsns[i], seed)
+        for i in range(r, W_old, W):  # native CRC check of each old log (and its tag), by one rank each
+            validate_wal(wal_path(sd, i, W_old), lsns[i], seed, None if tags is None else tags[i])
     except Exception as e:
         err = f"{type(e).__name__}: {e}"
     agree(err, "checking the old dedup logs")
     for p in (path, path + ".snap"):  # a partial rebuild from a crashed resize: never committed
         if os.path.exists(p):
             os.remove(p)
-    d = SD(wal_path=path, seed=seed)
+    d = SD(wal_path=path, seed=seed, tag=os.urandom(32))  # a new log: a new tag (the next commit records it)
     try:
         for i in range(W_old):
             h = read_wal_hashes(wal_path(sd, i, W_old), lsns[i], seed)

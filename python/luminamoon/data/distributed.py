@@ -50,7 +50,11 @@ checkpoint in force.
 its committed LSN.  Other world size M: every rank CRC-checks the old WALs, then
 builds a fresh WAL holding every committed hash of every old rank that it owns
 under ``h mod M``.  The old WALs are read only and deleted after the first
-commit under M; a crash before it resumes from the old checkpoint again.
+commit under M; a crash before it resumes from the old checkpoint again.  Each
+rank's WAL carries a random tag in its header, recorded by every commit
+(``wal_tags``): before any rank opens a log, the logs the resume reads are
+checked against it, and one copied from another state folder or run (same
+settings) is refused with OSError naming it, on every rank, nothing changed.
 
 **Threads.**  The prefetch thread reads, parses, cleans, filters, hashes and
 masks PII (PII does not depend on dedup decisions, unless the masker cycles
@@ -826,6 +830,8 @@ class DistributedPipeline:
                               "near_wal_lsn": self._near.lsn if self._near is not None else 0,
                               "epoch": self._start["epoch"], "pii_cycle": self._cycle}
         near_lsn = int(last.get("near_wal_lsn", 0))
+        # which log the LSN counts in: its header tag, checked at resume (dist_state.restore_dedup)
+        log_tag = self._dedup.tag.hex() if self._dedup is not None else None
         cid = self._commit_id + 1
         err = None
         try:
@@ -844,15 +850,18 @@ class DistributedPipeline:
                 durable = self._near.sync()  # (1b) the near-dedup WAL likewise
                 if durable < near_lsn:
                     raise OSError(f"near-dedup WAL durable at {durable} < committed LSN {near_lsn}")
-            atomic_write(rank_sidecar_path(sd, cid, r, W), dump_json(
-                {"kind": "distributed-rank", "version": _VERSION, "commit_id": cid, "rank": r, "world_size": W,
-                 "step": last["step"], "sample_index": last["sample_index"], "wal_lsn": lsn, "extra": extra,
-                 "near_wal_lsn": near_lsn}))
+            mine = {"kind": "distributed-rank", "version": _VERSION, "commit_id": cid, "rank": r, "world_size": W,
+                    "step": last["step"], "sample_index": last["sample_index"], "wal_lsn": lsn, "extra": extra,
+                    "near_wal_lsn": near_lsn}
+            if log_tag is not None:
+                mine["wal_tag"] = log_tag
+            atomic_write(rank_sidecar_path(sd, cid, r, W), dump_json(mine))
         except Exception as e:
             err = f"{type(e).__name__}: {e}"
         _fault("rank_sidecar", r, n)
         info = {"err": err, "step": last["step"], "sample_index": last["sample_index"],
                 "lsn": last["wal_lsn"], "near_lsn": near_lsn, "extra": extra if err is None else None,
+                "wal_tag": log_tag,
                 "pii_cycle": last.get("pii_cycle"),
                 "failed": self._failed}
         infos = self._gather(info)  # (2) agreement
@@ -875,6 +884,8 @@ class DistributedPipeline:
                         "epoch": last["epoch"], "source": src, "wal_lsns": [int(x["lsn"]) for x in infos],
                         "extras": [x["extra"] for x in infos], "dedup": self.dedup_mode, "seed": self.seed,
                         "run": self._run, "pii_cycles": [x["pii_cycle"] for x in infos]}
+                if self._dedup is not None:
+                    side["wal_tags"] = [x["wal_tag"] for x in infos]
                 if self._near is not None:
                     side["near_dedup"] = self.near_mode
                     side["near_wal_lsns"] = [int(x["near_lsn"]) for x in infos]

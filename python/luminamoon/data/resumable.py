@@ -50,7 +50,7 @@ from ._prefetch import (DEFAULT_MAX_PREFETCH_BYTES, END, Prefetcher, atomic_writ
                         empty_prefetch_stats, lock_state_dir, tensor_memory, unlock_state_dir)
 from .checkpoint import (STATE_VERSION as _STATE_VERSION, WAL_HEADER as _WAL_HEADER, describe_setting,  # noqa: F401
                          check_wal_keeps, dump_json, inspect_wal, load_json_checked, local_wal_path,
-                         run_differences, sidecar_path, source_differences, state_path, wal_bytes)
+                         run_differences, sidecar_path, source_differences, state_path, wal_bytes, wal_tag)
 from .sources import Source, as_source, refuse_lone_surrogates
 
 __all__ = ["Batch", "ResumablePipeline"]
@@ -641,20 +641,11 @@ class ResumablePipeline:
     def _wal_tag(self, side: Optional[Dict[str, Any]], info: Optional[Dict[str, Any]]) -> bytes:
         """The tag of this folder's dedup WAL (``info``: its ``inspect_wal``, read before it is opened):
         the one the last commit recorded, checked against the log's header; else the log's own; else
-        a new random one.  A log from another state folder -- same settings, enough hashes -- was
-        accepted and its table used (documents dropped or kept by another run's history): now
-        refused, unchanged."""
-        path = local_wal_path(self.state_dir)
-        stored = bytes(info["tag"]) if info is not None else None
-        want = side.get("wal_tag") if side is not None else None
-        if want is None:  # no commit, or one written before commits recorded the tag
-            return stored if stored is not None else os.urandom(32)
-        if stored is not None and stored.hex() != want:
-            raise OSError(f"the dedup WAL {path} is not the log this state folder committed with (its header "
-                          f"tag {stored.hex()[:16]}..., the commit's {want[:16]}...): a log from another state "
-                          "folder or run? Resuming with it would decide duplicates by another run's history. "
-                          "Nothing was changed: put this folder's own dedup.wal back, or use a new state_dir")
-        return bytes.fromhex(want)
+        a new random one (``checkpoint.wal_tag``).  A log from another state folder -- same settings,
+        enough hashes -- was accepted and its table used (documents dropped or kept by another run's
+        history): now refused, unchanged."""
+        return wal_tag(local_wal_path(self.state_dir), side.get("wal_tag") if side is not None else None, info,
+                       fix="put this folder's own dedup.wal back, or use a new state_dir")
 
     def _check_run(self, old: Optional[Dict[str, Any]], where: str) -> None:
         if old is None:
