@@ -31,14 +31,17 @@ from typing import Optional
 import torch
 
 from . import _C
+from ._intarg import as_int
 from . import ops  # noqa: F401  (registers the fake kernel of torch.ops.luminamoon.minhash)
 
 __all__ = ["MinHash", "minhash"]
 
 
 def _int_param(name: str, value, lo: int, hi: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
+    i = as_int(value)  # int, numpy integer (bool refused): a plain int is kept
+    if i is None:
         raise TypeError(f"MinHash: {name} must be an int, got {type(value).__name__}")
+    value = i
     if not lo <= value <= hi:
         raise ValueError(f"MinHash: {name} must be in [{lo}, {hi}], got {value}")
     return value
@@ -63,17 +66,18 @@ class MinHash:
         self.n_grams = _int_param("n_grams", n_grams, 1, 65536)
         self.num_buckets = _int_param("num_buckets", num_buckets, 1, 65536)
         self.hashes_per_bucket = _int_param("hashes_per_bucket", hashes_per_bucket, 1, 65536)
-        if num_buckets * hashes_per_bucket > 65536:
+        if self.num_buckets * self.hashes_per_bucket > 65536:
             raise ValueError(f"MinHash: num_buckets * hashes_per_bucket must be <= 65536, got "
-                             f"{num_buckets * hashes_per_bucket}")
+                             f"{self.num_buckets * self.hashes_per_bucket}")
         self.seed = _int_param("seed", seed, 0, 2**32 - 1)
-        if not isinstance(precision, int) or isinstance(precision, bool):  # 64.0 was accepted (review s34)
+        p = as_int(precision)  # 64.0 was accepted (review s34); a numpy integer is
+        if p is None:
             raise TypeError(f"MinHash: precision must be an int (32 or 64), got {type(precision).__name__}")
-        if precision not in (32, 64):
+        if p not in (32, 64):
             raise ValueError(f"MinHash: precision must be 32 or 64, got {precision!r}")
-        self.precision = int(precision)
+        self.precision = p
         if num_threads is not None:
-            _int_param("num_threads", num_threads, 1, 1 << 20)
+            num_threads = _int_param("num_threads", num_threads, 1, 1 << 20)
         self.num_threads = num_threads
         self._obj = _C.MinHash(self.n_grams, self.num_buckets, self.hashes_per_bucket, self.precision, self.seed)
 
@@ -156,6 +160,7 @@ def minhash(shingle_hashes: torch.Tensor, doc_offsets: torch.Tensor, a: torch.Te
     for name, t in (("shingle_hashes", shingle_hashes), ("doc_offsets", doc_offsets), ("a", a), ("b", b)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"luminamoon.minhash: {name} must be a torch.Tensor, got {type(t).__name__}")
-    if isinstance(precision, bool) or precision not in (32, 64):
+    p = as_int(precision)  # int, numpy integer; bool and float (64.0) refused
+    if p is None or p not in (32, 64):
         raise ValueError(f"luminamoon.minhash: precision must be 32 or 64, got {precision!r}")
-    return torch.ops.luminamoon.minhash(shingle_hashes, doc_offsets, a, b, int(precision))
+    return torch.ops.luminamoon.minhash(shingle_hashes, doc_offsets, a, b, p)

@@ -49,11 +49,12 @@ import time
 import tracemalloc
 import zipfile
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from ._durable import atomic_replace
+from ._intarg import as_int
 
 __all__ = ["cluster", "cluster_texts", "ClusterResult", "band_pairs", "union_pairs", "EMPTY_SIGNATURE",
            "compute_signatures"]
@@ -131,14 +132,16 @@ def _as_signatures(signatures: Any) -> np.ndarray:
     raise TypeError(f"signatures must hold 64- or 32-bit integers, got {arr.dtype}")
 
 
-def _check_geometry(sig: np.ndarray, num_buckets: int, hashes_per_bucket: int) -> None:
+def _check_geometry(sig: np.ndarray, num_buckets: int, hashes_per_bucket: int) -> Tuple[int, int]:
     for name, v in (("num_buckets", num_buckets), ("hashes_per_bucket", hashes_per_bucket)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+        if as_int(v) is None or as_int(v) < 1:  # int, numpy integer (bool refused)
             raise ValueError(f"{name} must be a positive int, got {v!r}")
+    num_buckets, hashes_per_bucket = as_int(num_buckets), as_int(hashes_per_bucket)
     if sig.shape[1] != num_buckets * hashes_per_bucket:
         raise ValueError(f"signatures have {sig.shape[1]} hashes per document, expected num_buckets * "
                          f"hashes_per_bucket = {num_buckets} * {hashes_per_bucket} = "
                          f"{num_buckets * hashes_per_bucket}")
+    return num_buckets, hashes_per_bucket
 
 
 # ------------------------------------------------------------------ the steps
@@ -292,7 +295,7 @@ def cluster(signatures: Any, *, num_buckets: int = 14, hashes_per_bucket: int = 
 
 def _cluster(signatures, num_buckets, hashes_per_bucket, has_signature, work_dir) -> ClusterResult:
     sig = _as_signatures(signatures)
-    _check_geometry(sig, num_buckets, hashes_per_bucket)
+    num_buckets, hashes_per_bucket = _check_geometry(sig, num_buckets, hashes_per_bucket)
     n = int(sig.shape[0])
     R = int(hashes_per_bucket)
     if has_signature is None:

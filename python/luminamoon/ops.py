@@ -29,6 +29,8 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.fx.experimental.symbolic_shapes import guard_or_false
 
+from ._intarg import as_int
+
 
 def _load_ops() -> str:
     """Load luminamoon._ops (registers every torch.ops.luminamoon operator); its path."""
@@ -339,8 +341,10 @@ def _str_arg(op: str, name: str, value) -> str:
 def _int_arg(op: str, name: str, value, lo: int = _I64[0], hi: int = _I64[1]):
     if isinstance(value, torch.SymInt):  # traced by torch.compile: the kernel checks it
         return value
-    if isinstance(value, bool) or not isinstance(value, int):
+    i = as_int(value)  # int, numpy integer (bool refused)
+    if i is None:
         raise TypeError(f"luminamoon.{op}: {name} must be an int, got {type(value).__name__}")
+    value = i
     if not lo <= value <= hi:
         raise ValueError(f"luminamoon.{op}: {name} must be in [{lo}, {hi}], got {value}")
     return value

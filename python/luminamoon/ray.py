@@ -49,6 +49,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ._intarg import as_int
+
 __all__ = ["process", "run_corpus_ray", "shuffle_stats"]
 
 _FILE_SHIFT = 40  # order key of a run: file index << 40 | record index (2**40 records per file)
@@ -418,8 +420,9 @@ def process(ds, text_column: str = "text", stages: Optional[Dict[str, Any]] = No
         if set(dedup) - {"seed"}:
             raise ValueError(f"process: dedup accepts only the key 'seed', got {sorted(map(str, dedup))}")
         seed = dedup.get("seed", 0)
-        if isinstance(seed, bool) or not isinstance(seed, int):
+        if as_int(seed) is None:  # int, numpy integer (bool refused)
             raise TypeError(f"process: dedup['seed'] must be an int, got {type(seed).__name__}")
+        seed = as_int(seed)
         if not -(1 << 63) <= seed < 1 << 64:
             raise ValueError(f"process: dedup['seed'] must be in [-2**63, 2**64) (64 bits), got {seed}")
     elif dedup is False or dedup is None:
@@ -429,12 +432,15 @@ def process(ds, text_column: str = "text", stages: Optional[Dict[str, Any]] = No
     if near_dedup is not None and not isinstance(near_dedup, dict):
         raise TypeError(f"process: near_dedup must be None or a dict of NearDeduplicator settings, "
                         f"got {type(near_dedup).__name__}")
-    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+    if as_int(batch_size) is None or as_int(batch_size) < 1:
         raise ValueError(f"process: batch_size must be a positive int, got {batch_size!r}")
+    batch_size = as_int(batch_size)
     # review s34: num_partitions=-1 / 2.5 / "2" failed inside Ray ('num_returns') or with an unrelated
     # TypeError, and keep_dropped="no" was taken as True: checked here, naming the argument
-    if num_partitions is not None and (isinstance(num_partitions, bool) or not isinstance(num_partitions, int)):
-        raise TypeError(f"process: num_partitions must be a positive int or None, got {type(num_partitions).__name__}")
+    if num_partitions is not None:
+        if as_int(num_partitions) is None:
+            raise TypeError(f"process: num_partitions must be a positive int or None, got {type(num_partitions).__name__}")
+        num_partitions = as_int(num_partitions)
     if num_partitions is not None and num_partitions < 1:
         raise ValueError(f"process: num_partitions must be a positive int or None, got {num_partitions}")
     if not isinstance(keep_dropped, bool):

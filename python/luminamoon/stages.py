@@ -25,6 +25,7 @@ from typing import Iterable, Mapping, Optional, Protocol, Sequence, Union, runti
 import torch
 
 from . import _C
+from ._intarg import as_int
 from .string_tensor import StringTensor
 
 __all__ = [
@@ -126,8 +127,10 @@ def _texts_from(off64: torch.Tensor, data: torch.Tensor) -> StringTensor:
 def _threads_arg(num_threads) -> Optional[int]:
     if num_threads is None:
         return None
-    if isinstance(num_threads, bool) or not isinstance(num_threads, int):
+    n = as_int(num_threads)  # int, numpy integer (bool refused)
+    if n is None:
         raise TypeError(f"num_threads must be an int or None, got {type(num_threads).__name__}")
+    num_threads = n
     if num_threads < 1:
         raise ValueError(f"num_threads must be >= 1, got {num_threads}")
     # review s34: 2**40 was accepted here and every later call raised pybind's "incompatible function
@@ -153,8 +156,10 @@ def _setting_bool(what: str, name: str, v) -> bool:
 
 
 def _setting_int(what: str, name: str, v, lo: int, hi: int) -> int:
-    if isinstance(v, bool) or not isinstance(v, int):
+    i = as_int(v)  # int, numpy integer (bool refused): a plain int is recorded
+    if i is None:
         raise TypeError(f"{what}: {name} must be an int, got {type(v).__name__}")
+    v = i
     if not lo <= v <= hi:
         raise ValueError(f"{what}: {name} must be in [{lo}, {hi}], got {v}")
     return v
@@ -162,8 +167,10 @@ def _setting_int(what: str, name: str, v, lo: int, hi: int) -> int:
 
 def _setting_size(what: str, name: str, v) -> int:
     """An int in [0, 2**64) (a count, a byte size, a seed)."""
-    if isinstance(v, bool) or not isinstance(v, int):
+    i = as_int(v)  # int, numpy integer (bool refused): a plain int is recorded
+    if i is None:
         raise TypeError(f"{what}: {name} must be an int, got {type(v).__name__}")
+    v = i
     if v < 0:
         raise ValueError(f"{what}: {name} must be >= 0, got {v}")
     if v >= 1 << 64:
@@ -173,7 +180,10 @@ def _setting_size(what: str, name: str, v) -> int:
 
 def _setting_number(what: str, name: str, v) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise TypeError(f"{what}: {name} must be a number, got {type(v).__name__}")
+        i = as_int(v)  # a numpy integer counts as the int it holds
+        if i is None:
+            raise TypeError(f"{what}: {name} must be a number, got {type(v).__name__}")
+        v = i
     if v != v:
         raise ValueError(f"{what}: {name} must not be NaN")
     return v
@@ -756,7 +766,8 @@ class _DedupIndex(_Stage):
     def truncate(self, lsn: int) -> None:
         """Cut the log and the table back to the state at ``lsn`` (durably)."""
         self._check_usable(f"{self._what}.truncate")
-        self._obj.truncate(lsn)
+        i = as_int(lsn)  # a numpy integer as the int it holds; anything else goes on to the binding's check
+        self._obj.truncate(lsn if i is None else i)
 
     def snapshot(self) -> None:
         """Write a snapshot of the table next to the log (path + '.snap')."""
@@ -938,14 +949,14 @@ class NearDeduplicator(_DedupIndex):
         if wal_path is not None and not isinstance(wal_path, (str, os.PathLike)):
             raise TypeError(f"NearDeduplicator: wal_path must be None, a str or a PathLike, "
                             f"got {type(wal_path).__name__}")
-        _setting_int(w, "seed", seed, 0, 2**32 - 1)
-        _setting_int(w, "n_grams", n_grams, 1, 4096)
-        _setting_int(w, "num_buckets", num_buckets, 1, 1 << 30)      # the binding's exact bounds come next
-        _setting_int(w, "hashes_per_bucket", hashes_per_bucket, 1, 1 << 30)
-        _setting_size(w, "precision", precision)
+        seed = _setting_int(w, "seed", seed, 0, 2**32 - 1)
+        n_grams = _setting_int(w, "n_grams", n_grams, 1, 4096)
+        num_buckets = _setting_int(w, "num_buckets", num_buckets, 1, 1 << 30)  # the binding's exact bounds come next
+        hashes_per_bucket = _setting_int(w, "hashes_per_bucket", hashes_per_bucket, 1, 1 << 30)
+        precision = _setting_size(w, "precision", precision)
         if precision not in (32, 64):
             raise ValueError(f"NearDeduplicator: precision must be 32 or 64, got {precision}")
-        _setting_size(w, "max_entries", max_entries)
+        max_entries = _setting_size(w, "max_entries", max_entries)
         extra = {}
         for name, v in (("initial_capacity", initial_capacity), ("wal_buffer_hashes", wal_buffer_hashes)):
             if v is not None:
@@ -999,8 +1010,10 @@ class NearDeduplicator(_DedupIndex):
         Admits the keys into this deduplicator."""
         # batch_size 0, -1 or 1.5 never equalled len(batch): the whole corpus became one batch, silently
         # (review s34)
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int):
+        n = as_int(batch_size)
+        if n is None:
             raise TypeError(f"NearDeduplicator.decisions: batch_size must be an int, got {type(batch_size).__name__}")
+        batch_size = n
         if batch_size < 1:
             raise ValueError(f"NearDeduplicator.decisions: batch_size must be >= 1, got {batch_size}")
         out = []
@@ -1036,8 +1049,10 @@ def hash128(texts, seed: int = 0) -> torch.Tensor:
 
     ``seed``: 64 bits, an int in [-2**63, 2**64) (a negative one stands for its two's-complement
     bits, as in ``StringTensor.hash64``)."""
-    if isinstance(seed, bool) or not isinstance(seed, int):
+    s = as_int(seed)
+    if s is None:
         raise TypeError(f"hash128: seed must be an int, got {type(seed).__name__}")
+    seed = s
     if not -2**63 <= seed < 2**64:
         raise ValueError(f"hash128: seed must be in [-2**63, 2**64) (64 bits), got {seed}")
     st = _as_string_tensor(texts)
@@ -1049,9 +1064,8 @@ def hash128(texts, seed: int = 0) -> torch.Tensor:
 def _cycle_arg(value) -> list:
     if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
         raise TypeError(f"pii_cycle must be a list of {len(PII_TYPES)} ints, got {type(value).__name__}")
-    v = list(value)
-    if len(v) != len(PII_TYPES) or any(isinstance(x, bool) or not isinstance(x, int) or not 0 <= x < 1 << 64
-                                       for x in v):
+    v = [as_int(x) for x in value]  # ints, numpy integers (bool refused): plain ints are kept
+    if len(v) != len(PII_TYPES) or any(x is None or not 0 <= x < 1 << 64 for x in v):
         raise ValueError(f"pii_cycle must be a list of {len(PII_TYPES)} ints in [0, 2**64), got {value!r}")
     return v
 

@@ -35,6 +35,7 @@ import torch.utils._pytree as pytree
 
 from . import _C
 from . import arrow as _arrow
+from ._intarg import as_int
 from . import ops as _ops  # noqa: F401  (registers the fake kernels)
 
 _VIEWS_HASH_VECTOR = bool(_C.hash_views_vector())
@@ -770,8 +771,10 @@ class StringTensor:
 
         ``seed`` is a 64-bit seed: an int in [-2**63, 2**64) (a negative one stands for its
         two's-complement bits, ``-1`` == ``2**64 - 1``); others raise ValueError."""
-        if isinstance(seed, bool) or not isinstance(seed, int):
+        s = as_int(seed)  # int, numpy integer (bool refused)
+        if s is None:
             raise TypeError(f"seed must be int, got {type(seed).__name__}")
+        seed = s
         if not -(1 << 63) <= seed < (1 << 64):
             raise ValueError(f"seed must be in [-2**63, 2**64) (64 bits), got {seed}")
         if seed >= 1 << 63:

@@ -15,6 +15,7 @@ from collections import deque
 from typing import Any, Callable, Deque, Dict, Iterable, Optional, Tuple
 
 from .._durable import atomic_write, fsync_dir  # re-exported: their home is luminamoon/_durable.py
+from .._intarg import as_int
 
 __all__ = ["END", "Prefetcher", "fsync_dir", "atomic_write", "DEFAULT_MAX_PREFETCH_BYTES", "check_max_bytes",
            "empty_prefetch_stats", "tensor_memory", "lock_state_dir", "unlock_state_dir", "LOCK_NAME"]
@@ -27,11 +28,14 @@ DEFAULT_MAX_PREFETCH_BYTES = 256 << 20
 END = object()
 
 
-def check_max_bytes(value: Any, name: str = "max_prefetch_bytes") -> None:
+def check_max_bytes(value: Any, name: str = "max_prefetch_bytes") -> Optional[int]:
+    """``value`` checked (a positive int, a numpy integer, or None), as a plain int or None."""
     if value is None:
-        return
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        return None
+    n = as_int(value)
+    if n is None or n < 1:
         raise ValueError(f"{name} must be a positive int (bytes) or None, got {value!r}")
+    return n
 
 
 def empty_prefetch_stats(depth: int, max_bytes: Optional[int]) -> Dict[str, Any]:

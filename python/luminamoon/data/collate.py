@@ -91,6 +91,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 import torch
 
+from .._intarg import as_int
+
 __all__ = ["ResumableCollate", "create_resumable_collate", "GlobalDedup", "start_global_dedup", "BlockDataset"]
 
 
@@ -255,8 +257,9 @@ class GlobalDedup:
     def __init__(self, wal_path: Optional[str] = None, max_entries: int = 0):
         if wal_path is not None and not isinstance(wal_path, (str, os.PathLike)):
             raise TypeError(f"GlobalDedup: wal_path must be None, a str or a PathLike, got {type(wal_path).__name__}")
-        if isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries < 0:
+        if as_int(max_entries) is None or as_int(max_entries) < 0:  # int, numpy integer (bool refused)
             raise ValueError(f"GlobalDedup: max_entries must be an int >= 0 (0: no bound), got {max_entries!r}")
+        max_entries = as_int(max_entries)
         self._closed = False
         self._manager = _DedupManager(ctx=mp.get_context("spawn"))
         self._manager.start()
@@ -486,28 +489,35 @@ class ResumableCollate:
             raise TypeError("tokenizer must be 'bytes', a callable (list[str] -> list[list[int]]) or an object "
                             f"with encode_batch (tokenizers.Tokenizer), got {type(tokenizer).__name__}")
         # review s34: a bool is an int to isinstance: max_length=True truncated every document to 1 token
-        if max_length is not None and (isinstance(max_length, bool) or not isinstance(max_length, int)
-                                       or max_length < 1):
-            raise ValueError(f"max_length must be a positive int or None, got {max_length!r}")
+        if max_length is not None:  # an int or a numpy integer, kept as a plain int
+            if as_int(max_length) is None or as_int(max_length) < 1:
+                raise ValueError(f"max_length must be a positive int or None, got {max_length!r}")
+            max_length = as_int(max_length)
         if stages is not None and not isinstance(stages, dict):
             raise TypeError(f"stages must be a dict, got {type(stages).__name__}")
         unknown = set(stages or {}) - {"cleaner", "quality", "pii"}
         if unknown:
             raise ValueError(f"stages: unknown stage(s) {sorted(unknown)} (valid: cleaner, quality, pii; "
                              "deduplication is the dedup argument)")
+        ids = {}
         for name, v in (("pad_id", pad_id), ("bos_id", bos_id), ("eos_id", eos_id)):
-            if isinstance(v, bool) or not isinstance(v, int):
+            if as_int(v) is None:
                 raise TypeError(f"{name} must be an int, got {type(v).__name__}")
+            v = ids[name] = as_int(v)
             if not -(1 << 63) <= v < (1 << 63):
                 raise ValueError(f"{name} must fit in int64, got {v}")
+        pad_id, bos_id, eos_id = ids["pad_id"], ids["bos_id"], ids["eos_id"]
         if not isinstance(return_string_tensor, bool):
             raise TypeError(f"return_string_tensor must be a bool, got {type(return_string_tensor).__name__}")
-        if num_threads is not None and (isinstance(num_threads, bool) or not isinstance(num_threads, int)):
-            raise TypeError(f"num_threads must be an int or None, got {type(num_threads).__name__}")
+        if num_threads is not None:
+            if as_int(num_threads) is None:
+                raise TypeError(f"num_threads must be an int or None, got {type(num_threads).__name__}")
+            num_threads = as_int(num_threads)
         if num_threads is not None and num_threads < 1:
             raise ValueError(f"num_threads must be >= 1, got {num_threads}")
-        if isinstance(dedup_max_entries, bool) or not isinstance(dedup_max_entries, int) or dedup_max_entries < 0:
+        if as_int(dedup_max_entries) is None or as_int(dedup_max_entries) < 0:
             raise ValueError(f"dedup_max_entries must be an int >= 0 (0: no bound), got {dedup_max_entries!r}")
+        dedup_max_entries = as_int(dedup_max_entries)
         if dedup_max_entries and dedup != "worker":
             raise ValueError("dedup_max_entries bounds the per-worker tables (dedup='worker'); "
                              "bound a shared table with start_global_dedup(max_entries=...)")
@@ -887,8 +897,9 @@ class BlockDataset(torch.utils.data.IterableDataset):
     def __init__(self, source: Any, block_size: int):
         if not callable(getattr(source, "iter_blocks", None)):
             raise TypeError(f"source must have iter_blocks (JsonlSource, ParquetSource), got {type(source).__name__}")
-        if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+        if as_int(block_size) is None or as_int(block_size) < 1:  # int, numpy integer (bool refused)
             raise ValueError(f"block_size must be a positive int, got {block_size!r}")
+        block_size = as_int(block_size)
         self.source, self.block_size = source, block_size
         self._start = source.position()
 

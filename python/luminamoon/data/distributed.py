@@ -95,6 +95,7 @@ from .checkpoint import (WAL_HEADER as _WAL_HEADER, WAL_NAME_RE, atomic_write, d
                          sidecar_path as global_sidecar_path)
 from .resumable import Batch
 from .dist_exchange import HashExchange, PeerFailedError
+from .._intarg import as_int
 from ._prefetch import (DEFAULT_MAX_PREFETCH_BYTES, END, Prefetcher, check_max_bytes, empty_prefetch_stats,
                         lock_state_dir, tensor_memory, unlock_state_dir)
 from .dist_state import cleanup, restore_dedup
@@ -238,11 +239,14 @@ class DistributedPipeline:
                  timeout: Optional[timedelta] = None, exchange_backend: str = "gloo", seed: int = 0,
                  max_prefetch_bytes: Optional[int] = DEFAULT_MAX_PREFETCH_BYTES,
                  near_dedup: Optional[str] = None, near_dedup_config: Optional[Dict[str, Any]] = None):
-        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+        # ints or numpy integers (bool refused), kept as plain ints: the checkpoint is JSON and compared on resume
+        if as_int(batch_size) is None or as_int(batch_size) < 1:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
-        if not isinstance(prefetch_batches, int) or isinstance(prefetch_batches, bool) or prefetch_batches < 0:
+        batch_size = as_int(batch_size)
+        if as_int(prefetch_batches) is None or as_int(prefetch_batches) < 0:
             raise ValueError(f"prefetch_batches must be an int >= 0, got {prefetch_batches!r}")
-        check_max_bytes(max_prefetch_bytes)
+        prefetch_batches = as_int(prefetch_batches)
+        max_prefetch_bytes = check_max_bytes(max_prefetch_bytes)
         if dedup not in ("global", "local", None):
             raise ValueError(f"dedup must be 'global', 'local' or None, got {dedup!r}")
         if near_dedup not in ("global", "local", None):
@@ -262,16 +266,19 @@ class DistributedPipeline:
             raise TypeError(f"stages must be a dict of stage arguments, got {type(stages).__name__}")
         if exchange_backend not in ("gloo", "nccl"):
             raise ValueError(f"exchange_backend must be 'gloo' or 'nccl', got {exchange_backend!r}")
-        if isinstance(seed, bool) or not isinstance(seed, int):
+        if as_int(seed) is None:
             raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+        seed = as_int(seed)
         if not 0 <= seed < 1 << 64:
             raise ValueError(f"seed must be in [0, 2**64), got {seed}")
         if not isinstance(text_key, str):
             raise TypeError(f"text_key must be str, got {type(text_key).__name__}")
         if timeout is not None and not isinstance(timeout, timedelta):
             raise TypeError(f"timeout must be a datetime.timedelta or None, got {type(timeout).__name__}")
-        if num_threads is not None and (isinstance(num_threads, bool) or not isinstance(num_threads, int)):
-            raise TypeError(f"num_threads must be an int or None, got {type(num_threads).__name__}")
+        if num_threads is not None:
+            if as_int(num_threads) is None:
+                raise TypeError(f"num_threads must be an int or None, got {type(num_threads).__name__}")
+            num_threads = as_int(num_threads)
         source = as_source(source, text_key)
         refuse_lone_surrogates(source)  # a bad record naming its line, not a batch the stages refuse
         self.source = source

@@ -46,6 +46,7 @@ from typing import Any, Callable, Deque, Dict, Iterable, Iterator, List, Optiona
 
 import torch
 
+from .._intarg import as_int
 from ._prefetch import (DEFAULT_MAX_PREFETCH_BYTES, END, Prefetcher, atomic_write, check_max_bytes,
                         empty_prefetch_stats, lock_state_dir, tensor_memory, unlock_state_dir)
 from .checkpoint import (STATE_VERSION as _STATE_VERSION, WAL_HEADER as _WAL_HEADER, describe_setting,  # noqa: F401
@@ -430,11 +431,16 @@ class ResumablePipeline:
                  prefetch_batches: int = 2, state_dir: Optional[str] = None, text_key: str = "text",
                  num_threads: Optional[int] = None, max_prefetch_bytes: Optional[int] = DEFAULT_MAX_PREFETCH_BYTES,
                  near_dedup: Union[bool, Dict[str, Any]] = False):
-        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+        # ints or numpy integers (bool refused), kept as plain ints: the run record is JSON and compared on resume
+        if as_int(batch_size) is None or as_int(batch_size) < 1:
             raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
-        if not isinstance(prefetch_batches, int) or isinstance(prefetch_batches, bool) or prefetch_batches < 0:
+        batch_size = as_int(batch_size)
+        if as_int(prefetch_batches) is None or as_int(prefetch_batches) < 0:
             raise ValueError(f"prefetch_batches must be an int >= 0, got {prefetch_batches!r}")
-        check_max_bytes(max_prefetch_bytes)
+        prefetch_batches = as_int(prefetch_batches)
+        max_prefetch_bytes = check_max_bytes(max_prefetch_bytes)
+        if as_int(num_threads) is not None:  # anything else is refused by the stages (their message)
+            num_threads = as_int(num_threads)
         if not isinstance(text_key, str):
             raise TypeError(f"text_key must be str, got {type(text_key).__name__}")
         if pipeline not in ("fused", "chain", None) and not callable(pipeline):
@@ -446,8 +452,7 @@ class ResumablePipeline:
                             f"got {type(dedup).__name__}")
         if isinstance(dedup, dict) and "wal_path" in dedup:
             raise ValueError("dedup: wal_path is chosen by the pipeline (state_dir/dedup.wal); leave it out")
-        if isinstance(dedup, dict) and "seed" in dedup and (isinstance(dedup["seed"], bool)
-                                                          or not isinstance(dedup["seed"], int)):
+        if isinstance(dedup, dict) and "seed" in dedup and as_int(dedup["seed"]) is None:
             # review s34: was int(seed) in the run record first ('x': "invalid literal for int()", 1.5: seed 1)
             raise TypeError(f"dedup['seed'] must be an int, got {type(dedup['seed']).__name__}")
         if not isinstance(near_dedup, (bool, dict)):

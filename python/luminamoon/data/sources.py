@@ -74,6 +74,7 @@ import sys
 import zlib
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
+from .._intarg import as_int
 from ._blocks import jsonl_blocks, parquet_blocks, text_blocks
 from .errors import UTF8_BOM, BadRecordError
 from .readers import TooLong, _FramedReader, _IndexedGzipReader, _PlainReader, _compression
@@ -194,13 +195,16 @@ class Source:
                  max_record_bytes: Optional[int] = None):
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error must be 'raise' or 'skip', not {on_error!r}")
-        if max_record_bytes is not None and (not isinstance(max_record_bytes, int)
-                                             or isinstance(max_record_bytes, bool) or max_record_bytes < 1):
-            raise ValueError(f"max_record_bytes must be a positive int or None, got {max_record_bytes!r}")
+        # ints or numpy integers (bool refused), kept as plain ints: identity() is JSON, compared on resume
+        if max_record_bytes is not None:
+            if as_int(max_record_bytes) is None or as_int(max_record_bytes) < 1:
+                raise ValueError(f"max_record_bytes must be a positive int or None, got {max_record_bytes!r}")
+            max_record_bytes = as_int(max_record_bytes)
         self.max_record_bytes = max_record_bytes
         for name, v in (("rank", rank), ("world_size", world_size)):
-            if isinstance(v, bool) or not isinstance(v, int):
+            if as_int(v) is None:
                 raise TypeError(f"{name} must be an int, got {type(v).__name__}")
+        rank, world_size = as_int(rank), as_int(world_size)
         if world_size < 1 or not 0 <= rank < world_size:
             raise ValueError(f"need 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
         self.on_error = on_error
@@ -288,6 +292,13 @@ class Source:
         if v < 0:
             raise ValueError(f"negative {key} in position {position!r}")
         return v
+
+
+def _block_count(n: Any) -> Any:
+    """``iter_blocks``' ``n``: a numpy integer as the plain int it holds; anything else as it is (the
+    block readers check it and name it)."""
+    i = as_int(n)
+    return n if i is None else i
 
 
 def _check_key(name: str, value: Any) -> None:
@@ -451,9 +462,9 @@ class _FileSource(Source):
             except (ImportError, ValueError):  # a parent that fails, a module in sys.modules without a spec
                 gzip_index = False
         self.gzip_index = bool(gzip_index)
-        if isinstance(gzip_spacing, bool) or not isinstance(gzip_spacing, int):
+        if as_int(gzip_spacing) is None:  # int, numpy integer (bool refused)
             raise TypeError(f"gzip_spacing must be an int, got {type(gzip_spacing).__name__}")
-        self.gzip_spacing = gzip_spacing
+        self.gzip_spacing = gzip_spacing = as_int(gzip_spacing)
         if self.gzip_index and self.gzip_spacing <= 32768:
             raise ValueError(f"gzip_spacing must exceed the 32 KiB inflate window, got {gzip_spacing}")
         self._pos = self._start_pos(0)
@@ -644,7 +655,7 @@ class JsonlSource(_FileSource):
         records parsed by ``json.loads`` (the only ones that can hold lone surrogates).
         ``fields``: at most one more top-level field (e.g. the ids) the scanner decodes in
         the same pass, so that ``block.records.field_strings(idx, field)`` reads no line again."""
-        return jsonl_blocks(self, n, fix_text, fields=fields)
+        return jsonl_blocks(self, _block_count(n), fix_text, fields=fields)
 
 
 class TextSource(_FileSource):
@@ -679,7 +690,7 @@ class TextSource(_FileSource):
         too (a line has no other field)."""
         if self.per != "line":
             raise ValueError("iter_blocks reads lines: a TextSource with per='file' is read by iterating it")
-        return text_blocks(self, n, fix_text)
+        return text_blocks(self, _block_count(n), fix_text)
 
     def _records(self) -> Iterator[Dict[str, Any]]:
         if self.per == "file":
@@ -850,7 +861,7 @@ class ParquetSource(Source):
         ``lines`` holds each row's index in its file.  ``fix_text`` is accepted for the
         pipelines' sake and not needed (Arrow strings hold no lone surrogate); ``fields`` too
         (the other columns stay Arrow)."""
-        return parquet_blocks(self, n, fix_text)
+        return parquet_blocks(self, _block_count(n), fix_text)
 
     def _batches(self, pf: Any, path: str, g: int, cols: Optional[List[str]]) -> Iterator[Any]:
         """Row group ``g`` in record batches of about 32 MiB of the selected columns

@@ -9,6 +9,7 @@ import zlib
 from typing import Any, Iterable, List
 
 from .._durable import atomic_replace
+from .._intarg import as_int
 from .readers import _compression, _zstd
 
 __all__ = ["write_jsonl"]
@@ -27,12 +28,14 @@ def write_jsonl(path: str, records: Iterable[Any], frame_bytes: int = 1 << 20, l
         raise TypeError(f"path must be a str or PathLike, got {type(path).__name__}")
     if isinstance(records, (str, bytes)) or not hasattr(records, "__iter__"):
         raise TypeError(f"records must be an iterable of dicts or str lines, got {type(records).__name__}")
-    if isinstance(frame_bytes, bool) or not isinstance(frame_bytes, int):
+    if as_int(frame_bytes) is None:  # int, numpy integer (bool refused)
         raise TypeError(f"frame_bytes must be an int, got {type(frame_bytes).__name__}")
+    frame_bytes = as_int(frame_bytes)
     if frame_bytes < 1:
         raise ValueError(f"frame_bytes must be >= 1, got {frame_bytes}")
-    if isinstance(level, bool) or not isinstance(level, int):
+    if as_int(level) is None:
         raise TypeError(f"level must be an int, got {type(level).__name__}")
+    level = as_int(level)
     path = os.fspath(path)
     comp = _compression(path)
     if comp == "gzip" and not -1 <= level <= 9:
