@@ -670,6 +670,8 @@ class ResumableCollate:
                           "delivered in an earlier epoch are dropped as duplicates now. For each epoch to see "
                           "the dataset anew use dedup='worker', or a new start_global_dedup() per epoch",
                           RuntimeWarning, stacklevel=3)
+        if not keep:  # a batch the stages dropped entirely (torch.frombuffer refuses an empty buffer)
+            return torch.zeros(0, dtype=torch.bool)
         return torch.frombuffer(bytearray(keep), dtype=torch.uint8).bool()
 
     # The dedup state, carried in the loader's state_dict by the dataset wrapper (see stateful()).
