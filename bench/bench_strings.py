@@ -27,10 +27,10 @@ After the equality rows of each regime, a "bound" row times one memcmp (CPython'
 bytes every kernel must read for fast_eq(StringTensor) (the pairs of equal length, each side's
 concatenated): a sequential C stream in the same run, with its GB/s; its ratio column is pyarrow's
 time over it, the most any kernel could gain over pyarrow on that regime if it read nothing else.
-A "stream" row times one memcmp of two copies of the whole payload: on documents a kernel reading only
-the equal pairs leaves gaps at which the hardware prefetchers stop (ours touches the skipped strings'
-bytes so that memory sees one stream: core/src/ops_internal.h lm_eq_touch); ours and pyarrow's times
-against it say how close both are to this machine's stream rate.  Two from_list rows: "cached UTF-8" runs on
+A "stream" row times one memcmp of two copies of the whole payload (every byte read, no per-pair work);
+ours and pyarrow's times against it say how close both are to this machine's stream rate (on a VM with a
+small L3 reading the skipped pairs' bytes too was faster than skipping them; on this one it is not:
+core/src/ops_internal.h).  Two from_list rows: "cached UTF-8" runs on
 the list pyarrow and Polars have already read, so CPython caches each non-ASCII str's UTF-8 and every
 library copies it; "fresh list" gives every library, every round, new str objects made before the clock
 starts (nobody has encoded them: each library pays its encoding pass, and Polars' and pyarrow's leave a

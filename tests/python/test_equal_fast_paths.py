@@ -134,10 +134,10 @@ def test_equal_rejects_bad_offsets(regime, where):
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_equal_documents_with_skipped_pairs(threads):
-    """Documents (128 B - 3 KB: the blocks where the bytes of pairs of different lengths are prefetched so
-    that memory sees one stream, ops_internal.h lm_eq_touch): every other pair of different lengths, the
-    others equal or differing in one byte (first, last, anywhere); a run of short strings in the middle
-    (the other modes between touching blocks), multi-byte text; every layout mix, int32 and int64 offsets."""
+    """Documents (128 B - 3 KB: the blocks of the long-strings mode, pairs of different lengths skipped
+    unread): every other pair of different lengths, the others equal or differing in one byte (first,
+    last, anywhere); a run of short strings in the middle (the short-strings mode between long blocks),
+    multi-byte text; every layout mix, int32 and int64 offsets."""
     rng = random.Random(11 + threads)
     a, b = [], []
     for i in range(1400):
