@@ -123,12 +123,52 @@ static inline lm_status lm_cut_even(const lm_exec *e, size_t n, lm_range_fn fn, 
   return lm_cut_run(threads, parts, cut, fn, ctx);
 }
 
-/* A pair of different lengths needs none of its bytes, and equality reads none of them.  Sessions
- * up to Dec 2 touched (prefetched) the skipped strings' bytes of documents so that the memory saw
- * one sequential stream (a 20-35% gain measured then, on a VM with a 32 MB L3); on the VM this
- * project runs on since (Xeon, 105 MB L3) the same touching cost 30-40% (bench_views_eq docs,
- * touching and not built side by side and interleaved, 2 x 9 rounds, Dec 2: views 114-130 against
- * 81-99 ns a document, offsets 100-117 against 76-97, a plain per-pair loop 75-95; the corpus
- * repeated 4 times, 2 x 189 MB, beyond the L3: the same order), so it is gone: the kernels read
- * only the equal-length pairs. */
+/* A pair of different lengths needs none of its bytes, but skipping them costs more than reading
+ * them where strings are long: the equal pairs then lie one or more skipped strings apart, and the
+ * hardware prefetchers, which follow a sequential stream, stop at each gap and start again after it.
+ * lm_eq_touch prefetches every 64-byte step of a skipped string of at least LM_EQ_TOUCH_MIN bytes
+ * ([p, p + len) lies in its payload), so the memory sees one stream.  bench_views_eq docs (the same
+ * arrays, variants interleaved, 9 rounds, Dec 2): a per-pair loop 63-84 ns a document, the same
+ * loop touching the skipped strings 51-55 (prefetch) / 55-58 (a load of one byte a line), touching
+ * only their last 128-384 bytes 53-84, one memcmp of both whole payloads 53-61.  equal on offsets
+ * (ops_offsets_impl.h) touches only in blocks whose strings average LM_EQ_TOUCH_MIN bytes or more,
+ * equal on views (ops_views.c) only while the last equal-length pair was that long: lines (~48
+ * bytes) lie a cache line apart at most, and the offsets loop with the touch branch measured ~8%
+ * slower on them than without it (interleaved). */
+#define LM_EQ_TOUCH_MIN 128
+/* Whether equality touches the skipped pairs' bytes at all: the gain above was measured on an AMD
+ * EPYC VM (32 MB L3); on an Intel Xeon VM (105 MB L3, Dec 2) the same touching cost 30-40%
+ * (bench_views_eq docs, touching and not built side by side, interleaved, 2 x 9 rounds: views
+ * 114-130 against 77-99 ns a document, offsets 100-117 against 71-97, a plain per-pair loop 69-95;
+ * the corpus repeated 4 times, 2 x 189 MB, beyond the L3: the same order).  So: on AMD CPUs only;
+ * LM_EQ_TOUCH=1 / LM_EQ_TOUCH=0 in the environment forces it on / off (read once);
+ * lm_eq_set_touch(0 or 1) forces it for the tests, -1 gives the choice back.  Thread-safe. */
+int lm_eq_touch_on(void);
+void lm_eq_set_touch(int on);
+static inline void lm_eq_touch(const uint8_t *p, uint64_t len) {
+#if defined(__GNUC__)
+  if (len >= LM_EQ_TOUCH_MIN)
+    for (uint64_t k = 0; k < len; k += 64) __builtin_prefetch((const void *)(p + k));
+#else
+  (void)p;
+  (void)len;
+#endif
+}
+/* The same by loads (one byte a step, their sum returned for lm_eq_keep): the views kernel's pass 2
+ * measured 64.9-69.1 ns a document with loads against 71.9-74.9 with prefetches, the offsets kernel
+ * 56.6-63.6 against 51.4-55.4 (bench_views_eq docs, the two builds alternated three times). */
+static inline uint64_t lm_eq_touch_read(const uint8_t *p, uint64_t len) {
+  uint64_t s = 0;
+  if (len >= LM_EQ_TOUCH_MIN)
+    for (uint64_t k = 0; k < len; k += 64) s += p[k];
+  return s;
+}
+static inline void lm_eq_keep(uint64_t v) { /* v's loads are kept: v is an input of an empty asm */
+#if defined(__GNUC__)
+  __asm__ __volatile__("" : : "r"(v));
+#else
+  volatile uint64_t sink = v;
+  (void)sink;
+#endif
+}
 #endif

@@ -287,8 +287,9 @@ typedef struct {
  * each pair checked before its bytes are read, only the pairs of equal length
  * compared (memcmp), as a branch: such strings lie about a cache line or more apart,
  * so comparing the pairs of different lengths would cost more than the mispredicted
- * branch; the other pairs' bytes are not read (ops_internal.h: prefetching them so that
- * memory saw one stream cost 30-40% on documents on this VM).  Both modes: a pair at the same
+ * branch.  In blocks averaging LM_EQ_TOUCH_MIN bytes or more (documents) the bytes of
+ * those pairs are prefetched all the same where lm_eq_touch_on (AMD CPUs: ops_internal.h):
+ * skipped, they left gaps at which the hardware prefetchers stopped there.  Both modes: a pair at the same
  * offset of one payload (a tensor against itself or a slice of itself) is equal
  * without being read. */
 #ifndef LM_OFF_EQ16
@@ -343,11 +344,12 @@ static inline uint8_t LM_CAT(SUF, _eq_tail)(const UOFF_T *ca, const UOFF_T *cb, 
 /* Longer strings, pairs [b0, b1): one pass in order, each offset read once (a0, x0
  * carried from the previous pair), the pair checked (a0 <= a1 <= lim) before its bytes
  * are read, and only the pairs of equal length compared (a branch on the lengths: such
- * strings lie about a cache line or more apart).  Returns non-zero when a pair is
- * invalid. */
+ * strings lie about a cache line or more apart); with `touch` (a literal: two copies
+ * of the loop) the bytes of the others are prefetched (lm_eq_touch).  Returns non-zero
+ * when a pair is invalid. */
 static inline __attribute__((always_inline)) int LM_CAT(SUF, _eq_stream)(
     const OFF_T *restrict oa, const OFF_T *restrict ob, const uint8_t *da, const uint8_t *db, UOFF_T lima,
-    UOFF_T limb, int same, uint8_t *restrict out, size_t b0, size_t b1) {
+    UOFF_T limb, int same, uint8_t *restrict out, size_t b0, size_t b1, const int touch) {
   UOFF_T a0 = (UOFF_T)oa[b0], x0 = (UOFF_T)ob[b0];
   if ((a0 > lima) | (x0 > limb)) return 1;
   /* room left after a0 / x0: a0 <= a1 <= lim  <=>  a1 - a0 (unsigned) <= lim - a0 */
@@ -359,6 +361,10 @@ static inline __attribute__((always_inline)) int LM_CAT(SUF, _eq_stream)(
     ra -= la;
     rb -= lb;
     out[i] = (uint8_t)(la == lb && (la == 0 || (same && a0 == x0) || memcmp(da + a0, db + x0, la) == 0));
+    if (touch && la != lb) {
+      lm_eq_touch(da + a0, la);
+      lm_eq_touch(db + x0, lb);
+    }
     a0 = a1;
     x0 = x1;
   }
@@ -382,6 +388,7 @@ static lm_status RNG(eq)(void *ctx, size_t begin, size_t end) {
   const UOFF_T lima = dla > (uint64_t)OFF_MAX ? (UOFF_T)OFF_MAX : (UOFF_T)dla;
   const UOFF_T limb = dlb > (uint64_t)OFF_MAX ? (UOFF_T)OFF_MAX : (UOFF_T)dlb;
   const int same = da == db; /* one payload: a pair at one offset is equal without reading it */
+  const int touch_on = lm_eq_touch_on();
   UOFF_T ca[LM_EQ_BLOCK + 1], cb[LM_EQ_BLOCK + 1];
   uint32_t w[LM_EQ_BLOCK];
   uint8_t lg[LM_EQ_BLOCK];
@@ -393,8 +400,11 @@ static lm_status RNG(eq)(void *ctx, size_t begin, size_t end) {
     /* the mode (only a guess from two offsets, read here and not trusted later) */
     const uint64_t span = (uint64_t)(UOFF_T)((UOFF_T)c->oa[b0 + m] - (UOFF_T)c->oa[b0]);
     if (span > LM_OFF_SHORT * (uint64_t)m) {
-      /* long strings */
-      if (LM_CAT(SUF, _eq_stream)(c->oa, c->ob, da, db, lima, limb, same, out, b0, b0 + m)) return LM_EINVAL;
+      /* long strings; the skipped pairs' bytes touched where they are long on average (lm_eq_touch) */
+      const int bad = touch_on && span >= LM_EQ_TOUCH_MIN * (uint64_t)m
+                          ? LM_CAT(SUF, _eq_stream)(c->oa, c->ob, da, db, lima, limb, same, out, b0, b0 + m, 1)
+                          : LM_CAT(SUF, _eq_stream)(c->oa, c->ob, da, db, lima, limb, same, out, b0, b0 + m, 0);
+      if (bad) return LM_EINVAL;
       continue;
     }
     /* short strings: the offsets copied, the copies checked and every pair's first 16 bytes compared */

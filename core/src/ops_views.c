@@ -18,6 +18,7 @@
  * only the first plen <= len bytes of a string, never a padding byte, so its
  * answer cannot depend on the padding: it does not check it (which keeps its
  * first pass one vectorised loop). */
+#include <stdlib.h>
 #include <string.h>
 
 #include "luminamoon/hash.h"
@@ -239,6 +240,41 @@ static inline int long_pair_prep(const eq_ctx *c, size_t i, const uint8_t **x, c
   return 2;
 }
 
+static int g_eq_touch_forced = -1; /* lm_eq_set_touch: -1, 0 or 1 */
+
+void lm_eq_set_touch(int on) { __atomic_store_n(&g_eq_touch_forced, on < 0 ? -1 : !!on, __ATOMIC_RELAXED); }
+
+int lm_eq_touch_on(void) {
+  const int f = __atomic_load_n(&g_eq_touch_forced, __ATOMIC_RELAXED);
+  if (f >= 0) return f;
+  static int cached = -1; /* a benign race: every thread computes the same value */
+  int c = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+  if (c < 0) {
+    const char *v = getenv("LM_EQ_TOUCH");
+    if (v && *v) {
+      c = *v != '0';
+    } else {
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+      __builtin_cpu_init();
+      c = __builtin_cpu_is("amd") ? 1 : 0;
+#else
+      c = 0;
+#endif
+    }
+    __atomic_store_n(&cached, c, __ATOMIC_RELAXED);
+  }
+  return c;
+}
+
+/* lm_eq_touch_read of view v's payload (its fields read once, bounds-checked; 0 for an inline view
+ * or one outside its buffer) */
+static inline uint64_t touch_view(const lm_string_view *v, const lm_payloads *p) {
+  const view_fields f = fields_of(v);
+  if (f.len < LM_EQ_TOUCH_MIN) return 0;
+  const uint8_t *b = payload_of(f, p);
+  return b ? lm_eq_touch_read(b, f.len) : 0;
+}
+
 /* the long pairs of a sparse pass 2 compared together, their payloads prefetched as they are
  * listed: long words lie far apart in the payload, a cache miss (and TLB miss) each */
 #define LM_VEQ_BATCH 32
@@ -292,16 +328,25 @@ static lm_status eq_range(void *arg, size_t begin, size_t end) {
     return LM_OK;
   }
 #endif
-  /* many long pairs (lines, documents): in order, so the payloads stream in; the pairs decided by
-   * their views are not read (ops_internal.h: touching them cost 30-40% on documents) */
+  /* many long pairs (lines, documents): in order, so the payloads stream in; while the last pair
+   * compared was long, the payloads of the long pairs decided by their views are touched
+   * (lm_eq_touch_read, ops_internal.h: the prefetchers then see one stream, not one per equal pair) */
+  const int touch_on = lm_eq_touch_on();
+  int touch = 0;
+  uint64_t touched = 0;
   for (; i < end; i++) {
-    if (out[i] != 2) continue;
+    if (out[i] != 2) {
+      if (touch && !out[i]) touched += touch_view(&c->a[i], c->pa) + touch_view(&c->b[i], c->pb);
+      continue;
+    }
     const uint8_t *x = NULL, *y = NULL;
     uint32_t len = 0;
     const int r = long_pair_prep(c, i, &x, &y, &len);
     if (r < 0) return LM_ERANGE;
     out[i] = (uint8_t)(r < 2 ? r : memcmp(x + 4, y + 4, len - 4) == 0);
+    touch = touch_on && r == 2 && len >= LM_EQ_TOUCH_MIN;
   }
+  lm_eq_keep(touched);
   return LM_OK;
 }
 

@@ -527,14 +527,16 @@ TEST(OpsEqual, TaskSplitsOfPerStringOpsGiveTheOneThreadAnswers) {
   }
 }
 
-// Documents (128 B - 3 KB): the pairs of different lengths are skipped unread (they were touched
-// until Dec 2: ops_internal.h), and no read may leave a string: payloads end right before an unmapped
-// page (an over-read faults, and AddressSanitizer sees the loads), the last string of each is long and
-// of another length than its partner.  Answers against std::string ==, every other pair of another length, the others equal or
+// Documents (128 B - 3 KB): the pairs of different lengths have their bytes touched where
+// lm_eq_touch_on (AMD CPUs; forced here both ways with lm_eq_set_touch: ops_internal.h lm_eq_touch /
+// lm_eq_touch_read, prefetches in the offsets kernel, loads in the views kernel) or are skipped unread;
+// no read may leave a string: payloads end right before an unmapped page (an over-read faults, and
+// AddressSanitizer sees the loads), the last string of each is long and of another length than its
+// partner.  Answers against std::string ==, every other pair of another length, the others equal or
 // one byte apart; a run of short strings in the middle; int32 and int64 offsets; views; 1 and 2 threads.
 // A long view pointing outside its buffer in a pair whose lengths differ is decided by the views, not
 // read (no error).
-TEST(OpsEqual, DocumentsSkipPairsOfOtherLengthsAndStayInsideTheirStrings) {
+TEST(OpsEqual, DocumentsTouchedOrSkippedPairsStayInsideTheirStrings) {
   std::mt19937_64 rng(91);
   const size_t n = 700;
   std::vector<std::string> sa(n), sb(n);
@@ -555,7 +557,13 @@ TEST(OpsEqual, DocumentsSkipPairsOfOtherLengthsAndStayInsideTheirStrings) {
   GuardedPayload ga(pack(sa, oa32)), gb(pack(sb, ob32));
   pack(sa, oa64);
   pack(sb, ob64);
+  struct Reset {
+    ~Reset() { lm_eq_set_touch(-1); }
+  } reset;
+  for (int touch : {0, 1})
   for (int threads : {1, 2}) {
+    lm_eq_set_touch(touch);
+    ASSERT_EQ(lm_eq_touch_on(), touch);
     lm_exec e = {threads, 16};
     std::vector<uint8_t> o32(n, 9), o64(n, 9), ov(n, 9);
     ASSERT_EQ(lm_o32_equal_checked(oa32.data(), ga.data, ga.len, ob32.data(), gb.data, gb.len, n, o32.data(), &e), LM_OK);
@@ -573,12 +581,12 @@ TEST(OpsEqual, DocumentsSkipPairsOfOtherLengthsAndStayInsideTheirStrings) {
     for (size_t i = 0; i < n; i++) {
       const uint8_t want = sa[i] == sb[i];
       equal += want;
-      ASSERT_EQ(o32[i], want) << "int32, pair " << i << ", threads " << threads;
-      ASSERT_EQ(o64[i], want) << "int64, pair " << i << ", threads " << threads;
-      ASSERT_EQ(ov[i], want) << "views, pair " << i << ", threads " << threads;
+      ASSERT_EQ(o32[i], want) << "int32, pair " << i << ", threads " << threads << ", touch " << touch;
+      ASSERT_EQ(o64[i], want) << "int64, pair " << i << ", threads " << threads << ", touch " << touch;
+      ASSERT_EQ(ov[i], want) << "views, pair " << i << ", threads " << threads << ", touch " << touch;
     }
     ASSERT_GT(equal, 100u);
-    // pair 1 (lengths differ, after a long equal pair) pointing past its buffer: decided unread
+    // pair 1 (lengths differ, after a long equal pair: touched when touching) pointing past its buffer: decided unread
     std::vector<lm_string_view> bad = vb;
     lm_sv_make(&bad[1], gb.data + ob32[1], uint32_t(sb[1].size()), 1, uint32_t(gb.len));
     std::vector<uint8_t> ob(n, 9);

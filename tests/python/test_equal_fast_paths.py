@@ -3,6 +3,7 @@ pyarrow.compute.equal on random and adversarial data: both modes of the offsets 
 (short strings: every pair's first 16 bytes compared without a branch; longer strings: only
 pairs of equal length read), lengths 0..300, pairs differing in one byte anywhere (often the
 last, or past byte 16), the same tensor (one payload), int64 offsets, and every layout mix."""
+import os
 import random
 
 import numpy as np
@@ -135,7 +136,7 @@ def test_equal_rejects_bad_offsets(regime, where):
 @pytest.mark.parametrize("threads", [1, 2])
 def test_equal_documents_with_skipped_pairs(threads):
     """Documents (128 B - 3 KB: the blocks of the long-strings mode, pairs of different lengths skipped
-    unread): every other pair of different lengths, the others equal or differing in one byte (first,
+    unread or, on AMD CPUs, their bytes touched: ops_internal.h lm_eq_touch_on): every other pair of different lengths, the others equal or differing in one byte (first,
     last, anywhere); a run of short strings in the middle (the short-strings mode between long blocks),
     multi-byte text; every layout mix, int32 and int64 offsets."""
     rng = random.Random(11 + threads)
@@ -172,3 +173,17 @@ def test_equal_documents_with_skipped_pairs(threads):
             assert np.array_equal(x.fast_eq(y).numpy(), want)
     finally:
         torch.set_num_threads(old)
+
+
+@pytest.mark.parametrize("touch", ["0", "1"])
+def test_equal_documents_with_touching_forced(touch):
+    """The documents test in a child process with LM_EQ_TOUCH forced off / on (read once per process):
+    both modes of the long-strings kernels give the same answers, on any CPU."""
+    import subprocess
+    import sys
+    here = os.path.dirname(os.path.abspath(__file__))
+    code = ("import test_equal_fast_paths as t\n"
+            "for threads in (1, 2):\n    t.test_equal_documents_with_skipped_pairs(threads)\nprint('ok')")
+    env = dict(os.environ, LM_EQ_TOUCH=touch)
+    r = subprocess.run([sys.executable, "-c", code], cwd=here, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-3000:]
