@@ -23,8 +23,8 @@ cmake --build build-asan -j"$JOBS" >/dev/null
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure -j"$JOBS" | tail -n 4
 
-echo "== core: libFuzzer targets (ASan + UBSan), ${LM_FUZZ_SECONDS:-30} s each [$(date +%T)]"
-scripts/fuzz.sh "${LM_FUZZ_SECONDS:-30}"
+echo "== core: libFuzzer targets (ASan + UBSan), ${LM_FUZZ_SECONDS:-20} s each [$(date +%T)]"
+scripts/fuzz.sh "${LM_FUZZ_SECONDS:-20}"
 
 echo "== core: ThreadSanitizer on the multi-threaded tests [$(date +%T)]"
 scripts/tsan.sh
@@ -39,10 +39,11 @@ fi
 echo "== pytest (a skip fails the run unless it is a GPU test's, or a shared-corpus test's outside CI: tests/python/conftest.py) [$(date +%T)]"
 log=$(mktemp)
 rc=0
-# two worker processes (pytest-xdist): most tests wait on subprocesses, fsync and process start-up
-# (import torch), so two at a time cut the suite from ~15 to ~11 minutes on the 2-core CI machine;
-# PYTEST_WORKERS=0 runs them one at a time in this process
-$PY -m pytest -q -p no:cacheprovider -rs --durations=30 -n "${PYTEST_WORKERS:-2}" tests/python "$@" 2>&1 | tee "$log" || rc=$?
+# three worker processes (pytest-xdist) on the 2-core CI machine: most tests wait on subprocesses,
+# fsync and process start-up (import torch); two at a time cut the suite from ~15 to ~11 minutes when
+# it had 1,700 tests, and with 2,148 on the slower Xeon VM two took 19.6 minutes (Dec 2), three are
+# tried for the rest; PYTEST_WORKERS=0 runs them one at a time in this process
+$PY -m pytest -q -p no:cacheprovider -rs --durations=30 -n "${PYTEST_WORKERS:-3}" tests/python "$@" 2>&1 | tee "$log" || rc=$?
 skipped=$(grep -Eo '[0-9]+ skipped' "$log" | tail -n 1 | cut -d' ' -f1 || true)
 rm -f "$log"
 echo "pytest: ${skipped:-0} skipped (listed above with their reasons)"
