@@ -39,11 +39,11 @@ fi
 echo "== pytest (a skip fails the run unless it is a GPU test's, or a shared-corpus test's outside CI: tests/python/conftest.py) [$(date +%T)]"
 log=$(mktemp)
 rc=0
-# three worker processes (pytest-xdist) on the 2-core CI machine: most tests wait on subprocesses,
-# fsync and process start-up (import torch); two at a time cut the suite from ~15 to ~11 minutes when
-# it had 1,700 tests, and with 2,148 on the slower Xeon VM two took 19.6 minutes (Dec 2), three are
-# tried for the rest; PYTEST_WORKERS=0 runs them one at a time in this process
-$PY -m pytest -q -p no:cacheprovider -rs --durations=30 -n "${PYTEST_WORKERS:-3}" tests/python "$@" 2>&1 | tee "$log" || rc=$?
+# two worker processes (pytest-xdist): most tests wait on subprocesses, fsync and process start-up
+# (import torch), so two at a time cut the suite from ~15 to ~11 minutes on the 2-core CI machine
+# (1,700 tests then; 2,148 took 19.6 min on the slower Xeon VM, Dec 2; three workers were slower there);
+# PYTEST_WORKERS=0 runs them one at a time in this process
+$PY -m pytest -q -p no:cacheprovider -rs --durations=30 -n "${PYTEST_WORKERS:-2}" tests/python "$@" 2>&1 | tee "$log" || rc=$?
 skipped=$(grep -Eo '[0-9]+ skipped' "$log" | tail -n 1 | cut -d' ' -f1 || true)
 rm -f "$log"
 echo "pytest: ${skipped:-0} skipped (listed above with their reasons)"
