@@ -27,7 +27,6 @@ import os
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensor
-from torch.fx.experimental.symbolic_shapes import guard_or_false
 
 from ._intarg import as_int
 
@@ -52,6 +51,15 @@ __all__ = [
 ]
 
 _lib = torch.ops.luminamoon
+
+
+def guard_or_false(cond) -> bool:
+    """torch.fx.experimental.symbolic_shapes.guard_or_false, imported on the first call: only fake kernels
+    (meta tensors, torch.compile, export) call it, and importing that module at ``import luminamoon`` cost
+    every process half a second (sympy, mpmath), a third of the package's own import time."""
+    from torch.fx.experimental.symbolic_shapes import guard_or_false as _guard_or_false
+
+    return _guard_or_false(cond)
 
 
 def _n(offsets: torch.Tensor):
