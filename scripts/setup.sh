@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
 # Set up everything luminamoon needs on a fresh Debian/Ubuntu machine, idempotently:
 # system packages (apt), torch, the Python packages, and the extension (editable).
+#   scripts/setup.sh            everything
+#   scripts/setup.sh --system   the system packages only (what the C core's builds and tests need)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
+case "${1:-}" in
+  ""|--system) ;;
+  *) echo "usage: scripts/setup.sh [--system]" >&2; exit 2 ;;
+esac
 
 apt_pkgs=(build-essential cmake ninja-build pkg-config libxxhash-dev libgtest-dev libutf8proc-dev clang libclang-rt-14-dev)
 missing=()
@@ -14,6 +20,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+
+[ "${1:-}" = --system ] && exit 0
 
 # torch first, so that nothing later pulls a multi-gigabyte CUDA build in its place.
 if ! $PY -c "import torch" 2>/dev/null; then

@@ -10,7 +10,21 @@ PY=${PYTHON:-python3}
 JOBS=${JOBS:-2}
 export LM_WERROR=1  # CI: warnings are errors in setup.py's core build (CMake has LM_WERROR ON by default)
 
-scripts/setup.sh
+scripts/setup.sh --system
+# The Python side of the set-up (pip, ~2 minutes of mostly one core, then the extension's build)
+# runs beside the C core's builds and tests, which need only the system packages.
+setup_log=$(mktemp)
+scripts/setup.sh >"$setup_log" 2>&1 &
+setup_pid=$!
+finish_setup() {  # waits for the set-up, prints its output, stops the run if it failed
+  local rc=0
+  wait "$setup_pid" || rc=$?
+  echo "== set-up (pip, extension) [$(date +%T)]"
+  grep -v "^WARNING: Location .* is ignored" "$setup_log" || true
+  rm -f "$setup_log"
+  if [ "$rc" -ne 0 ]; then echo "setup failed (exit $rc)" >&2; exit "$rc"; fi
+}
+trap '[ -n "${setup_pid:-}" ] && kill "$setup_pid" 2>/dev/null || true' EXIT
 
 echo "== core: GoogleTest [$(date +%T)]"
 cmake -S . -B build-cmake -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLM_BUILD_BENCH=ON >/dev/null
@@ -28,6 +42,9 @@ scripts/fuzz.sh "${LM_FUZZ_SECONDS:-20}"
 
 echo "== core: ThreadSanitizer on the multi-threaded tests [$(date +%T)]"
 scripts/tsan.sh
+
+finish_setup  # (nvcc's torch_ops half needs torch's headers, pytest everything)
+setup_pid=
 
 echo "== CUDA sources compile with nvcc [$(date +%T)]"
 if command -v nvcc >/dev/null 2>&1 && [ -x scripts/check_cuda_compile.sh ]; then
