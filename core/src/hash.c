@@ -29,7 +29,7 @@ lm_hash128_t lm_hash128(const void *data, size_t len, uint64_t seed) {
  * each short string's bytes as a cache miss before the stream reached them: 13-14 ns a
  * line against 7.6-8.3 ns this way (/tmp/s26 lines, 500k, 17% of them <= 16 bytes). */
 static inline void lm_hash64_many_impl(const uint8_t *const *ptrs, const size_t *lens, size_t n, uint64_t seed,
-                                       uint64_t *out, int avx2) {
+                                       uint64_t *out, int level) {
   static const uint8_t empty = 0;
   const xxh_u8 *secret = XXH3_kSecret;
   /* the hash of "" depends on the seed only */
@@ -47,7 +47,7 @@ static inline void lm_hash64_many_impl(const uint8_t *const *ptrs, const size_t 
     for (size_t i = 0; i < m; i++) {
       const size_t len = L[i];
       if (len > 16) {
-        O[i] = lm_hash64_inline(P[i], len, seed, avx2);
+        O[i] = lm_hash64_inline(P[i], len, seed, level);
         continue;
       }
       const uint16_t k = (uint16_t)i;
@@ -76,8 +76,8 @@ static inline void lm_hash64_many_impl(const uint8_t *const *ptrs, const size_t 
   }
 }
 
-uint64_t lm_hash64_any(const uint8_t *p, size_t len, uint64_t seed, int avx2) {
-  return lm_hash64_inline(p, len, seed, avx2);
+uint64_t lm_hash64_any(const uint8_t *p, size_t len, uint64_t seed, int level) {
+  return lm_hash64_inline(p, len, seed, level);
 }
 
 void lm_hash64_listed(const uint8_t *const *ptrs, const size_t *lens, const uint16_t (*idx)[LM_HASH_LIST_MAX],
@@ -96,10 +96,10 @@ void lm_hash64_listed(const uint8_t *const *ptrs, const size_t *lens, const uint
     out[i] = XXH3_len_9to16_64b(ptrs[i], lens[i], secret, seed);
   }
   if (!cnt[3]) return;
-  const int avx2 = lm_hash_uses_avx2();
+  const int level = lm_hash_long_level();
   for (size_t k = 0; k < cnt[3]; k++) {
     const size_t i = idx[3][k];
-    out[i] = lm_hash64_inline(ptrs[i], lens[i], seed, avx2);
+    out[i] = lm_hash64_inline(ptrs[i], lens[i], seed, level);
   }
 }
 
@@ -160,6 +160,24 @@ int lm_hash_uses_avx512(void) {
 #endif
 }
 
+int lm_hash_long_level(void) {
+#if LM_HASH_HAVE_AVX2
+  static int cached = -1; /* a benign race: every thread computes the same value */
+  int c = __atomic_load_n(&cached, __ATOMIC_RELAXED);
+  if (c < 0) {
+    c = lm_hash_uses_avx2();
+    if (c) {
+      __builtin_cpu_init();
+      if (__builtin_cpu_supports("avx512f") && !lm_env_switch_on("LM_NO_AVX512")) c = 2;
+    }
+    __atomic_store_n(&cached, c, __ATOMIC_RELAXED);
+  }
+  return c;
+#else
+  return 0;
+#endif
+}
+
 void lm_hash64_many(const uint8_t *const *ptrs, const size_t *lens, size_t n, uint64_t seed, uint64_t *out) {
-  lm_hash64_many_impl(ptrs, lens, n, seed, out, lm_hash_uses_avx2());
+  lm_hash64_many_impl(ptrs, lens, n, seed, out, lm_hash_long_level());
 }

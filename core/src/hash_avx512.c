@@ -184,7 +184,7 @@ static const uint64_t lut8[256] = {
 static inline uint64_t long_one(const uint8_t *p, size_t len, uint64_t seed) {
   if (len - 9 < 8) return XXH3_len_9to16_64b(p, len, XXH3_kSecret, seed);
   if (len - 17 < 112) return XXH3_len_17to128_64b(p, len, XXH3_kSecret, sizeof(XXH3_kSecret), seed);
-  return lm_hash64_any(p, len, seed, lm_hash_uses_avx2());
+  return lm_hash64_any(p, len, seed, lm_hash_long_level());
 }
 
 void lm_hash64_longs(lm_hash_longs *l, uint64_t seed) {

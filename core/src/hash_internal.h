@@ -1,8 +1,8 @@
-/* Internal to hash.c / hash_avx2.c (and the tests).  lm_hash64_many hashes
- * strings of more than 240 bytes with lm_hash64_avx2 when the CPU has AVX2 (and
- * LM_NO_AVX2 was not set in the environment when first asked);
- * lm_hash64_many_generic never does.  All give XXH3-64 bit for bit.  Thread-safe
- * (pure). */
+/* Internal to hash.c / hash_avx2.c / hash_avx512_long.c (and the tests).  lm_hash64_many
+ * hashes strings of more than 240 bytes with lm_hash64_avx512 when the CPU has AVX-512 F, else
+ * with lm_hash64_avx2 when it has AVX2 (LM_NO_AVX512 / LM_NO_AVX2 not set in the environment
+ * when first asked: lm_hash_long_level); lm_hash64_many_generic never does.  All give XXH3-64
+ * bit for bit.  Thread-safe (pure). */
 #ifndef LUMINAMOON_HASH_INTERNAL_H
 #define LUMINAMOON_HASH_INTERNAL_H
 
@@ -19,19 +19,22 @@ extern "C" {
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__AVX2__)
 #define LM_HASH_HAVE_AVX2 1
 uint64_t lm_hash64_avx2(const void *data, size_t len, uint64_t seed); /* data may be NULL when len == 0 */
+/* the same for AVX-512 F (hash_avx512_long.c); call only where lm_hash_long_level() is 2 */
+uint64_t lm_hash64_avx512(const void *data, size_t len, uint64_t seed);
 #else
 #define LM_HASH_HAVE_AVX2 0
 #endif
 #ifdef XXH_INLINE_ALL
 /* XXH3-64 of p[0..len), inlined where <xxhash.h> was included with XXH_INLINE_ALL before this
- * header (hash.c, ops_offsets.c): the AVX2 copy of XXH3's vector loop over 240 bytes where the
- * CPU has it (avx2 = lm_hash_uses_avx2()), libxxhash's otherwise; bit-identical either way.
- * p may be NULL when len == 0.  lm_hash64_any is the same as a call. */
-static inline uint64_t lm_hash64_inline(const uint8_t *p, size_t len, uint64_t seed, int avx2) {
+ * header (hash.c, ops_offsets.c): over 240 bytes, XXH3's vector loop in its AVX-512 copy where
+ * level is 2, its AVX2 copy where level is 1 (level = lm_hash_long_level()), libxxhash's
+ * otherwise; bit-identical every way.  p may be NULL when len == 0.  lm_hash64_any is the same
+ * as a call. */
+static inline uint64_t lm_hash64_inline(const uint8_t *p, size_t len, uint64_t seed, int level) {
   static const uint8_t empty = 0;
-  (void)avx2; /* unused where no AVX2 copy is built */
+  (void)level; /* unused where no vector copy is built */
 #if LM_HASH_HAVE_AVX2
-  if (avx2 && len > 240) return lm_hash64_avx2(p, len, seed);
+  if (level && len > 240) return level > 1 ? lm_hash64_avx512(p, len, seed) : lm_hash64_avx2(p, len, seed);
 #endif
   return (uint64_t)XXH3_64bits_withSeed(len ? p : &empty, len, (XXH64_hash_t)seed);
 }
@@ -45,10 +48,11 @@ void lm_hash64_many_generic(const uint8_t *const *ptrs, const size_t *lens, size
 #define LM_HASH_LIST_MAX 256
 void lm_hash64_listed(const uint8_t *const *ptrs, const size_t *lens, const uint16_t (*idx)[LM_HASH_LIST_MAX],
                       const size_t cnt[4], uint64_t seed, uint64_t *out);
-/* XXH3-64 of p[0..len) for any len (p may be NULL when len == 0), with the AVX2 copy over 240
- * bytes when avx2 (= lm_hash_uses_avx2()): for a caller that hashes long strings in order as it
- * checks them (ops_offsets_impl.h's hash64).  Thread-safe (pure). */
-uint64_t lm_hash64_any(const uint8_t *p, size_t len, uint64_t seed, int avx2);
+/* XXH3-64 of p[0..len) for any len (p may be NULL when len == 0), with the vector copy of
+ * level (= lm_hash_long_level(): 2 AVX-512, 1 AVX2, 0 none) over 240 bytes: for a caller that
+ * hashes long strings in order as it checks them (ops_offsets_impl.h's hash64).  Thread-safe
+ * (pure). */
+uint64_t lm_hash64_any(const uint8_t *p, size_t len, uint64_t seed, int level);
 /* 1 when the environment variable `name` is set and does not start with '0': the LM_NO_AVX2 /
  * LM_NO_AVX512 switches of every runtime-dispatched kernel (hash, ops, minhash).  Thread-safe
  * as getenv is (nothing here sets the environment). */
@@ -58,6 +62,10 @@ int lm_env_switch_on(const char *name);
 int lm_cpu_avx2_on(void);
 /* 1 when lm_hash64_many uses the AVX2 copy (the CPU has AVX2 and LM_NO_AVX2 was not set). */
 int lm_hash_uses_avx2(void);
+/* Which copy of XXH3's loop over 240 bytes runs: 2 the AVX-512 one (the CPU has AVX-512 F, and
+ * lm_hash_uses_avx2() with LM_NO_AVX512 not set), 1 the AVX2 one (lm_hash_uses_avx2()), 0 the
+ * generic one; read once.  The level argument of lm_hash64_inline / lm_hash64_any. */
+int lm_hash_long_level(void);
 
 /* hash_avx512.c: XXH3-64 of the inline views (len <= 12, bytes in the view) 8 at a
  * time.  For the n <= LM_HASH_VIEWS_BLOCK views at `views` (lm_string_view[n]): out[i] =

@@ -569,13 +569,13 @@ static lm_status RNG(hash)(void *ctx, size_t begin, size_t end) {
      * first and lm_hash64_many after (500k lines of the shared corpus, 18% of them <= 16
      * bytes: their class branch mispredicts less than the lists cost) */
     if ((UOFF_T)off[b0 + m] - (UOFF_T)off[b0] > (UOFF_T)(16 * m)) {
-      const int avx2 = lm_hash_uses_avx2();
+      const int level = lm_hash_long_level();
       UOFF_T a = (UOFF_T)off[b0];
       for (size_t k = 0; k < m; k++) {
         const UOFF_T z = (UOFF_T)off[b0 + k + 1];
         if (z < a || z > lim) return LM_EINVAL;
         c->out[b0 + k] =
-            lm_hash64_inline((const uint8_t *)((uintptr_t)base + (uintptr_t)a), (size_t)(z - a), c->seed, avx2);
+            lm_hash64_inline((const uint8_t *)((uintptr_t)base + (uintptr_t)a), (size_t)(z - a), c->seed, level);
         a = z;
       }
       continue;
@@ -591,7 +591,7 @@ static lm_status RNG(hash)(void *ctx, size_t begin, size_t end) {
     UOFF_T down = 0;
     uint64_t cnt = 0; /* four 16-bit counters, one per class (at most 256 each) */
     UOFF_T a = (UOFF_T)off[b0];
-    const int avx2 = lm_hash_uses_avx2();
+    const int level = lm_hash_long_level();
     for (size_t k = 0; k < m; k++) {
       const UOFF_T z = (UOFF_T)off[b0 + k + 1];
       down |= (UOFF_T)(z < a);
@@ -599,7 +599,7 @@ static lm_status RNG(hash)(void *ctx, size_t begin, size_t end) {
       ptrs[k] = (const uint8_t *)((uintptr_t)base + (uintptr_t)a);
       lens[k] = len;
       if (len > 16 && a <= z && z <= lim) {
-        c->out[b0 + k] = lm_hash64_any(ptrs[k], len, c->seed, avx2);
+        c->out[b0 + k] = lm_hash64_any(ptrs[k], len, c->seed, level);
         a = z;
         continue;
       }

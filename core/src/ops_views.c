@@ -384,7 +384,7 @@ static lm_status hash_range(void *arg, size_t begin, size_t end) {
      * kernel during block j+2's vector loop (their bytes are sparse in the payload, a cache
      * miss each otherwise; one block ahead measured too close from memory) */
     uint8_t rest[LM_HASH_VIEWS_BLOCK + 8];
-    const int avx2 = lm_hash_uses_avx2();
+    const int level = lm_hash_long_level();
     lm_hash_longs ring[3];
     ring[0].n = ring[1].n = ring[2].n = 0;
     int f = 0; /* ring[f]: this block's list; ring[f + 1 mod 3]: two blocks back */
@@ -414,7 +414,7 @@ static lm_status hash_range(void *arg, size_t begin, size_t end) {
           const view_fields fl = fields_of(v);
           const uint8_t *s = bytes_at(v, fl, c->p);
           if (!s) return LM_ERANGE;
-          c->out[b0 + rest[k]] = lm_hash64_any(s, fl.len, c->seed, avx2);
+          c->out[b0 + rest[k]] = lm_hash64_any(s, fl.len, c->seed, level);
         }
       }
       f = f == 2 ? 0 : f + 1;

@@ -711,9 +711,10 @@ TEST(Ops, HashOfLongStringBlocksChecksEachPairBeforeReadingIt) {
   }
 }
 
-// lm_hash64_many, its generic copy and the AVX2 copy of XXH3-64 (where the CPU has
-// it: XXH3's long-input loop on 256-bit vectors) give XXH3_64bits_withSeed bit for bit, on
-// lengths up to several of XXH3's 1 KB blocks and at every class edge.
+// lm_hash64_many, its generic copy and the AVX2 and AVX-512 copies of XXH3-64 (where the CPU
+// has them: XXH3's long-input loop on 256- / 512-bit vectors; lm_hash64_any at levels 0 and 2)
+// give XXH3_64bits_withSeed bit for bit, on lengths up to several of XXH3's 1 KB blocks and at
+// every class edge.
 TEST(Hash, BothCopiesMatchXXH3OnLongStrings) {
   std::mt19937_64 rng(12);
   std::vector<uint8_t> bytes(6000);
@@ -741,6 +742,15 @@ TEST(Hash, BothCopiesMatchXXH3OnLongStrings) {
       for (size_t i = 0; i < n; i++) {
         ASSERT_EQ(lm_hash64_avx2(ptrs[i], lens[i], seed), want[i]) << "avx2, len " << lens[i];
       }
+    }
+    if (__builtin_cpu_supports("avx512f")) {
+      for (size_t i = 0; i < n; i++) {
+        ASSERT_EQ(lm_hash64_avx512(ptrs[i], lens[i], seed), want[i]) << "avx512, len " << lens[i];
+        ASSERT_EQ(lm_hash64_any(ptrs[i], lens[i], seed, 2), want[i]) << "level 2, len " << lens[i];
+      }
+    }
+    for (size_t i = 0; i < n; i++) {
+      ASSERT_EQ(lm_hash64_any(ptrs[i], lens[i], seed, 0), want[i]) << "level 0, len " << lens[i];
     }
 #endif
     lm_hash64_many(ptrs.data(), lens.data(), n, seed, got.data());

@@ -1,6 +1,6 @@
 """Every SIMD dispatch level on one machine (issue 13 review): the string ops chosen at run
-time (AVX-512 hash64 kernels, AVX2 / AVX-512 first passes of offsets equal, xxHash's AVX2
-copy over 240 bytes) are switched off by LM_NO_AVX512=1 and LM_NO_AVX2=1 (read once per
+time (AVX-512 hash64 kernels, AVX2 / AVX-512 first passes of offsets equal, xxHash's AVX-512
+and AVX2 copies over 240 bytes) are switched off by LM_NO_AVX512=1 and LM_NO_AVX2=1 (read once per
 process), so each level runs in a child process: with the default dispatch, with
 LM_NO_AVX512=1, and with LM_NO_AVX2=1 LM_NO_AVX512=1 (the portable code CI or a GPU
 machine without AVX2 runs).  Each child checks hash64 / views_hash64 against libxxhash
