@@ -166,7 +166,12 @@ py::list views_to_list(py::handle views, py::handle buffers, bool as_bytes) {
   return out;
 }
 
-// Raise ValueError naming the first string whose bytes are not UTF-8.
+// Raise ValueError naming the first string whose bytes are not UTF-8 on their own.  The bytes from
+// the first offset to the last are validated as one stream, and then every string boundary inside it
+// must fall between two characters: a stream that is valid UTF-8 cut at a continuation byte (10xxxxxx)
+// gives a string ending inside a character and one starting inside it, although the stream is valid
+// (offsets [0, 1, 2] over "\xc3\xa9" were accepted, exported to Arrow as `string` and crashed Polars:
+// review s38).
 void validate_utf8(py::handle offsets, py::handle data) {
   StringsArg a;
   check_strings(a, "validate_utf8", offsets, data);
@@ -176,11 +181,31 @@ void validate_utf8(py::handle offsets, py::handle data) {
   const uint8_t *d = a.bytes();
   size_t pos = 0;
   lm_status s;
+  int64_t cut = -1;  // the first i in [1, n) whose offset lies inside a character
   {
     py::gil_scoped_release nogil;
     s = lm_utf8_validate(end > start ? d + start : nullptr, size_t(end - start), &pos);
+    if (s == LM_OK) {
+      for (int64_t i = 1; i < n; i++) {
+        if (o[i] < end && (d[o[i]] & 0xC0) == 0x80) {
+          cut = i;
+          break;
+        }
+      }
+    }
   }
-  if (s == LM_OK) return;
+  if (s == LM_OK && cut < 0) return;
+  if (s == LM_OK) {
+    // string j, the last non-empty one ending at o[cut], ends inside a character (j >= 0: the stream
+    // starts at a character, so some non-empty string lies before the cut)
+    // and string k, the first non-empty one starting there, continues it (o[cut] < end: one exists)
+    int64_t j = cut - 1, k = cut;
+    while (j > 0 && o[j] == o[cut]) j--;
+    while (k + 1 < n && o[k + 1] == o[cut]) k++;
+    throw py::value_error("string " + std::to_string(j) + " is not valid UTF-8 (it ends inside a multi-byte "
+                          "character that string " + std::to_string(k) + " continues); pass validate=False "
+                          "for bytes semantics");
+  }
   // Find the string holding the bad byte.
   const int64_t at_byte = start + int64_t(pos);
   int64_t lo = 0, hi = n - 1;

@@ -56,6 +56,7 @@ _fast_ve = _C.fast_views_equal
 _fast_vh = _C.fast_views_hash64
 _compiling = torch.compiler.is_compiling  # True while torch.compile traces: keep the operators in the graph
 _WINDOW = 1 << 31  # long views address payloads > 2 GiB through 2 GiB windows
+_MAX_STRING_LEN = (1 << 31) - 1  # the longest string (LM_MAX_STRING_LEN: a view's length)
 
 
 def _as_uint8(t, name: str) -> torch.Tensor:
@@ -272,8 +273,9 @@ class StringTensor:
     def from_buffers(cls, offsets, data, *, validate: bool = True) -> "StringTensor":
         """Wrap offsets (int32/int64, N+1) and a uint8 payload without copying.
 
-        Offsets must be non-negative, non-decreasing and within ``data``; the
-        strings must be UTF-8 unless ``validate=False`` (bytes semantics).
+        Offsets must be non-negative, non-decreasing and within ``data``; each string
+        must be UTF-8 on its own (no string may start or end inside a character) unless
+        ``validate=False`` (bytes semantics), and hold at most 2**31 - 1 bytes.
         Offsets that do not start at 0 are rebased (the payload is still shared).
 
         >>> StringTensor.from_buffers(torch.tensor([0, 1, 3]), torch.tensor([97, 98, 99], dtype=torch.uint8)).tolist()
@@ -301,6 +303,16 @@ class StringTensor:
                 raise ValueError("offsets must be non-negative and non-decreasing")
             if int(offsets[-1]) > data.numel():
                 raise ValueError(f"offsets point past the end of data (data has {data.numel()} bytes)")
+        if offsets.dtype == torch.int64 and data.numel() > _MAX_STRING_LEN and offsets.numel() > 1:
+            # one string of 2**31 bytes or more: every CPU method that works on the views layout
+            # (slicing, mask, starts_with) failed later with "size or offset overflows its type" (review
+            # s38); refused here as from_list refuses it.  Only a payload over 2**31 - 1 bytes can hold one.
+            lens = offsets[1:] - offsets[:-1]
+            i = int(lens.argmax())
+            if int(lens[i]) > _MAX_STRING_LEN:
+                raise ValueError(f"StringTensor.from_buffers: string {i} is {int(lens[i])} bytes, longer than "
+                                 "2**31 - 1, the most one string of a StringTensor holds (the views layout's "
+                                 "32-bit length, as Arrow's string_view)")
         start = int(offsets[0])
         if start:
             offsets = offsets - start
@@ -554,6 +566,9 @@ class StringTensor:
             if od is not None:
                 offsets, data = od
                 a, b = int(offsets[i]), int(offsets[i + 1])
+                if not 0 <= a <= b <= data.numel():  # as every other reader checks (st.offsets is writable)
+                    raise ValueError(f"StringTensor[{i}]: offsets must be non-negative and non-decreasing, within "
+                                     f"the payload ({data.numel()} bytes); got [{a}, {b}] (were st.offsets written to?)")
                 raw = data[a:b].cpu().numpy().tobytes()
                 try:
                     return raw.decode("utf-8")
