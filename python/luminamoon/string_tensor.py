@@ -936,10 +936,15 @@ class StringTensor:
     def dlpack_buffers(self) -> dict:
         """The tensors behind the strings, for DLPack consumers (``np.from_dlpack``,
         ``cupy.from_dlpack``): ``offsets`` and ``data`` always, ``views`` on the CPU.
-        Strings themselves have no DLPack type; treat ``data`` as read-only: it is shared
-        with this StringTensor (and with any Arrow array it came from or went to).
-        Every tensor here is writable memory (``from_arrow`` copies read-only Arrow
-        buffers), so a stray write changes strings but cannot crash the process."""
+        Strings themselves have no DLPack type; treat every tensor here as read-only: ``data``
+        is shared with this StringTensor (and with any Arrow array it came from or went to),
+        and on the CPU the views hold copies of each string's first bytes (all of a string of
+        up to 12 bytes, the first 4 of a longer one), which a write into ``data`` does not
+        change: after one, methods that read the views (``starts_with``, slicing, ``hash64``
+        of short strings) and methods that read ``data`` (``tolist``, ``fast_eq``) can answer
+        for different strings.  Every tensor here is writable memory (``from_arrow`` copies
+        read-only Arrow buffers), so a stray write changes answers but cannot crash the
+        process (every reader checks offsets and views before it uses them)."""
         offsets, data = self._od_pair()
         out = {"offsets": offsets, "data": data}
         if self.device.type == "cpu":
