@@ -12,7 +12,9 @@
 // layouts, already well-typed.  Every check here is a cheap shape/dtype/device test; when one fails, or
 // the kernel returns any status other than LM_OK (bad offsets, a view outside its buffer, non-zero inline
 // padding, no memory), the function returns None and the caller repeats the call through torch.ops, which
-// raises its usual error (same type, same message).  The kernels are the *_checked / views kernels, which
+// raises its usual error (same type, same message).  An argument that is no array at all, or a
+// non-contiguous one, raises get_array's TypeError / ValueError here instead (string_tensor.py never
+// passes one: its layouts are contiguous CPU tensors).  The kernels are the *_checked / views kernels, which
 // never read outside the payload even when another thread writes the offsets/views while the call runs.
 // The GIL is released around each kernel call.  Threads: torch.get_num_threads() (exec_for(0)), as the
 // operators.
