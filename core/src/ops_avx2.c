@@ -31,14 +31,16 @@ int lm_ops_simd_level(void) {
 
 #define LM_LEN_EQ(NAME, OFF_T, UOFF_T)                                                                        \
   int NAME(const OFF_T *restrict off, uint8_t *restrict out, size_t b0, size_t b1, UOFF_T lim, UOFF_T plen) { \
-    UOFF_T bad = 0;                                                                                           \
+    UOFF_T bad = 0, hits = 0;                                                                                 \
     for (size_t i = b0; i < b1; i++) {                                                                        \
       const UOFF_T a = (UOFF_T)off[i], z = (UOFF_T)off[i + 1];                                                \
       const UOFF_T ok = (UOFF_T)(a <= z) & (UOFF_T)(z <= lim);                                                \
+      const UOFF_T m = ok & (UOFF_T)(z - a == plen);                                                          \
       bad |= ok ^ 1u;                                                                                         \
-      out[i] = (uint8_t)(ok & (UOFF_T)(z - a == plen));                                                       \
+      hits += m;                                                                                              \
+      out[i] = (uint8_t)m;                                                                                    \
     }                                                                                                         \
-    return bad != 0;                                                                                          \
+    return bad ? -1 : (int)hits;                                                                              \
   }
 LM_LEN_EQ(lm_o32_len_eq_avx2, int32_t, uint32_t)
 LM_LEN_EQ(lm_o64_len_eq_avx2, int64_t, uint64_t)

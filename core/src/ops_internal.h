@@ -2,7 +2,8 @@
  * copies of the first passes of the offsets-layout equality ops (declared where
  * hash_internal.h says an AVX2 copy is built).  lm_oXX_len_eq_avx2 checks the
  * pairs of [b0, b1) (0 <= a <= z <= lim) and writes out[i] = valid and of length
- * plen; returns non-zero when some pair is invalid.  The eq_prep copies follow
+ * plen; returns -1 when some pair is invalid, else the number of 1s written
+ * (b1 - b0 <= INT_MAX).  The eq_prep copies follow
  * LM_EQ_PREP below.  All thread-safe (pure). */
 #ifndef LUMINAMOON_OPS_INTERNAL_H
 #define LUMINAMOON_OPS_INTERNAL_H

@@ -803,6 +803,52 @@ TEST(Ops, OffsetsEqualityMatchesStdStringOnShortStrings) {
   }
 }
 
+// equal_scalar on the offsets layout where few strings have the scalar's length (documents,
+// lines): a block of 1024 with fewer than 64 of them finds its candidates eight marks at a time
+// and stops at the last one, a block with none is final after the length pass.  Lengths spread
+// over 0..2999 (a few of each), a probe length with 0, 1, a few or many (a dense block: the table
+// gather) strings, a candidate as the very last string and in a tail of fewer than 8, counts that
+// are no multiple of 8 or of a block, int32 and int64 offsets, 1 and 2 threads, against
+// std::string comparison.
+TEST(Ops, OffsetsEqualScalarFindsSparseCandidates) {
+  std::mt19937_64 rng(38);
+  for (size_t n : {size_t(5), size_t(1021), size_t(1030), size_t(4099)}) {
+    std::vector<std::string> a(n);
+    for (size_t i = 0; i < n; i++) {
+      const size_t len = i % 97 == 0 ? 777 : size_t(rng() % 3000);  // 777: one string in 97, or more
+      for (size_t k = 0; k < len; k++) a[i] += char('a' + rng() % 2);
+    }
+    a[n - 1] = a[0];                              // the probe's twin is the last string
+    if (n > 3) a[n - 2] = std::string(4000, 'x');  // a long one in the tail
+    std::vector<int32_t> off32(1, 0);
+    std::vector<int64_t> off64(1, 0);
+    std::string all;
+    for (auto &x : a) {
+      all += x;
+      off32.push_back(int32_t(all.size()));
+      off64.push_back(int64_t(all.size()));
+    }
+    std::unique_ptr<uint8_t[]> d(new uint8_t[all.size()]);
+    std::memcpy(d.get(), all.data(), all.size());
+    std::vector<std::string> probes = {a[0], a[n / 2], std::string(777, 'a'), std::string(4000, 'x'),
+                                       std::string(3500, 'b'), a[n - 1].substr(0, a[n - 1].size() / 2)};
+    for (const auto &p : probes) {
+      for (int threads : {1, 2}) {
+        lm_exec e{threads, 64};
+        std::vector<uint8_t> o1(n, 7), o2(n, 7);
+        ASSERT_EQ(lm_o32_equal_scalar_checked(off32.data(), n, d.get(), all.size(), (const uint8_t *)p.data(),
+                                              p.size(), o1.data(), &e), LM_OK);
+        ASSERT_EQ(lm_o64_equal_scalar_checked(off64.data(), n, d.get(), all.size(), (const uint8_t *)p.data(),
+                                              p.size(), o2.data(), &e), LM_OK);
+        for (size_t i = 0; i < n; i++) {
+          ASSERT_EQ(o1[i], a[i] == p ? 1 : 0) << n << " " << i << " probe of " << p.size() << " bytes";
+          ASSERT_EQ(o2[i], a[i] == p ? 1 : 0) << n << " " << i << " probe of " << p.size() << " bytes";
+        }
+      }
+    }
+  }
+}
+
 // lm_views_compact skips the views of an all-zero 8-byte run of the mask and copies the
 // others through a table: random masks (sparse, half, dense) whose non-zero bytes are
 // not only 1, counts around multiples of 8, against a plain loop; a cap one short of
