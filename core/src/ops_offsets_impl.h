@@ -77,6 +77,26 @@ static inline size_t lm_off_gather(const uint8_t *restrict out, size_t n, unsign
   }
   return nc;
 }
+/* The same as lm_off_gather(out, n, 0, cand) when out[0..n) holds exactly `hits` 1s (the other
+ * bytes 0) and few of them: eight marks at a time, a branch per candidate (a mispredict each,
+ * which the table avoids where candidates are many: one string in ten for words), and the scan
+ * stops at the last one. */
+static inline size_t lm_off_gather_few(const uint8_t *restrict out, size_t n, size_t hits, uint16_t *restrict cand) {
+  size_t nc = 0;
+  for (size_t j = 0; nc < hits && j < n; j += 8) {
+    uint64_t w = 0;
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    if (j + 8 <= n) {
+      w = lm_off_load64(out + j);
+    } else
+#endif
+    {
+      for (size_t t = j; t < n && t < j + 8; t++) w |= (uint64_t)out[t] << (8 * (t - j));
+    }
+    for (; w; w &= w - 1) cand[nc++] = (uint16_t)(j + (size_t)(__builtin_ctzll(w) >> 3));
+  }
+  return nc;
+}
 /* Do s[0..n) (inside data of dlen bytes, at offset a) and t[0..n) match?  t is
  * readable for max(n, 8) bytes when tw/tm describe its first min(n, 8) bytes. */
 static inline int lm_off_prefix_eq(const uint8_t *data, uint64_t dlen, uint64_t a, const uint8_t *t, uint64_t n,
@@ -187,31 +207,11 @@ static lm_status RNG(prefix)(void *ctx, size_t begin, size_t end) {
        * much as the length pass: fast_eq(str) on the corpus' documents, 19.5% against 22% of
        * the samples, perf) */
       if (plen == 0 || hits == 0) continue;
+      /* the candidates' indices: few (documents, lines: under 1 in 16) found by lm_off_gather_few,
+       * many (words) by lm_off_gather's table, without a branch on out[i] */
       uint16_t cand[LM_OFF_BLOCK + 8];
-      size_t nc = 0;
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-      if ((size_t)hits * 16 < b1 - b0) {
-        /* few candidates (documents, lines): found eight marks at a time, a branch per
-         * candidate, and the scan stops at the last one (hits says how many) */
-        for (size_t j = b0; nc < (size_t)hits && j < b1; j += 8) {
-          uint64_t w = 0;
-          if (j + 8 <= b1) {
-            memcpy(&w, out + j, 8);
-          } else {
-            for (size_t t = j; t < b1; t++) w |= (uint64_t)out[t] << (8 * (t - j));
-          }
-          for (; w; w &= w - 1) cand[nc++] = (uint16_t)(j - b0 + (size_t)(__builtin_ctzll(w) >> 3));
-        }
-      } else
-#endif
-      {
-        /* many (words): the candidates' indices gathered without a branch on out[i] (a branch
-         * there mispredicts for every candidate when one string in ten has the scalar's
-         * length; scanning out 8 bytes at a time and visiting the set bytes measured slower
-         * for the same reason: its loop exit mispredicts): 8 at a time through a table
-         * (lm_off_gather) */
-        nc = lm_off_gather(out + b0, b1 - b0, 0, cand);
-      }
+      const size_t nc = (size_t)hits * 16 < b1 - b0 ? lm_off_gather_few(out + b0, b1 - b0, (size_t)hits, cand)
+                                                    : lm_off_gather(out + b0, b1 - b0, 0, cand);
       for (size_t k = 0; k < nc; k++) {
         const size_t i = b0 + cand[k];
         const UOFF_T a = (UOFF_T)off[i], z = (UOFF_T)off[i + 1]; /* re-read: checked before use */
