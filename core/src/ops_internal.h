@@ -20,6 +20,11 @@ int lm_o32_len_eq_avx2(const int32_t *restrict off, uint8_t *restrict out, size_
                        uint32_t plen);
 int lm_o64_len_eq_avx2(const int64_t *restrict off, uint8_t *restrict out, size_t b0, size_t b1, uint64_t lim,
                        uint64_t plen);
+/* The same with AVX-512 F/BW/VL/DQ (lm_ops_simd_level() == 2), 64 pairs a step. */
+int lm_o32_len_eq_avx512(const int32_t *restrict off, uint8_t *restrict out, size_t b0, size_t b1, uint32_t lim,
+                         uint32_t plen);
+int lm_o64_len_eq_avx512(const int64_t *restrict off, uint8_t *restrict out, size_t b0, size_t b1, uint64_t lim,
+                         uint64_t plen);
 int lm_o32_eq_prep_avx2(const uint32_t *restrict ca, const uint32_t *restrict cb, size_t m, uint32_t *restrict w,
                         uint8_t *restrict lg);
 int lm_o64_eq_prep_avx2(const uint64_t *restrict ca, const uint64_t *restrict cb, size_t m, uint32_t *restrict w,

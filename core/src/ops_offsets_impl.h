@@ -164,7 +164,7 @@ static lm_status RNG(prefix)(void *ctx, size_t begin, size_t end) {
   }
   const UOFF_T pl = (UOFF_T)plen;
 #if LM_HASH_HAVE_AVX2
-  const int avx2 = lm_hash_uses_avx2(); /* the first pass on 8 offsets a vector */
+  const int simd = lm_ops_simd_level(); /* the first pass of equality: 1 AVX2, 2 AVX-512 */
 #endif
   if (!c->exact && plen <= 8 && dlen >= 8) {
     /* prefixes of up to 8 bytes: one branch-free pass, one unaligned word per string
@@ -197,8 +197,9 @@ static lm_status RNG(prefix)(void *ctx, size_t begin, size_t end) {
     if (c->exact) {
       /* equality: lengths first (4 or 8 bytes a string), then the few candidates */
 #if LM_HASH_HAVE_AVX2
-      const int hits = avx2 ? LM_CAT(LM_CAT(lm_, SUF), _len_eq_avx2)(off, out, b0, b1, lim, pl)
-                            : LM_CAT(SUF, _len_eq)(off, out, b0, b1, lim, pl);
+      const int hits = simd == 2   ? LM_CAT(LM_CAT(lm_, SUF), _len_eq_avx512)(off, out, b0, b1, lim, pl)
+                       : simd == 1 ? LM_CAT(LM_CAT(lm_, SUF), _len_eq_avx2)(off, out, b0, b1, lim, pl)
+                                   : LM_CAT(SUF, _len_eq)(off, out, b0, b1, lim, pl);
 #else
       const int hits = LM_CAT(SUF, _len_eq)(off, out, b0, b1, lim, pl);
 #endif

@@ -270,6 +270,59 @@ TEST(OpsEqual, FirstPassSimdCopiesMatchTheContract) {
   }
 }
 
+// The length pass of equal_scalar (lm_oXX_len_eq_avx2 / _avx512) against its contract written
+// out here: out[i] = 0 <= off[i] <= off[i + 1] <= lim (unsigned) and off[i + 1] - off[i] == plen,
+// -1 when some pair of [b0, b1) is not valid, else the number of 1s.  Ranges that start off a
+// step (b0 = 0, 1, 17) and end in a tail, lengths drawn so that about half the pairs match, an
+// invalid pair (decreasing, past lim, negative) at the first, a middle and the last pair of the
+// range, and one just outside it (which must not count).
+template <typename O, typename U>
+void check_len_eq(int (*fn)(const O *, uint8_t *, size_t, size_t, U, U), const char *name) {
+  std::mt19937_64 rng(39);
+  for (size_t b0 : {size_t(0), size_t(1), size_t(17)}) {
+    for (size_t len : {size_t(0), size_t(1), size_t(63), size_t(64), size_t(65), size_t(130), size_t(1024)}) {
+      const size_t b1 = b0 + len;
+      for (int rep = 0; rep < 12; rep++) {
+        std::vector<O> off(b1 + 2);
+        off[0] = O(rng() % 5);
+        for (size_t i = 0; i + 1 < off.size(); i++) off[i + 1] = O(off[i] + O(rng() % 2 ? 3 : rng() % 6));
+        const U lim = U(off[b1]) + U(rng() % 3);
+        if (rep % 3 == 1 && len) {  // one invalid pair inside the range
+          const size_t at = b0 + 1 + (rep % 4 == 1 ? 0 : rep % 4 == 2 ? len / 2 : len - 1);
+          const int kind = int(rng() % 3);
+          off[at] = kind == 0 ? O(off[at - 1] - 1) : kind == 1 ? O(lim + 1) : O(-1);
+        }
+        if (rep % 3 == 2) off[b1 + 1] = O(-1);  // outside the range: not looked at
+        std::vector<uint8_t> out(b1 + 8, 7), want(b1 + 8, 7);
+        bool bad = false;
+        int hits = 0;
+        for (size_t i = b0; i < b1; i++) {
+          const U a = U(off[i]), z = U(off[i + 1]);
+          const bool ok = a <= z && z <= lim;
+          bad |= !ok;
+          want[i] = uint8_t(ok && U(z - a) == U(3));
+          hits += want[i];
+        }
+        const int got = fn(off.data(), out.data(), b0, b1, lim, U(3));
+        ASSERT_EQ(got, bad ? -1 : hits) << name << " b0 " << b0 << " len " << len << " rep " << rep;
+        for (size_t i = 0; i < out.size(); i++)
+          ASSERT_EQ(out[i], want[i]) << name << " b0 " << b0 << " len " << len << " rep " << rep << " i " << i;
+      }
+    }
+  }
+}
+
+TEST(Ops, EqualScalarLengthPassSimdCopiesMatchTheContract) {
+  if (!__builtin_cpu_supports("avx2")) GTEST_SKIP() << "no AVX2: the portable pass is tested through the op";
+  check_len_eq<int32_t, uint32_t>(lm_o32_len_eq_avx2, "o32 avx2");
+  check_len_eq<int64_t, uint64_t>(lm_o64_len_eq_avx2, "o64 avx2");
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+      __builtin_cpu_supports("avx512dq")) {
+    check_len_eq<int32_t, uint32_t>(lm_o32_len_eq_avx512, "o32 avx512");
+    check_len_eq<int64_t, uint64_t>(lm_o64_len_eq_avx512, "o64 avx512");
+  }
+}
+
 // lm_views_eq_pass1_avx512 (the first pass of lm_views_equal, 16 pairs a step) against the
 // contract written out here: per pair 0 (length or prefix differ), 1 / 0 for an inline pair as
 // its other 8 bytes agree, 2 for a long pair with length and prefix equal; the number of 2s; and
