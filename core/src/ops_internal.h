@@ -33,6 +33,16 @@ int lm_o32_eq_prep_avx512(const uint32_t *restrict ca, const uint32_t *restrict 
                           uint8_t *restrict lg);
 int lm_o64_eq_prep_avx512(const uint64_t *restrict ca, const uint64_t *restrict cb, size_t m, uint32_t *restrict w,
                           uint8_t *restrict lg);
+/* A short-strings block's copies and first pass in one (AVX-512 F/BW/VL/DQ, 32-bit offsets):
+ * ca[0..m] = oa[0..m], cb[0..m] = ob[0..m] (each offset loaded once, the copies the values
+ * checked), then w and lg as LM_EQ_PREP over the copies; returns non-zero when an offset
+ * decreases.  Reads oa / ob [0, m] only. */
+int lm_o32_eq_copy_prep_avx512(const int32_t *restrict oa, const int32_t *restrict ob, size_t m,
+                               uint32_t *restrict ca, uint32_t *restrict cb, uint32_t *restrict w,
+                               uint8_t *restrict lg);
+int lm_o64_eq_copy_prep_avx512(const int64_t *restrict oa, const int64_t *restrict ob, size_t m,
+                               uint64_t *restrict ca, uint64_t *restrict cb, uint32_t *restrict w,
+                               uint8_t *restrict lg);
 /* Pass 1 of lm_views_equal (ops_views.c's pairs_equal: out[i] = 0, 1, or 2 for a long pair
  * whose payloads must decide) for the first n - n % 16 pairs, 16 a step: returns how many it
  * did, adds the number of 2s to *longs and ORs non-zero into *pad when an inline view of

@@ -445,12 +445,17 @@ static lm_status RNG(eq)(void *ctx, size_t begin, size_t end) {
       continue;
     }
     /* short strings: the offsets copied, the copies checked and every pair's first 16 bytes compared */
-    LM_CAT(SUF, _copy_offsets)(ca, cb, c->oa + b0, c->ob + b0, m + 1);
 #if LM_HASH_HAVE_AVX2
-    const UOFF_T down = simd == 2   ? LM_CAT(LM_CAT(lm_, SUF), _eq_prep_avx512)(ca, cb, m, w, lg)
-                        : simd == 1 ? LM_CAT(LM_CAT(lm_, SUF), _eq_prep_avx2)(ca, cb, m, w, lg)
-                                    : LM_CAT(SUF, _eq_prep)(ca, cb, m, w, lg);
+    UOFF_T down;
+    if (simd == 2) { /* the copy and the first pass in one (ops_avx2.c) */
+      down = (UOFF_T)LM_CAT(LM_CAT(lm_, SUF), _eq_copy_prep_avx512)(c->oa + b0, c->ob + b0, m, ca, cb, w, lg);
+    } else {
+      LM_CAT(SUF, _copy_offsets)(ca, cb, c->oa + b0, c->ob + b0, m + 1);
+      down = simd == 1 ? (UOFF_T)LM_CAT(LM_CAT(lm_, SUF), _eq_prep_avx2)(ca, cb, m, w, lg)
+                       : (UOFF_T)LM_CAT(SUF, _eq_prep)(ca, cb, m, w, lg);
+    }
 #else
+    LM_CAT(SUF, _copy_offsets)(ca, cb, c->oa + b0, c->ob + b0, m + 1);
     const UOFF_T down = LM_CAT(SUF, _eq_prep)(ca, cb, m, w, lg);
 #endif
     if (down | (UOFF_T)(ca[m] > lima) | (UOFF_T)(cb[m] > limb)) return LM_EINVAL;

@@ -259,6 +259,68 @@ void check_prep(int (*fn)(const U *, const U *, size_t, uint32_t *, uint8_t *), 
   }
 }
 
+// lm_oXX_eq_copy_prep_avx512 (the copy of a block's offsets and its first pass in one) against
+// a plain copy and prep_reference: block sizes around the 16-pair step (0, 1, 15, 16, 17, 31, 32,
+// 255, 256), offsets that decrease somewhere (also at the last one), the offsets ending right
+// before a guard page (the loads stop at oa[m] / ob[m]) and guard values after ca[m], w[m - 1]
+// and lg[m - 1] in the outputs (nothing written past them).
+template <typename O, typename U>
+void check_copy_prep(int (*fn)(const O *, const O *, size_t, U *, U *, uint32_t *, uint8_t *), const char *name) {
+  std::mt19937_64 rng(39);
+  for (size_t m : {size_t(0), size_t(1), size_t(15), size_t(16), size_t(17), size_t(31), size_t(32), size_t(255),
+                   size_t(256)}) {
+    for (int rep = 0; rep < 16; rep++) {
+      std::vector<O> src(m + 1);
+      std::vector<O> srb(m + 1);
+      src[0] = O(rng() % 100);
+      srb[0] = O(rng() % 100);
+      for (size_t k = 0; k < m; k++) {
+        const O l = O(rng() % 40);
+        src[k + 1] = O(src[k] + l);
+        srb[k + 1] = O(srb[k] + (rng() % 2 ? l : O(rng() % 40)));
+      }
+      if (rep % 4 == 3) src[rng() % (m + 1)] = O(rng() % 5000);  // sometimes decreasing somewhere
+      if (rep % 8 == 5 && m) srb[m] = O(srb[m - 1] - 1);         // the last one decreasing
+      // both offset arrays end at a guard page
+      std::string ba(reinterpret_cast<const char *>(src.data()), src.size() * sizeof(O));
+      std::string bb(reinterpret_cast<const char *>(srb.data()), srb.size() * sizeof(O));
+      GuardedPayload ga(ba), gb(bb);
+      std::vector<U> ca(m + 2, U(0xA5A5)), cb(m + 2, U(0x5A5A)), ua(m + 1), ub(m + 1);
+      std::vector<uint32_t> w(m + 1, 0xDEADBEEFu), ww(m + 1);
+      std::vector<uint8_t> lg(m + 1, 0xEE), wl(m + 1);
+      for (size_t k = 0; k <= m; k++) {
+        ua[k] = U(src[k]);
+        ub[k] = U(srb[k]);
+      }
+      int down = 0;
+      prep_reference(ua.data(), ub.data(), m, ww.data(), wl.data(), &down);
+      const int got = fn(reinterpret_cast<const O *>(ga.data), reinterpret_cast<const O *>(gb.data), m, ca.data(),
+                         cb.data(), w.data(), lg.data());
+      ASSERT_EQ(got != 0, down != 0) << name << " m " << m << " rep " << rep;
+      for (size_t k = 0; k <= m; k++) {
+        ASSERT_EQ(ca[k], ua[k]) << name << " m " << m << " k " << k;
+        ASSERT_EQ(cb[k], ub[k]) << name << " m " << m << " k " << k;
+      }
+      ASSERT_EQ(ca[m + 1], U(0xA5A5)) << name << " m " << m;
+      ASSERT_EQ(cb[m + 1], U(0x5A5A)) << name << " m " << m;
+      for (size_t k = 0; k < m; k++) {
+        ASSERT_EQ(w[k], ww[k]) << name << " m " << m << " k " << k;
+        ASSERT_EQ(lg[k], wl[k]) << name << " m " << m << " k " << k;
+      }
+      ASSERT_EQ(w[m], 0xDEADBEEFu) << name << " m " << m;
+      ASSERT_EQ(lg[m], 0xEE) << name << " m " << m;
+    }
+  }
+}
+
+TEST(OpsEqual, CopyAndFirstPassInOneMatchTheContract) {
+  if (!(__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")))
+    GTEST_SKIP() << "no AVX-512: the block copies its offsets, then runs the AVX2 or portable first pass";
+  check_copy_prep<int32_t, uint32_t>(lm_o32_eq_copy_prep_avx512, "o32");
+  check_copy_prep<int64_t, uint64_t>(lm_o64_eq_copy_prep_avx512, "o64");
+}
+
 TEST(OpsEqual, FirstPassSimdCopiesMatchTheContract) {
   if (!__builtin_cpu_supports("avx2")) GTEST_SKIP() << "no AVX2: the portable pass is tested through the op";
   check_prep<uint32_t>(lm_o32_eq_prep_avx2, "o32 avx2");
