@@ -4,6 +4,7 @@
  * with the same contract as its SUF_len_eq / SUF_eq_prep.  GCC on x86-64 only
  * (hash_internal.h). */
 #include <stdlib.h>
+#include <string.h>
 
 #include "hash_internal.h"
 #include "ops_internal.h"
@@ -165,6 +166,46 @@ int lm_o64_len_eq_avx512(const int64_t *restrict off, uint8_t *restrict out, siz
   }
   LM_LEN_EQ512_TAIL(int64_t, uint64_t)
 }
+
+/* lm_oXX_eq_stream_avx512 (ops_internal.h): per pair, both lengths checked against the room left
+ * (as _eq_stream), then m = the length when both agree, else 0, and the first min(m, 128) bytes
+ * of both compared by masked loads (a zero mask reads nothing; a masked-off byte never faults), so
+ * no branch on the length and no call below 129 bytes.  One line LM_EQ_AHEAD bytes on is
+ * prefetched on both sides.  bench_views_eq lines (~48 bytes a string), one thread, the same loop
+ * without and with the prefetch: 10.9 and 6.6-6.9 ns a pair, at the read floor (6.7: both
+ * offsets arrays and payloads loaded once, no compare); memcmp with the prefetch 7.9-8.6; the
+ * plain per-pair loop (pyarrow's way) 10.2-10.7. */
+#define LM_EQ_STREAM512(NAME, OFF_T, UOFF_T)                                                                   \
+  int NAME(const OFF_T *restrict oa, const OFF_T *restrict ob, const uint8_t *da, const uint8_t *db, UOFF_T lima, \
+           UOFF_T limb, int same, uint8_t *restrict out, size_t b0, size_t b1) {                               \
+    UOFF_T a0 = (UOFF_T)oa[b0], x0 = (UOFF_T)ob[b0];                                                          \
+    if ((a0 > lima) | (x0 > limb)) return 1;                                                                  \
+    UOFF_T ra = lima - a0, rb = limb - x0;                                                                    \
+    for (size_t i = b0; i < b1; i++) {                                                                        \
+      const UOFF_T a1 = (UOFF_T)oa[i + 1], x1 = (UOFF_T)ob[i + 1];                                            \
+      const UOFF_T la = a1 - a0, lb = x1 - x0;                                                                \
+      if ((la > ra) | (lb > rb)) return 1;                                                                    \
+      ra -= la;                                                                                               \
+      rb -= lb;                                                                                               \
+      const uint8_t *p = da + a0, *q = db + x0;                                                               \
+      __builtin_prefetch((const void *)(p + LM_EQ_AHEAD));                                                    \
+      __builtin_prefetch((const void *)(q + LM_EQ_AHEAD));                                                    \
+      const uint64_t m = la < lb ? (uint64_t)la : (uint64_t)lb;                                               \
+      const uint64_t m1 = m < 64 ? m : 64, r2 = m - m1, m2 = r2 < 64 ? r2 : 64;                               \
+      const __mmask64 k1 = m1 == 64 ? ~0ull : (1ull << m1) - 1, k2 = m2 == 64 ? ~0ull : (1ull << m2) - 1;     \
+      __mmask64 ne = _mm512_mask_cmpneq_epi8_mask(k1, _mm512_maskz_loadu_epi8(k1, p), _mm512_maskz_loadu_epi8(k1, q)); \
+      ne |= _mm512_mask_cmpneq_epi8_mask(k2, _mm512_maskz_loadu_epi8(k2, p + 64), _mm512_maskz_loadu_epi8(k2, q + 64)); \
+      unsigned e = (unsigned)(la == lb) & (unsigned)(ne == 0);                                                \
+      if (e && m > 128 && !(same && a0 == x0)) e = memcmp(p + 128, q + 128, m - 128) == 0;                   \
+      out[i] = (uint8_t)e;                                                                                    \
+      a0 = a1;                                                                                                \
+      x0 = x1;                                                                                                \
+    }                                                                                                         \
+    return 0;                                                                                                 \
+  }
+LM_EQ_STREAM512(lm_o32_eq_stream_avx512, int32_t, uint32_t)
+LM_EQ_STREAM512(lm_o64_eq_stream_avx512, int64_t, uint64_t)
+#undef LM_EQ_STREAM512
 
 /* lm_views_eq_pass1_avx512: four views a register, four registers a step.  Per register of
  * each side: the views' two words compared at once (vpcmpeqq: bit 2k = length and prefix of

@@ -43,6 +43,19 @@ int lm_o32_eq_copy_prep_avx512(const int32_t *restrict oa, const int32_t *restri
 int lm_o64_eq_copy_prep_avx512(const int64_t *restrict oa, const int64_t *restrict ob, size_t m,
                                uint64_t *restrict ca, uint64_t *restrict cb, uint32_t *restrict w,
                                uint8_t *restrict lg);
+/* equal's in-order loop over long strings (ops_offsets_impl.h's _eq_stream without touch, same
+ * contract: pairs [b0, b1), each checked (a0 <= a1 <= lim) before its bytes are read, only the
+ * pairs of equal length read, a pair at one offset of one payload (same) equal unread past 128
+ * bytes; returns non-zero when a pair is invalid) with AVX-512 F/BW/VL/DQ: a pair's first 128
+ * bytes are compared by two masked 64-byte loads a side (no branch on its length, no call), the
+ * rest by memcmp. */
+#define LM_EQ_MASKED_MAX 256 /* taken in blocks averaging under this many bytes a string (documents: memcmp) */
+int lm_o32_eq_stream_avx512(const int32_t *restrict oa, const int32_t *restrict ob, const uint8_t *da,
+                            const uint8_t *db, uint32_t lima, uint32_t limb, int same, uint8_t *restrict out,
+                            size_t b0, size_t b1);
+int lm_o64_eq_stream_avx512(const int64_t *restrict oa, const int64_t *restrict ob, const uint8_t *da,
+                            const uint8_t *db, uint64_t lima, uint64_t limb, int same, uint8_t *restrict out,
+                            size_t b0, size_t b1);
 /* Pass 1 of lm_views_equal (ops_views.c's pairs_equal: out[i] = 0, 1, or 2 for a long pair
  * whose payloads must decide) for the first n - n % 16 pairs, 16 a step: returns how many it
  * did, adds the number of 2s to *longs and ORs non-zero into *pad when an inline view of
@@ -160,6 +173,13 @@ static inline lm_status lm_cut_even(const lm_exec *e, size_t n, lm_range_fn fn, 
  * LM_EQ_TOUCH=1 / LM_EQ_TOUCH=0 in the environment forces it on / off (read once);
  * lm_eq_set_touch(0 or 1) forces it for the tests, -1 gives the choice back.  Thread-safe. */
 int lm_eq_touch_on(void);
+/* How far ahead of each pair equal's in-order loop (long strings) prefetches one line of both
+ * sides' payloads.  Lines of the corpus (~48 bytes), bench_views_eq lines, one thread: the
+ * offsets kernel 10.9-11.6 -> 7.2-8.1 ns a pair at 2-4 KB (the plain per-pair loop 9.4-10.6);
+ * 256-512 bytes gained less, 8-16 KB no more; documents neither gained nor lost.  One line per
+ * pair is enough: a loop prefetching every line of the stream made it slower (13-15 ns; its
+ * trip count, 0 or 1 or 2 a pair, mispredicts). */
+#define LM_EQ_AHEAD 2048
 void lm_eq_set_touch(int on);
 static inline void lm_eq_touch(const uint8_t *p, uint64_t len) {
 #if defined(__GNUC__)

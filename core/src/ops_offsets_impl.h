@@ -385,6 +385,8 @@ static inline __attribute__((always_inline)) int LM_CAT(SUF, _eq_stream)(
     if ((la > ra) | (lb > rb)) return 1;
     ra -= la;
     rb -= lb;
+    LM_OFF_PREFETCH(da + a0 + LM_EQ_AHEAD); /* (ops_internal.h) */
+    LM_OFF_PREFETCH(db + x0 + LM_EQ_AHEAD);
     out[i] = (uint8_t)(la == lb && (la == 0 || (same && a0 == x0) || memcmp(da + a0, db + x0, la) == 0));
     if (touch && la != lb) {
       lm_eq_touch(da + a0, la);
@@ -438,9 +440,17 @@ static lm_status RNG(eq)(void *ctx, size_t begin, size_t end) {
     const uint64_t span = (uint64_t)(UOFF_T)((UOFF_T)c->oa[b0 + m] - (UOFF_T)c->oa[b0]);
     if (span > LM_OFF_SHORT * (uint64_t)m) {
       /* long strings; the skipped pairs' bytes touched where they are long on average (lm_eq_touch) */
-      const int bad = touch_on && span >= LM_EQ_TOUCH_MIN * (uint64_t)m
-                          ? LM_CAT(SUF, _eq_stream)(c->oa, c->ob, da, db, lima, limb, same, out, b0, b0 + m, 1)
-                          : LM_CAT(SUF, _eq_stream)(c->oa, c->ob, da, db, lima, limb, same, out, b0, b0 + m, 0);
+      const int touch = touch_on && span >= LM_EQ_TOUCH_MIN * (uint64_t)m;
+#if LM_HASH_HAVE_AVX2
+      const int bad =
+          touch       ? LM_CAT(SUF, _eq_stream)(c->oa, c->ob, da, db, lima, limb, same, out, b0, b0 + m, 1)
+          : simd == 2 && span < LM_EQ_MASKED_MAX * (uint64_t)m
+              ? LM_CAT(LM_CAT(lm_, SUF), _eq_stream_avx512)(c->oa, c->ob, da, db, lima, limb, same, out, b0, b0 + m)
+                      : LM_CAT(SUF, _eq_stream)(c->oa, c->ob, da, db, lima, limb, same, out, b0, b0 + m, 0);
+#else
+      const int bad = touch ? LM_CAT(SUF, _eq_stream)(c->oa, c->ob, da, db, lima, limb, same, out, b0, b0 + m, 1)
+                            : LM_CAT(SUF, _eq_stream)(c->oa, c->ob, da, db, lima, limb, same, out, b0, b0 + m, 0);
+#endif
       if (bad) return LM_EINVAL;
       continue;
     }

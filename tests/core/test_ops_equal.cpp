@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <type_traits>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -311,6 +312,67 @@ void check_copy_prep(int (*fn)(const O *, const O *, size_t, U *, U *, uint32_t 
       ASSERT_EQ(lg[m], 0xEE) << name << " m " << m;
     }
   }
+}
+
+// lm_oXX_eq_stream_avx512 (equal's in-order loop for long strings, masked 64-byte compares) against
+// std::string comparison: lengths 0..300 (0, 1, 63, 64, 65, 127, 128, 129 and others), about half
+// the pairs equal and the rest differing at one byte chosen among 0, 63, 64, 127, 128 and the last,
+// or in length; both payloads ending at a guard page (the last string's last byte is the page's
+// last readable byte: a masked load must not touch the page after), one payload against itself
+// (same = 1), and an invalid offset (decreasing, past the payload) anywhere: a non-zero return.
+template <typename O>
+void check_stream512(int (*fn)(const O *, const O *, const uint8_t *, const uint8_t *, typename std::make_unsigned<O>::type,
+                               typename std::make_unsigned<O>::type, int, uint8_t *, size_t, size_t),
+                     const char *name) {
+  using U = typename std::make_unsigned<O>::type;
+  std::mt19937_64 rng(139);
+  const size_t lens[] = {0, 1, 63, 64, 65, 127, 128, 129, 200, 300};
+  for (int rep = 0; rep < 40; rep++) {
+    const size_t n = 1 + rng() % 200;
+    std::vector<std::string> a(n), b(n);
+    for (size_t i = 0; i < n; i++) {
+      const size_t len = rng() % 3 ? lens[rng() % 10] : size_t(rng() % 301);
+      for (size_t k = 0; k < len; k++) a[i] += char('a' + rng() % 3);
+      b[i] = a[i];
+      const int kind = int(rng() % 4);
+      if (kind == 1 && len) {  // one byte differs
+        const size_t at[] = {0, 63, 64, 127, 128, len - 1};
+        size_t j = at[rng() % 6];
+        if (j >= len) j = len - 1;
+        b[i][j] = char(b[i][j] ^ 1);
+      } else if (kind == 2) {
+        b[i] += 'x';
+      }
+    }
+    std::vector<O> oa, ob;
+    const std::string pa = pack(a, oa), pb = pack(b, ob);
+    GuardedPayload ga(pa), gb(pb);
+    std::vector<uint8_t> out(n + 1, 7);
+    ASSERT_EQ(fn(oa.data(), ob.data(), ga.data, gb.data, U(ga.len), U(gb.len), 0, out.data(), 0, n), 0) << name;
+    for (size_t i = 0; i < n; i++) ASSERT_EQ(out[i], a[i] == b[i] ? 1 : 0) << name << " rep " << rep << " i " << i;
+    ASSERT_EQ(out[n], 7) << name;
+    // a sub-range, and one payload against itself
+    const size_t lo = rng() % n, hi = lo + rng() % (n - lo + 1);
+    std::vector<uint8_t> o2(n, 7);
+    ASSERT_EQ(fn(oa.data(), oa.data(), ga.data, ga.data, U(ga.len), U(ga.len), 1, o2.data(), lo, hi), 0) << name;
+    for (size_t i = 0; i < n; i++) ASSERT_EQ(o2[i], i >= lo && i < hi ? 1 : 7) << name << " same, i " << i;
+    // an invalid offset on either side
+    const size_t at = 1 + rng() % n;
+    std::vector<O> bad = rng() % 2 ? oa : ob;
+    bad[at] = rng() % 2 ? O(bad[at - 1] - 1) : O((rng() % 2 ? ga.len : gb.len) + 1000);
+    const bool left = rng() % 2;
+    const std::vector<O> &x = left ? bad : oa, &y = left ? ob : bad;
+    ASSERT_NE(fn(x.data(), y.data(), ga.data, gb.data, U(ga.len), U(gb.len), 0, out.data(), 0, n), 0)
+        << name << " bad offset at " << at;
+  }
+}
+
+TEST(OpsEqual, StreamLoopInAvx512MatchesStringComparison) {
+  if (!(__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")))
+    GTEST_SKIP() << "no AVX-512: the loop with memcmp runs instead (tested through the op)";
+  check_stream512<int32_t>(lm_o32_eq_stream_avx512, "o32");
+  check_stream512<int64_t>(lm_o64_eq_stream_avx512, "o64");
 }
 
 TEST(OpsEqual, CopyAndFirstPassInOneMatchTheContract) {
