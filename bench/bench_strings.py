@@ -38,7 +38,8 @@ UTF-8 copy cached on each non-ASCII str, ours does not).  A full run
 takes ~70 s (68 s at load average 11 on the 2-core development VM).  On x86-64 with AVX2
 the hash of strings over 240 bytes and the first pass of equal_scalar / equal run AVX2
 copies chosen at run time; LM_NO_AVX2=1 in the environment turns them off (to compare).  With
-AVX-512 F the hash of strings over 240 bytes runs XXH3's AVX-512 copy instead; with AVX-512
+AVX-512 F/BW/VL/DQ those passes run AVX-512 copies, and equal on strings averaging under 256 bytes
+compares each pair's first 128 bytes by masked loads.  With AVX-512 F the hash of strings over 240 bytes runs XXH3's AVX-512 copy instead; with AVX-512
 (F/DQ/BW/VL/VBMI/VBMI2) hash64 hashes strings of up to 8 bytes 8 at a time (views: up to 12
 bytes read from the views alone), and StringTensor.hash64 then takes the views layout for short strings;
 LM_NO_AVX512=1 turns both off.
