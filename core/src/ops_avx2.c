@@ -188,13 +188,14 @@ int lm_o64_len_eq_avx512(const int64_t *restrict off, uint8_t *restrict out, siz
       ra -= la;                                                                                               \
       rb -= lb;                                                                                               \
       const uint8_t *p = da + a0, *q = db + x0;                                                               \
-      __builtin_prefetch((const void *)(p + LM_EQ_AHEAD));                                                    \
-      __builtin_prefetch((const void *)(q + LM_EQ_AHEAD));                                                    \
+      __builtin_prefetch((const void *)((uintptr_t)p + LM_EQ_AHEAD)); /* (may lie past the payload) */       \
+      __builtin_prefetch((const void *)((uintptr_t)q + LM_EQ_AHEAD));                                         \
       const uint64_t m = la < lb ? (uint64_t)la : (uint64_t)lb;                                               \
       const uint64_t m1 = m < 64 ? m : 64, r2 = m - m1, m2 = r2 < 64 ? r2 : 64;                               \
       const __mmask64 k1 = m1 == 64 ? ~0ull : (1ull << m1) - 1, k2 = m2 == 64 ? ~0ull : (1ull << m2) - 1;     \
       __mmask64 ne = _mm512_mask_cmpneq_epi8_mask(k1, _mm512_maskz_loadu_epi8(k1, p), _mm512_maskz_loadu_epi8(k1, q)); \
-      ne |= _mm512_mask_cmpneq_epi8_mask(k2, _mm512_maskz_loadu_epi8(k2, p + 64), _mm512_maskz_loadu_epi8(k2, q + 64)); \
+      const void *p64 = (const void *)((uintptr_t)p + 64), *q64 = (const void *)((uintptr_t)q + 64); /* k2: none past */ \
+      ne |= _mm512_mask_cmpneq_epi8_mask(k2, _mm512_maskz_loadu_epi8(k2, p64), _mm512_maskz_loadu_epi8(k2, q64)); \
       unsigned e = (unsigned)(la == lb) & (unsigned)(ne == 0);                                                \
       if (e && m > 128 && !(same && a0 == x0)) e = memcmp(p + 128, q + 128, m - 128) == 0;                   \
       out[i] = (uint8_t)e;                                                                                    \

@@ -173,6 +173,7 @@ static inline lm_status lm_cut_even(const lm_exec *e, size_t n, lm_range_fn fn, 
  * LM_EQ_TOUCH=1 / LM_EQ_TOUCH=0 in the environment forces it on / off (read once);
  * lm_eq_set_touch(0 or 1) forces it for the tests, -1 gives the choice back.  Thread-safe. */
 int lm_eq_touch_on(void);
+void lm_eq_set_touch(int on);
 /* How far ahead of each pair equal's in-order loop (long strings) prefetches one line of both
  * sides' payloads.  Lines of the corpus (~48 bytes), bench_views_eq lines, one thread: the
  * offsets kernel 10.9-11.6 -> 7.2-8.1 ns a pair at 2-4 KB (the plain per-pair loop 9.4-10.6);
@@ -180,7 +181,6 @@ int lm_eq_touch_on(void);
  * pair is enough: a loop prefetching every line of the stream made it slower (13-15 ns; its
  * trip count, 0 or 1 or 2 a pair, mispredicts). */
 #define LM_EQ_AHEAD 2048
-void lm_eq_set_touch(int on);
 static inline void lm_eq_touch(const uint8_t *p, uint64_t len) {
 #if defined(__GNUC__)
   if (len >= LM_EQ_TOUCH_MIN)

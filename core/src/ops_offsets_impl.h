@@ -385,8 +385,8 @@ static inline __attribute__((always_inline)) int LM_CAT(SUF, _eq_stream)(
     if ((la > ra) | (lb > rb)) return 1;
     ra -= la;
     rb -= lb;
-    LM_OFF_PREFETCH(da + a0 + LM_EQ_AHEAD); /* (ops_internal.h) */
-    LM_OFF_PREFETCH(db + x0 + LM_EQ_AHEAD);
+    LM_OFF_PREFETCH((uintptr_t)da + a0 + LM_EQ_AHEAD); /* (ops_internal.h; may lie past the payload) */
+    LM_OFF_PREFETCH((uintptr_t)db + x0 + LM_EQ_AHEAD);
     out[i] = (uint8_t)(la == lb && (la == 0 || (same && a0 == x0) || memcmp(da + a0, db + x0, la) == 0));
     if (touch && la != lb) {
       lm_eq_touch(da + a0, la);
