@@ -115,18 +115,7 @@ int lm_o64_eq_copy_prep_avx512(const int64_t *restrict oa, const int64_t *restri
  * as mask registers and the step's 64 marks stored as 64 bytes at once (vpmovm2b).  GCC does
  * not vectorise LM_LEN_EQ well under the AVX-512 target (the byte stores stay per element; a C
  * bench on the corpus' 68k documents: 120-200 us a pass against 29-32 us for the AVX2 copy and
- * 9.4-13.8 us for this one, the offsets in L2).  The tail (under 64 pairs) is LM_LEN_EQ's loop. */
-#define LM_LEN_EQ512_TAIL(OFF_T, UOFF_T)                                     \
-  for (; i < b1; i++) {                                                      \
-    const UOFF_T a = (UOFF_T)off[i], z = (UOFF_T)off[i + 1];                 \
-    const UOFF_T ok = (UOFF_T)(a <= z) & (UOFF_T)(z <= lim);                 \
-    const UOFF_T m = ok & (UOFF_T)(z - a == plen);                           \
-    bad |= (uint64_t)(ok ^ 1u);                                              \
-    hits += (size_t)m;                                                       \
-    out[i] = (uint8_t)m;                                                     \
-  }                                                                          \
-  return bad ? -1 : (int)hits;
-
+ * 9.4-13.8 us for this one, the offsets in L2).  The tail (under 64 pairs) is the AVX2 copy's. */
 int lm_o32_len_eq_avx512(const int32_t *restrict off, uint8_t *restrict out, size_t b0, size_t b1, uint32_t lim,
                          uint32_t plen) {
   const __m512i vl = _mm512_set1_epi32((int)lim), vp = _mm512_set1_epi32((int)plen);
@@ -144,7 +133,8 @@ int lm_o32_len_eq_avx512(const int32_t *restrict off, uint8_t *restrict out, siz
     hits += (size_t)__builtin_popcountll(mm);
     _mm512_storeu_si512((void *)(out + i), _mm512_maskz_set1_epi8(mm, 1));
   }
-  LM_LEN_EQ512_TAIL(int32_t, uint32_t)
+  const int t = lm_o32_len_eq_avx2(off, out, i, b1, lim, plen);
+  return bad || t < 0 ? -1 : (int)hits + t;
 }
 
 int lm_o64_len_eq_avx512(const int64_t *restrict off, uint8_t *restrict out, size_t b0, size_t b1, uint64_t lim,
@@ -164,17 +154,20 @@ int lm_o64_len_eq_avx512(const int64_t *restrict off, uint8_t *restrict out, siz
     hits += (size_t)__builtin_popcountll(mm);
     _mm512_storeu_si512((void *)(out + i), _mm512_maskz_set1_epi8(mm, 1));
   }
-  LM_LEN_EQ512_TAIL(int64_t, uint64_t)
+  const int t = lm_o64_len_eq_avx2(off, out, i, b1, lim, plen);
+  return bad || t < 0 ? -1 : (int)hits + t;
 }
 
 /* lm_oXX_eq_stream_avx512 (ops_internal.h): per pair, both lengths checked against the room left
- * (as _eq_stream), then m = the length when both agree, else 0, and the first min(m, 128) bytes
- * of both compared by masked loads (a zero mask reads nothing; a masked-off byte never faults), so
- * no branch on the length and no call below 129 bytes.  One line LM_EQ_AHEAD bytes on is
- * prefetched on both sides.  bench_views_eq lines (~48 bytes a string), one thread, the same loop
- * without and with the prefetch: 10.9 and 6.6-6.9 ns a pair, at the read floor (6.7: both
- * offsets arrays and payloads loaded once, no compare); memcmp with the prefetch 7.9-8.6; the
- * plain per-pair loop (pyarrow's way) 10.2-10.7. */
+ * (as _eq_stream), then the first min(la, lb, 128) bytes of both compared by masked loads (a zero
+ * mask reads nothing; a masked-off byte never faults): no branch on the length and no call below
+ * 129 bytes.  The pairs of different lengths are read too (the shorter length, inside both
+ * strings): their answer is 0 whatever the bytes, and reading them kept the stream whole
+ * (1.04-1.10x of the read floor against 1.16-1.24x with a zero mask for them).  One line
+ * LM_EQ_AHEAD bytes on is prefetched on both sides.  bench_views_eq lines (~48 bytes a string),
+ * one thread: 10.9-11.6 -> 7.9-8.4 ns a pair, the read floor (both offsets arrays and payloads
+ * loaded once, no compare) 6.4-6.9, memcmp with the prefetch 7.9-8.6, the plain per-pair loop
+ * (pyarrow's way) 10.3-10.7. */
 #define LM_EQ_STREAM512(NAME, OFF_T, UOFF_T)                                                                   \
   int NAME(const OFF_T *restrict oa, const OFF_T *restrict ob, const uint8_t *da, const uint8_t *db, UOFF_T lima, \
            UOFF_T limb, int same, uint8_t *restrict out, size_t b0, size_t b1) {                               \
