@@ -252,8 +252,13 @@ static lm_status LM_CAT(SUF, _match)(const OFF_T *offsets, size_t n, const uint8
   }
   CTX(prefix) c = {offsets, data, prefix, (uint64_t)data_len, (uint64_t)plen, pw, pm, exact, out};
   /* a second thread is a started pool worker (parallel.c: ~1-3 us to wake, was ~20 us to
-   * start) and equality runs at ~0.3-0.4 ns a string: give each thread ~5 us of work */
-  lm_exec e = grain(exec, exact ? 16384 : 4096);
+   * start); a prefix reads every string's first bytes (a cache line a document), while
+   * equality's length pass (AVX-512: ~0.12-0.16 ns a string since f96f9b1) reads only the
+   * offsets: with 16384 a thread, two threads ran it slower than one up to ~45 k strings
+   * (the corpus' documents' int32 offsets, median of 2000 calls, Dec 3: 16 k strings 2.5 ->
+   * 4.0-4.3 us, 32 k 5.1-5.3 -> 5.6-6.2, 68 k 10.7-11.0 -> 8.8-9.6, 131 k 21.0-21.5 ->
+   * 13.8-14.2), so it takes a second thread from 2 x 32768 strings on */
+  lm_exec e = grain(exec, exact ? 32768 : 4096);
   return lm_cut_even(&e, n, RNG(prefix), &c);
 }
 
