@@ -31,12 +31,12 @@ A "floor" row times one memcmp of two copies of the offsets and the whole payloa
 kernel on the offsets layout reads where nearly every 64-byte line holds a byte of an equal-length pair:
 the row gives that share of the payload's lines; no per-pair work); ours and pyarrow's times against it
 say how close both are to this machine's stream rate (on a VM with a small L3 reading the skipped pairs'
-bytes too was faster than skipping them; on this one it is not: core/src/ops_internal.h).  Two from_list rows: "cached UTF-8" runs on
-the list pyarrow and Polars have already read, so CPython caches each non-ASCII str's UTF-8 and every
-library copies it; "fresh list" gives every library, every round, new str objects made before the clock
-starts (nobody has encoded them: each library pays its encoding pass, and Polars' and pyarrow's leave a
-UTF-8 copy cached on each non-ASCII str, ours does not).  A full run
-takes ~70 s (68 s at load average 11 on the 2-core development VM).  On x86-64 with AVX2
+bytes too was faster than skipping them; on this one it is not: core/src/ops_internal.h).
+Two from_list rows: "cached UTF-8" runs on the list pyarrow and Polars have already read, so CPython
+caches each non-ASCII str's UTF-8 and every library copies it; "fresh list" gives every library, every
+round, new str objects made before the clock starts (nobody has encoded them: each library pays its
+encoding pass, and Polars' and pyarrow's leave a UTF-8 copy cached on each non-ASCII str, ours does not).
+A full run takes ~70 s (68 s at load average 11 on the 2-core development VM).  On x86-64 with AVX2
 the hash of strings over 240 bytes and the first pass of equal_scalar / equal run AVX2
 copies chosen at run time; LM_NO_AVX2=1 in the environment turns them off (to compare).  With
 AVX-512 F/BW/VL/DQ those passes run AVX-512 copies, and equal on strings averaging under 256 bytes
