@@ -446,16 +446,15 @@ static lm_status RNG(eq)(void *ctx, size_t begin, size_t end) {
     if (span > LM_OFF_SHORT * (uint64_t)m) {
       /* long strings; the skipped pairs' bytes touched where they are long on average (lm_eq_touch) */
       const int touch = touch_on && span >= LM_EQ_TOUCH_MIN * (uint64_t)m;
+      int bad;
 #if LM_HASH_HAVE_AVX2
-      const int bad =
-          touch       ? LM_CAT(SUF, _eq_stream)(c->oa, c->ob, da, db, lima, limb, same, out, b0, b0 + m, 1)
-          : simd == 2 && span < LM_EQ_MASKED_MAX * (uint64_t)m
-              ? LM_CAT(LM_CAT(lm_, SUF), _eq_stream_avx512)(c->oa, c->ob, da, db, lima, limb, same, out, b0, b0 + m)
-                      : LM_CAT(SUF, _eq_stream)(c->oa, c->ob, da, db, lima, limb, same, out, b0, b0 + m, 0);
-#else
-      const int bad = touch ? LM_CAT(SUF, _eq_stream)(c->oa, c->ob, da, db, lima, limb, same, out, b0, b0 + m, 1)
-                            : LM_CAT(SUF, _eq_stream)(c->oa, c->ob, da, db, lima, limb, same, out, b0, b0 + m, 0);
+      if (!touch && simd == 2 && span < LM_EQ_MASKED_MAX * (uint64_t)m) /* (ops_avx2.c) */
+        bad = LM_CAT(LM_CAT(lm_, SUF), _eq_stream_avx512)(c->oa, c->ob, da, db, lima, limb, same, out, b0, b0 + m);
+      else
 #endif
+        /* touch as a literal: two copies of the loop */
+        bad = touch ? LM_CAT(SUF, _eq_stream)(c->oa, c->ob, da, db, lima, limb, same, out, b0, b0 + m, 1)
+                    : LM_CAT(SUF, _eq_stream)(c->oa, c->ob, da, db, lima, limb, same, out, b0, b0 + m, 0);
       if (bad) return LM_EINVAL;
       continue;
     }
