@@ -25,6 +25,12 @@ int lm_o32_len_eq_avx512(const int32_t *restrict off, uint8_t *restrict out, siz
                          uint32_t plen);
 int lm_o64_len_eq_avx512(const int64_t *restrict off, uint8_t *restrict out, size_t b0, size_t b1, uint64_t lim,
                          uint64_t plen);
+/* The same, and the positions (i - b0) of the pairs marked 1, in order, in cand[0..hits) (cand has
+ * room for b1 - b0 + 16 entries; b1 - b0 <= 65536). */
+int lm_o32_len_eq_cand_avx512(const int32_t *restrict off, uint8_t *restrict out, size_t b0, size_t b1,
+                              uint32_t lim, uint32_t plen, uint16_t *restrict cand);
+int lm_o64_len_eq_cand_avx512(const int64_t *restrict off, uint8_t *restrict out, size_t b0, size_t b1,
+                              uint64_t lim, uint64_t plen, uint16_t *restrict cand);
 int lm_o32_eq_prep_avx2(const uint32_t *restrict ca, const uint32_t *restrict cb, size_t m, uint32_t *restrict w,
                         uint8_t *restrict lg);
 int lm_o64_eq_prep_avx2(const uint64_t *restrict ca, const uint64_t *restrict cb, size_t m, uint32_t *restrict w,

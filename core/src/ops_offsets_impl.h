@@ -30,6 +30,8 @@
 #include "mask_lut.h"
 #define LM_OFF_BLOCK 1024
 #define LM_OFF_AHEAD 12
+/* equality against a scalar: a rare candidate is compared this many candidates after its prefetch */
+#define LM_OFF_LAG 16
 /* equal: blocks of strings of at most this many bytes on average compare every pair's first 16
  * bytes without a branch; longer ones read only the pairs of equal length */
 #define LM_OFF_SHORT 24
@@ -147,6 +149,20 @@ static int LM_CAT(SUF, _one)(const OFF_T *off, size_t i, const uint8_t *d, uint6
   return plen == 0 || lm_off_prefix_eq(d, dlen, (uint64_t)a, p, plen, pw, pm);
 }
 
+/* Equality's pass 2 for one candidate i (its length matched in pass 1): out[i] = 1/0, or -1 for
+ * an invalid pair.  The pair is re-read and checked before it addresses the payload. */
+static inline int RNG(eq_one)(const CTX(prefix) *c, const OFF_T *off, UOFF_T lim, UOFF_T pl, size_t i) {
+  const UOFF_T a = (UOFF_T)off[i], z = (UOFF_T)off[i + 1];
+  if (!((a <= z) & (z <= lim))) return -1;
+  const uint8_t *d = c->data;
+  if (c->plen <= 8 && (uint64_t)a + 8 <= c->dlen) {
+    c->out[i] = (uint8_t)((z - a == pl) & (((lm_off_load64(d + a) ^ c->pw) & c->pm) == 0));
+  } else {
+    c->out[i] = (uint8_t)(z - a == pl && lm_off_prefix_eq(d, c->dlen, (uint64_t)a, c->p, c->plen, c->pw, c->pm));
+  }
+  return 0;
+}
+
 static lm_status RNG(prefix)(void *ctx, size_t begin, size_t end) {
   const CTX(prefix) *c = ctx;
   const OFF_T *off = c->off;
@@ -192,36 +208,53 @@ static lm_status RNG(prefix)(void *ctx, size_t begin, size_t end) {
     }
     return LM_OK;
   }
+  size_t pend[LM_OFF_LAG], npend = 0, npend_head = 0; /* equality's deferred candidates (a ring) */
   for (size_t b0 = begin; b0 < end; b0 += LM_OFF_BLOCK) {
     const size_t b1 = end - b0 < LM_OFF_BLOCK ? end : b0 + LM_OFF_BLOCK;
     if (c->exact) {
-      /* equality: lengths first (4 or 8 bytes a string), then the few candidates */
+      /* equality: lengths first (4 or 8 bytes a string), then the candidates.  Their indices:
+       * with AVX-512 from the length pass itself (compressed, no second look at the marks);
+       * else few (documents, lines: under 1 in 16) found by lm_off_gather_few, many (words) by
+       * lm_off_gather's table, without a branch on out[i] */
+      uint16_t cand[LM_OFF_BLOCK + 16];
+      size_t nc;
+      int hits;
 #if LM_HASH_HAVE_AVX2
-      const int hits = simd == 2   ? LM_CAT(LM_CAT(lm_, SUF), _len_eq_avx512)(off, out, b0, b1, lim, pl)
-                       : simd == 1 ? LM_CAT(LM_CAT(lm_, SUF), _len_eq_avx2)(off, out, b0, b1, lim, pl)
-                                   : LM_CAT(SUF, _len_eq)(off, out, b0, b1, lim, pl);
+      if (simd == 2) {
+        hits = LM_CAT(LM_CAT(lm_, SUF), _len_eq_cand_avx512)(off, out, b0, b1, lim, pl, cand);
+      } else {
+        hits = simd == 1 ? LM_CAT(LM_CAT(lm_, SUF), _len_eq_avx2)(off, out, b0, b1, lim, pl)
+                         : LM_CAT(SUF, _len_eq)(off, out, b0, b1, lim, pl);
+      }
 #else
-      const int hits = LM_CAT(SUF, _len_eq)(off, out, b0, b1, lim, pl);
+      hits = LM_CAT(SUF, _len_eq)(off, out, b0, b1, lim, pl);
 #endif
       if (hits < 0) return LM_EINVAL;
       /* no string of the scalar's length in the block: out is final (the gather below cost as
        * much as the length pass: fast_eq(str) on the corpus' documents, 19.5% against 22% of
        * the samples, perf) */
       if (plen == 0 || hits == 0) continue;
-      /* the candidates' indices: few (documents, lines: under 1 in 16) found by lm_off_gather_few,
-       * many (words) by lm_off_gather's table, without a branch on out[i] */
-      uint16_t cand[LM_OFF_BLOCK + 8];
-      const size_t nc = (size_t)hits * 16 < b1 - b0 ? lm_off_gather_few(out + b0, b1 - b0, (size_t)hits, cand)
-                                                    : lm_off_gather(out + b0, b1 - b0, 0, cand);
+      const int few = (size_t)hits * 16 < b1 - b0;
+#if LM_HASH_HAVE_AVX2
+      if (simd == 2)
+        nc = (size_t)hits;
+      else
+#endif
+        nc = few ? lm_off_gather_few(out + b0, b1 - b0, (size_t)hits, cand) : lm_off_gather(out + b0, b1 - b0, 0, cand);
       for (size_t k = 0; k < nc; k++) {
         const size_t i = b0 + cand[k];
-        const UOFF_T a = (UOFF_T)off[i], z = (UOFF_T)off[i + 1]; /* re-read: checked before use */
-        if (!((a <= z) & (z <= lim))) return LM_EINVAL;
-        if (plen <= 8 && (uint64_t)a + 8 <= dlen) {
-          out[i] = (uint8_t)((z - a == pl) & (((lm_off_load64(d + a) ^ pw) & pm) == 0));
-        } else {
-          out[i] = (uint8_t)(z - a == pl && lm_off_prefix_eq(d, dlen, (uint64_t)a, c->p, plen, pw, pm));
+        if (few) {
+          /* few candidates lie far apart in the payload (documents: 85 of 68 k), each one's first
+           * bytes a cache miss: prefetched now, compared LM_OFF_LAG candidates later (their
+           * line has arrived by then; compared at once, every miss stalled the length pass) */
+          LM_OFF_PREFETCH((uintptr_t)d + (uint64_t)(UOFF_T)off[i]);
+          if (npend == LM_OFF_LAG && RNG(eq_one)(c, off, lim, pl, pend[npend_head]) < 0) return LM_EINVAL;
+          pend[npend_head] = i;
+          npend_head = (npend_head + 1) % LM_OFF_LAG;
+          npend += npend < LM_OFF_LAG;
+          continue;
         }
+        if (RNG(eq_one)(c, off, lim, pl, i) < 0) return LM_EINVAL;
       }
     } else {
       /* long prefixes: one element at a time, the payload LM_OFF_AHEAD strings on prefetched */
@@ -233,6 +266,9 @@ static lm_status RNG(prefix)(void *ctx, size_t begin, size_t end) {
       }
     }
   }
+  /* the deferred candidates not compared yet, oldest first (the ring holds npend of them) */
+  for (size_t k = 0; k < npend; k++)
+    if (RNG(eq_one)(c, off, lim, pl, pend[(npend_head + LM_OFF_LAG - npend + k) % LM_OFF_LAG]) < 0) return LM_EINVAL;
   return LM_OK;
 }
 

@@ -400,8 +400,10 @@ TEST(OpsEqual, FirstPassSimdCopiesMatchTheContract) {
 // step (b0 = 0, 1, 17) and end in a tail, lengths drawn so that about half the pairs match, an
 // invalid pair (decreasing, past lim, negative) at the first, a middle and the last pair of the
 // range, and one just outside it (which must not count).
+// The _cand forms also list the marked pairs' positions (i - b0), in order, in cand.
 template <typename O, typename U>
-void check_len_eq(int (*fn)(const O *, uint8_t *, size_t, size_t, U, U), const char *name) {
+void check_len_eq(int (*fn)(const O *, uint8_t *, size_t, size_t, U, U), const char *name,
+                  int (*cand_fn)(const O *, uint8_t *, size_t, size_t, U, U, uint16_t *) = nullptr) {
   std::mt19937_64 rng(39);
   for (size_t b0 : {size_t(0), size_t(1), size_t(17)}) {
     for (size_t len : {size_t(0), size_t(1), size_t(63), size_t(64), size_t(65), size_t(130), size_t(1024)}) {
@@ -427,10 +429,20 @@ void check_len_eq(int (*fn)(const O *, uint8_t *, size_t, size_t, U, U), const c
           want[i] = uint8_t(ok && U(z - a) == U(3));
           hits += want[i];
         }
-        const int got = fn(off.data(), out.data(), b0, b1, lim, U(3));
+        std::vector<uint16_t> cand(len + 16, 0xFFFF);
+        const int got = cand_fn ? cand_fn(off.data(), out.data(), b0, b1, lim, U(3), cand.data())
+                                : fn(off.data(), out.data(), b0, b1, lim, U(3));
         ASSERT_EQ(got, bad ? -1 : hits) << name << " b0 " << b0 << " len " << len << " rep " << rep;
         for (size_t i = 0; i < out.size(); i++)
           ASSERT_EQ(out[i], want[i]) << name << " b0 " << b0 << " len " << len << " rep " << rep << " i " << i;
+        if (cand_fn && !bad) {
+          size_t k = 0;
+          for (size_t i = b0; i < b1; i++) {
+            if (!want[i]) continue;
+            ASSERT_EQ(cand[k++], uint16_t(i - b0)) << name << " b0 " << b0 << " len " << len << " i " << i;
+          }
+          ASSERT_EQ(k, size_t(hits));
+        }
       }
     }
   }
@@ -444,6 +456,8 @@ TEST(Ops, EqualScalarLengthPassSimdCopiesMatchTheContract) {
       __builtin_cpu_supports("avx512dq")) {
     check_len_eq<int32_t, uint32_t>(lm_o32_len_eq_avx512, "o32 avx512");
     check_len_eq<int64_t, uint64_t>(lm_o64_len_eq_avx512, "o64 avx512");
+    check_len_eq<int32_t, uint32_t>(nullptr, "o32 cand avx512", lm_o32_len_eq_cand_avx512);
+    check_len_eq<int64_t, uint64_t>(nullptr, "o64 cand avx512", lm_o64_len_eq_cand_avx512);
   }
 }
 
