@@ -727,6 +727,76 @@ TEST(OpsEqual, TaskSplitsOfPerStringOpsGiveTheOneThreadAnswers) {
 // one byte apart; a run of short strings in the middle; int32 and int64 offsets; views; 1 and 2 threads.
 // A long view pointing outside its buffer in a pair whose lengths differ is decided by the views, not
 // read (no error).
+// lm_views_equal where long pairs are many (pass 2 in order: with AVX-512 the bytes after the
+// prefix compared by masked 64-byte loads, memcmp past 128 of them; blocks of LM_VEQ_BLOCK pairs)
+// against std::string comparison: 2500 pairs (blocks of 1024 and a tail), lengths around the
+// masked loads' edges (4 + 64, 4 + 128) and random ones up to 400, a tenth inline, pairs equal or
+// differing at byte 4, 67, 68, 131, 132 or the last, in length or in the prefix; both payloads
+// ending at a guard page; one tensor against itself (the same bytes: 1 unread); a pair whose
+// lengths and prefixes agree pointing past its buffer: LM_ERANGE; with the touch on and off.
+TEST(OpsViewsEqual, DenseLongPairsMatchStringsAtEveryEdge) {
+  std::mt19937_64 rng(2026);
+  const size_t n = 2500;
+  const size_t lens[] = {13, 14, 67, 68, 69, 131, 132, 133, 200, 300};
+  std::vector<std::string> sa(n), sb(n);
+  for (size_t i = 0; i < n; i++) {
+    const size_t len = rng() % 10 == 0 ? rng() % 13 : rng() % 2 ? lens[rng() % 10] : 13 + rng() % 388;
+    for (size_t k = 0; k < len; k++) sa[i] += char('a' + rng() % 3);
+    sb[i] = sa[i];
+    const int kind = int(rng() % 5);
+    if (kind == 1 && len > 4) {
+      const size_t at[] = {4, 67, 68, 131, 132, len - 1};
+      size_t j = at[rng() % 6];
+      if (j >= len) j = len - 1;
+      sb[i][j] = char(sb[i][j] ^ 1);
+    } else if (kind == 2) {
+      sb[i] += 'x';
+    } else if (kind == 3 && len) {
+      sb[i][0] = char(sb[i][0] ^ 2);
+    }
+  }
+  std::vector<int32_t> oa, ob;
+  GuardedPayload ga(pack(sa, oa)), gb(pack(sb, ob));
+  std::vector<lm_string_view> va(n), vb(n);
+  for (size_t i = 0; i < n; i++) {
+    lm_sv_make(&va[i], ga.data + oa[i], uint32_t(sa[i].size()), 0, uint32_t(oa[i]));
+    lm_sv_make(&vb[i], gb.data + ob[i], uint32_t(sb[i].size()), 1, uint32_t(ob[i]));
+  }
+  const uint8_t *d[2] = {ga.data, gb.data};
+  const size_t z[2] = {ga.len, gb.len};
+  const lm_payloads p = {d, z, 2};
+  struct Reset {
+    ~Reset() { lm_eq_set_touch(-1); }
+  } reset;
+  for (int touch : {0, 1}) {
+    lm_eq_set_touch(touch);
+    for (int threads : {1, 2}) {
+      lm_exec e = {threads, 64};
+      std::vector<uint8_t> out(n + 1, 9);
+      ASSERT_EQ(lm_views_equal(va.data(), &p, vb.data(), &p, n, out.data(), &e), LM_OK);
+      size_t equal = 0;
+      for (size_t i = 0; i < n; i++) {
+        equal += sa[i] == sb[i];
+        ASSERT_EQ(out[i], sa[i] == sb[i] ? 1 : 0) << "pair " << i << " lengths " << sa[i].size() << "/"
+                                                  << sb[i].size() << " threads " << threads << " touch " << touch;
+      }
+      ASSERT_EQ(out[n], 9);
+      ASSERT_GT(equal, n / 4);
+      std::fill(out.begin(), out.end(), 9);
+      ASSERT_EQ(lm_views_equal(va.data(), &p, va.data(), &p, n, out.data(), &e), LM_OK);
+      for (size_t i = 0; i < n; i++) ASSERT_EQ(out[i], 1) << "itself, pair " << i;
+    }
+    // an equal long pair (lengths and prefixes agree) whose right view points past its buffer
+    size_t k = n / 2;
+    while (!(sa[k] == sb[k] && sa[k].size() > 12)) k++;
+    std::vector<lm_string_view> bad = vb;
+    lm_sv_make(&bad[k], gb.data + ob[k], uint32_t(sb[k].size()), 1, uint32_t(gb.len - sb[k].size() + 1));
+    std::vector<uint8_t> out(n, 9);
+    lm_exec one = {1, 0};
+    ASSERT_EQ(lm_views_equal(va.data(), &p, bad.data(), &p, n, out.data(), &one), LM_ERANGE) << "pair " << k;
+  }
+}
+
 TEST(OpsEqual, DocumentsTouchedOrSkippedPairsStayInsideTheirStrings) {
   std::mt19937_64 rng(91);
   const size_t n = 700;
