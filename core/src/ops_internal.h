@@ -49,12 +49,12 @@ int lm_o32_eq_copy_prep_avx512(const int32_t *restrict oa, const int32_t *restri
 int lm_o64_eq_copy_prep_avx512(const int64_t *restrict oa, const int64_t *restrict ob, size_t m,
                                uint64_t *restrict ca, uint64_t *restrict cb, uint32_t *restrict w,
                                uint8_t *restrict lg);
-/* equal's in-order loop over long strings (ops_offsets_impl.h's _eq_stream without touch, same
- * contract: pairs [b0, b1), each checked (a0 <= a1 <= lim) before its bytes are read, a pair at
- * one offset of one payload (same) equal unread past 128 bytes; returns non-zero when a pair is
- * invalid) with AVX-512 F/BW/VL/DQ: the first min(la, lb, 128) bytes of a pair (of unequal pairs
- * too, inside both strings) are compared by two masked 64-byte loads a side (no branch on its
- * length, no call), the rest of an equal-length pair by memcmp. */
+/* equal over long strings with AVX-512 F/BW/VL/DQ (ops_offsets_impl.h's _eq_stream without touch,
+ * same contract: pairs [b0, b1), each checked (a0 <= a1 <= lim) before its bytes are read, a pair
+ * at one offset of one payload (same) equal unread past 128 bytes; returns non-zero when a pair is
+ * invalid): the pairs checked and their lengths compared 16 (8) at a time, then only the
+ * equal-length ones compared, their first 128 bytes by two masked 64-byte loads a side (no branch
+ * on the length, no call), the rest by memcmp (ops_avx2.c). */
 #define LM_EQ_MASKED_MAX 256 /* taken in blocks averaging under this many bytes a string (documents: memcmp) */
 int lm_o32_eq_stream_avx512(const int32_t *restrict oa, const int32_t *restrict ob, const uint8_t *da,
                             const uint8_t *db, uint32_t lima, uint32_t limb, int same, uint8_t *restrict out,
