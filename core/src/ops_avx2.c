@@ -110,36 +110,14 @@ int lm_o64_eq_copy_prep_avx512(const int64_t *restrict oa, const int64_t *restri
   return lm_o64_eq_prep_avx512(ca, cb, m, w, lg);
 }
 
-/* lm_oXX_len_eq_avx512: LM_LEN_EQ's contract (ops_internal.h), 64 offsets' pairs a step
- * (four registers of 16 32-bit offsets, or eight of 8 64-bit ones), the three unsigned compares
- * as mask registers and the step's 64 marks stored as 64 bytes at once (vpmovm2b).  GCC does
- * not vectorise LM_LEN_EQ well under the AVX-512 target (the byte stores stay per element; a C
- * bench on the corpus' 68k documents: 120-200 us a pass against 29-32 us for the AVX2 copy and
- * 9.4-13.8 us for this one, the offsets in L2).  The tail (under 64 pairs) is the AVX2 copy's. */
-int lm_o32_len_eq_avx512(const int32_t *restrict off, uint8_t *restrict out, size_t b0, size_t b1, uint32_t lim,
-                         uint32_t plen) {
-  const __m512i vl = _mm512_set1_epi32((int)lim), vp = _mm512_set1_epi32((int)plen);
-  uint64_t bad = 0;
-  size_t hits = 0, i = b0;
-  for (; b1 - i >= 64; i += 64) {
-    __mmask64 mm = 0;
-    for (int g = 0; g < 4; g++) {
-      const __m512i a = _mm512_loadu_si512((const void *)(off + i + 16 * (size_t)g));
-      const __m512i z = _mm512_loadu_si512((const void *)(off + i + 16 * (size_t)g + 1));
-      const __mmask16 ok = _mm512_cmple_epu32_mask(a, z) & _mm512_cmple_epu32_mask(z, vl);
-      bad |= (uint16_t)~ok;
-      mm |= (__mmask64)(ok & _mm512_cmpeq_epi32_mask(_mm512_sub_epi32(z, a), vp)) << (16 * g);
-    }
-    hits += (size_t)__builtin_popcountll(mm);
-    _mm512_storeu_si512((void *)(out + i), _mm512_maskz_set1_epi8(mm, 1));
-  }
-  const int t = lm_o32_len_eq_avx2(off, out, i, b1, lim, plen);
-  return bad || t < 0 ? -1 : (int)hits + t;
-}
-
-/* lm_oXX_len_eq_cand_avx512: lm_oXX_len_eq_avx512's contract, and the positions (i - b0) of the
- * pairs marked 1, in order, in cand[0..hits) (room for b1 - b0 + 16 entries: 16 are stored at a
- * time).  A step of 64 pairs with a mark compresses each group of 16's positions (vpcompressd)
+/* lm_oXX_len_eq_cand_avx512: LM_LEN_EQ's contract (ops_internal.h), 64 offsets' pairs a step (four
+ * registers of 16 32-bit offsets, or eight of 8 64-bit ones), the three unsigned compares as mask
+ * registers and the step's 64 marks stored as 64 bytes at once (vpmovm2b); and the positions
+ * (i - b0) of the pairs marked 1, in order, in cand[0..hits) (room for b1 - b0 + 16 entries: 16 are
+ * stored at a time).  GCC does not vectorise LM_LEN_EQ well under the AVX-512 target (the byte
+ * stores stay per element; a C bench on the corpus' 68k documents: 120-200 us a pass against 29-32
+ * us for the AVX2 copy and 9.4-13.8 us for the marks alone in this form, the offsets in L2).  A
+ * step of 64 pairs with a mark compresses each group of 16's positions (vpcompressd)
  * and stores them as 16-bit words; a step without one skips that, so a pass with almost no
  * candidates (documents) costs what the plain pass does.  The caller then visits the candidates
  * without scanning the marks again: lm_off_gather_few's scan of the block's 1024 bytes, with a
@@ -226,27 +204,6 @@ int lm_o64_len_eq_cand_avx512(const int64_t *restrict off, uint8_t *restrict out
   return bad ? -1 : (int)nc;
 }
 #undef LM_CAND_GROUP
-
-int lm_o64_len_eq_avx512(const int64_t *restrict off, uint8_t *restrict out, size_t b0, size_t b1, uint64_t lim,
-                         uint64_t plen) {
-  const __m512i vl = _mm512_set1_epi64((long long)lim), vp = _mm512_set1_epi64((long long)plen);
-  uint64_t bad = 0;
-  size_t hits = 0, i = b0;
-  for (; b1 - i >= 64; i += 64) {
-    __mmask64 mm = 0;
-    for (int g = 0; g < 8; g++) {
-      const __m512i a = _mm512_loadu_si512((const void *)(off + i + 8 * (size_t)g));
-      const __m512i z = _mm512_loadu_si512((const void *)(off + i + 8 * (size_t)g + 1));
-      const __mmask8 ok = _mm512_cmple_epu64_mask(a, z) & _mm512_cmple_epu64_mask(z, vl);
-      bad |= (uint8_t)~ok;
-      mm |= (__mmask64)(ok & _mm512_cmpeq_epi64_mask(_mm512_sub_epi64(z, a), vp)) << (8 * g);
-    }
-    hits += (size_t)__builtin_popcountll(mm);
-    _mm512_storeu_si512((void *)(out + i), _mm512_maskz_set1_epi8(mm, 1));
-  }
-  const int t = lm_o64_len_eq_avx2(off, out, i, b1, lim, plen);
-  return bad || t < 0 ? -1 : (int)hits + t;
-}
 
 /* lm_oXX_eq_stream_avx512 (ops_internal.h): two passes over each chunk of up to
  * LM_EQ_CAND_CHUNK pairs.  Pass 1, 16 (8) pairs a step: every pair checked (a0 <= a1 <= lim on

@@ -20,13 +20,9 @@ int lm_o32_len_eq_avx2(const int32_t *restrict off, uint8_t *restrict out, size_
                        uint32_t plen);
 int lm_o64_len_eq_avx2(const int64_t *restrict off, uint8_t *restrict out, size_t b0, size_t b1, uint64_t lim,
                        uint64_t plen);
-/* The same with AVX-512 F/BW/VL/DQ (lm_ops_simd_level() == 2), 64 pairs a step. */
-int lm_o32_len_eq_avx512(const int32_t *restrict off, uint8_t *restrict out, size_t b0, size_t b1, uint32_t lim,
-                         uint32_t plen);
-int lm_o64_len_eq_avx512(const int64_t *restrict off, uint8_t *restrict out, size_t b0, size_t b1, uint64_t lim,
-                         uint64_t plen);
-/* The same, and the positions (i - b0) of the pairs marked 1, in order, in cand[0..hits) (cand has
- * room for b1 - b0 + 16 entries; b1 - b0 <= 65536). */
+/* The same with AVX-512 F/BW/VL/DQ (lm_ops_simd_level() == 2), 64 pairs a step, and the positions
+ * (i - b0) of the pairs marked 1, in order, in cand[0..hits) (cand has room for b1 - b0 + 16
+ * entries; b1 - b0 <= 65536). */
 int lm_o32_len_eq_cand_avx512(const int32_t *restrict off, uint8_t *restrict out, size_t b0, size_t b1,
                               uint32_t lim, uint32_t plen, uint16_t *restrict cand);
 int lm_o64_len_eq_cand_avx512(const int64_t *restrict off, uint8_t *restrict out, size_t b0, size_t b1,
