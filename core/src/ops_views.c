@@ -285,8 +285,9 @@ static inline uint64_t touch_view(const lm_string_view *v, const lm_payloads *p)
  * portable loop below, but each pair's bytes after the prefix compared by two masked 64-byte
  * loads a side (up to 128 bytes; no call, no branch on the length; memcmp past that) and one
  * line LM_EQ_AHEAD bytes on prefetched on both sides (as equal on offsets, ops_avx2.c).
- * bench_views_eq lines: the views kernel 17.1-19.9 -> 14.5-16.5 ns a pair with the prefetch
- * alone (memcmp kept), see the commit for the masked compare.  -1 when a pair marked 2 lies
+ * bench_views_eq lines, the plain per-pair loop / the views kernel, old and new binaries
+ * alternating: 0.70-0.71x before, 0.82-0.86x with the prefetch alone, 0.89-0.92x with the masked
+ * compare too, 0.97-1.01x once eq_range ran the passes in blocks.  -1 when a pair marked 2 lies
  * outside its buffer. */
 __attribute__((target("avx2,avx512f,avx512bw,avx512vl,avx512dq"))) static int eq_dense_avx512(const eq_ctx *c,
                                                                                               uint8_t *out,
