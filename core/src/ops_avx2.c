@@ -216,8 +216,8 @@ int lm_o64_len_eq_cand_avx512(const int64_t *restrict off, uint8_t *restrict out
  * lines), and the start of the candidate LM_EQ_CAND_AHEAD places on (the pair after a run of
  * skipped ones, whose lines the hardware prefetchers do not predict).  The in-order loop it
  * replaces spent ~40 instructions on every pair, equal length or not: on the corpus' lines in
- * cache (20 k) it ran at 0.74-0.80x of a plain per-pair memcmp loop, this one 1.02-1.26x; from
- * memory (500 k) 1.27-1.29x against 1.39-1.44x (bench_views_eq, the variants alternating). */
+ * cache (20 k) it ran at 0.84-0.92x of a plain per-pair memcmp loop, this one 1.19-1.28x; from
+ * memory (500 k) 1.25-1.34x against 1.28-1.46x (bench_views_eq, old and new binaries alternating). */
 #define LM_EQ_CAND_CHUNK 1024
 #define LM_EQ_CAND_AHEAD 16
 static inline unsigned lm_eq_pair512(const uint8_t *p, const uint8_t *q, uint64_t la, uint64_t lb, int same_pos) {
