@@ -224,12 +224,7 @@ static inline unsigned lm_eq_pair512(const uint8_t *p, const uint8_t *q, uint64_
   __builtin_prefetch((const void *)((uintptr_t)p + LM_EQ_AHEAD)); /* (may lie past the payload) */
   __builtin_prefetch((const void *)((uintptr_t)q + LM_EQ_AHEAD));
   const uint64_t m = la < lb ? la : lb;
-  const uint64_t m1 = m < 64 ? m : 64, r2 = m - m1, m2 = r2 < 64 ? r2 : 64;
-  const __mmask64 k1 = m1 == 64 ? ~0ull : (1ull << m1) - 1, k2 = m2 == 64 ? ~0ull : (1ull << m2) - 1;
-  __mmask64 ne = _mm512_mask_cmpneq_epi8_mask(k1, _mm512_maskz_loadu_epi8(k1, p), _mm512_maskz_loadu_epi8(k1, q));
-  const void *p64 = (const void *)((uintptr_t)p + 64), *q64 = (const void *)((uintptr_t)q + 64); /* k2: none past */
-  ne |= _mm512_mask_cmpneq_epi8_mask(k2, _mm512_maskz_loadu_epi8(k2, p64), _mm512_maskz_loadu_epi8(k2, q64));
-  unsigned e = (unsigned)(la == lb) & (unsigned)(ne == 0);
+  unsigned e = (unsigned)(la == lb) & lm_eq_first128_avx512(p, q, m);
   if (e && m > 128 && !same_pos) e = memcmp(p + 128, q + 128, m - 128) == 0;
   return e;
 }

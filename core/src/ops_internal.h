@@ -209,4 +209,20 @@ static inline void lm_eq_keep(uint64_t v) { /* v's loads are kept: v is an input
   (void)sink;
 #endif
 }
+#if LM_HASH_HAVE_AVX2
+#include <immintrin.h>
+/* 1 when p[0..k) == q[0..k) for k = min(m, 128), by two masked 64-byte loads a side: no call and no
+ * branch on m; a masked-off byte is never read (p and q need only k readable bytes).  Equality's
+ * long-string passes with AVX-512 BW (lm_oXX_eq_stream_avx512, ops_views.c's dense pass 2); the
+ * caller compares past 128 bytes. */
+__attribute__((target("avx2,avx512f,avx512bw,avx512vl,avx512dq"))) static inline unsigned lm_eq_first128_avx512(
+    const uint8_t *p, const uint8_t *q, uint64_t m) {
+  const uint64_t m1 = m < 64 ? m : 64, r2 = m - m1, m2 = r2 < 64 ? r2 : 64;
+  const __mmask64 k1 = m1 == 64 ? ~0ull : (1ull << m1) - 1, k2 = m2 == 64 ? ~0ull : (1ull << m2) - 1;
+  __mmask64 ne = _mm512_mask_cmpneq_epi8_mask(k1, _mm512_maskz_loadu_epi8(k1, p), _mm512_maskz_loadu_epi8(k1, q));
+  const void *p64 = (const void *)((uintptr_t)p + 64), *q64 = (const void *)((uintptr_t)q + 64); /* k2: none past */
+  ne |= _mm512_mask_cmpneq_epi8_mask(k2, _mm512_maskz_loadu_epi8(k2, p64), _mm512_maskz_loadu_epi8(k2, q64));
+  return ne == 0;
+}
+#endif
 #endif

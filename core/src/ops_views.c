@@ -280,7 +280,6 @@ static inline uint64_t touch_view(const lm_string_view *v, const lm_payloads *p)
 #define LM_VEQ_BATCH 32
 
 #if LM_HASH_HAVE_AVX2
-#include <immintrin.h>
 /* Pass 2 where long pairs are many (lines, documents), with AVX-512 BW: in order, as the
  * portable loop below, but each pair's bytes after the prefix compared by two masked 64-byte
  * loads a side (up to 128 bytes; no call, no branch on the length; memcmp past that) and one
@@ -305,12 +304,7 @@ __attribute__((target("avx2,avx512f,avx512bw,avx512vl,avx512dq"))) static int eq
     __builtin_prefetch((const void *)((uintptr_t)y + LM_EQ_AHEAD));
     const uint8_t *p = x + 4, *q = y + 4; /* the prefix agreed in pass 1 */
     const uint64_t m = (uint64_t)fa.len - 4;
-    const uint64_t m1 = m < 64 ? m : 64, r2 = m - m1, m2 = r2 < 64 ? r2 : 64;
-    const __mmask64 k1 = m1 == 64 ? ~0ull : (1ull << m1) - 1, k2 = m2 == 64 ? ~0ull : (1ull << m2) - 1;
-    __mmask64 ne = _mm512_mask_cmpneq_epi8_mask(k1, _mm512_maskz_loadu_epi8(k1, p), _mm512_maskz_loadu_epi8(k1, q));
-    const void *p64 = (const void *)((uintptr_t)p + 64), *q64 = (const void *)((uintptr_t)q + 64); /* k2: none past */
-    ne |= _mm512_mask_cmpneq_epi8_mask(k2, _mm512_maskz_loadu_epi8(k2, p64), _mm512_maskz_loadu_epi8(k2, q64));
-    unsigned e = ne == 0;
+    unsigned e = lm_eq_first128_avx512(p, q, m);
     if (e && m > 128 && x != y) e = memcmp(p + 128, q + 128, m - 128) == 0;
     out[i] = (uint8_t)e;
   }
