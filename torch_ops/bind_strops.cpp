@@ -171,6 +171,28 @@ py::object views_match(py::handle views, py::handle buffers, py::handle pat, int
   return out.tensor();
 }
 
+// StringTensor.filter_by_prefix: the kept views (uint8 [K, 16]) in one pass, or None.  The output is
+// allocated for every view and shrunk to the kept ones (ArrayOut::shrink: mremap / realloc in place), so
+// no mask is written, counted and read again.
+py::object views_filter_prefix(py::handle views, py::handle buffers, py::handle pat) {
+  Views a(views, buffers);
+  if (!a.ok || !PyUnicode_Check(pat.ptr())) return py::none();
+  const std::string p = utf8_of(pat);
+  ArrayOut out(Dt::u8, int64_t(a.n), int64_t(sizeof(lm_string_view)), false, false);
+  lm_exec e = exec_for(0);
+  const auto *pp = reinterpret_cast<const uint8_t *>(p.data());
+  auto *op = a.n ? reinterpret_cast<lm_string_view *>(out.data<uint8_t>()) : nullptr;
+  size_t kept = 0;
+  lm_status s;
+  {
+    py::gil_scoped_release nogil;
+    s = lm_views_filter_prefix(a.v(), a.n, &a.p, pp, p.size(), op, &kept, &e);
+  }
+  if (s != LM_OK) return py::none();
+  out.shrink(int64_t(kept));
+  return out.tensor();
+}
+
 py::object views_equal(py::handle va, py::handle ba, py::handle vb, py::handle bb) {
   Views a(va, ba), b(vb, bb);
   if (!a.ok || !b.ok || a.n != b.n) return py::none();
@@ -234,6 +256,7 @@ void bind_strops(py::module_ &m) {
         py::arg("data_b"));
   m.def("fast_offsets_hash64", &offsets_hash64, py::arg("offsets"), py::arg("data"), py::arg("seed"));
   m.def("fast_views_match", &views_match, py::arg("views"), py::arg("buffers"), py::arg("pattern"), py::arg("mode"));
+  m.def("fast_views_filter_prefix", &views_filter_prefix, py::arg("views"), py::arg("buffers"), py::arg("pattern"));
   m.def("fast_views_equal", &views_equal, py::arg("views_a"), py::arg("buffers_a"), py::arg("views_b"),
         py::arg("buffers_b"));
   m.def("fast_views_hash64", &views_hash64, py::arg("views"), py::arg("buffers"), py::arg("seed"));

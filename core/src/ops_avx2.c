@@ -322,6 +322,27 @@ int lm_o64_eq_stream_avx512(const int64_t *restrict oa, const int64_t *restrict 
  * index 0), byte j required zero when j - 4 >= that (a signed byte compare: never bytes 0..3),
  * and the required bytes that are not zero collected.  The 16 pairs' marks (bits 0, 2, .. 30 of
  * two 32-bit masks) become bytes by vpmovm2b and vpmovwb. */
+/* lm_views_filter_heads_avx512: word 0 of each view (len | prefix << 32) in the even 64-bit lanes;
+ * a kept view's two lanes compressed to the front (vpcompressq) and the register stored at o + k,
+ * whatever it holds past them (the next store starts at the new k), so nothing branches on the
+ * mask. */
+size_t lm_views_filter_heads_avx512(const lm_string_view *views, size_t n, lm_string_view *o, size_t *k,
+                                    uint32_t plen, uint32_t pword, uint32_t pmask) {
+  const __m512i low32 = _mm512_set1_epi64(0xFFFFFFFFll), least = _mm512_set1_epi64((long long)plen);
+  const __m512i hmask = _mm512_set1_epi64((long long)((uint64_t)pmask << 32));
+  const __m512i hword = _mm512_set1_epi64((long long)((uint64_t)pword << 32));
+  size_t kk = *k, i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const __m512i x = _mm512_loadu_si512((const void *)(views + i));
+    const __mmask8 ok = _mm512_cmpge_epu64_mask(_mm512_and_si512(x, low32), least) &
+                        _mm512_cmpeq_epi64_mask(_mm512_and_si512(x, hmask), hword) & 0x55u;
+    _mm512_storeu_si512((void *)(o + kk), _mm512_maskz_compress_epi64((__mmask8)(ok | (ok << 1)), x));
+    kk += (size_t)__builtin_popcount(ok);
+  }
+  *k = kk;
+  return i;
+}
+
 size_t lm_views_eq_pass1_avx512(const lm_string_view *a, const lm_string_view *b, uint8_t *out, size_t n,
                                 size_t *longs, uint64_t *pad) {
   const __m512i twelve32 = _mm512_set1_epi32((int)LM_INLINE_MAX), low32 = _mm512_set1_epi64(0xFFFFFFFFll);

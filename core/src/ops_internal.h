@@ -64,6 +64,12 @@ int lm_o64_eq_stream_avx512(const int64_t *restrict oa, const int64_t *restrict 
  * either side is not zero-padded. */
 size_t lm_views_eq_pass1_avx512(const lm_string_view *a, const lm_string_view *b, uint8_t *out, size_t n,
                                 size_t *longs, uint64_t *pad);
+/* lm_views_filter_prefix's pass for a prefix of at most 4 bytes (ops_views.c's filter_range) over
+ * views[0, n - n % 4), four a register: the kept views (len >= plen and the first 4 bytes & pmask
+ * == pword) stored at o[*k], o[*k + 1], .. in order; every step stores 64 bytes at o + *k, so o
+ * needs room for the views done.  Returns how many it did. */
+size_t lm_views_filter_heads_avx512(const lm_string_view *views, size_t n, lm_string_view *o, size_t *k,
+                                    uint32_t plen, uint32_t pword, uint32_t pmask);
 /* 2 when the CPU has AVX-512 F/BW/VL/DQ and neither LM_NO_AVX512 nor LM_NO_AVX2 is set,
  * 1 with AVX2 (LM_NO_AVX2 not set), else 0; read once.  Thread-safe. */
 int lm_ops_simd_level(void);

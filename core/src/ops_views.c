@@ -26,6 +26,9 @@
 #include "hash_internal.h" /* lm_hash64_views_avx512, lm_hash64_many */
 #include "ops_internal.h"   /* lm_cut_*: work split by bytes */
 #include "mask_lut.h"
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 /* strings a thread must have before a second one is used: the views passes run at
  * ~0.3-0.5 ns a string and a second thread is a started pool worker (~1-3 us to wake) */
@@ -528,12 +531,119 @@ lm_status lm_views_hash64(const lm_string_view *views, size_t n, const lm_payloa
   return lm_cut_run(threads, parts, cut, hash_range, &c);
 }
 
+/* ------------------------------------------------------ filter by prefix */
+
+/* prefix_match and compaction in one pass (StringTensor.filter_by_prefix on the CPU): each view is
+ * read once, decided and stored at the part's next output slot, so no mask is written, counted
+ * and read again (1 M words: 1.4 + 0.8 ns a string for starts_with then views_compact). */
+typedef struct {
+  const lm_string_view *views;
+  const lm_payloads *p;
+  const uint8_t *prefix;
+  size_t plen;
+  uint32_t pword, pmask;
+  lm_string_view *out;
+  const size_t *cut; /* the parts' bounds (cut[0..parts]) */
+  size_t parts;
+  size_t *kept; /* kept[t]: the views part t stored at out[cut[t]..] */
+} filter_ctx;
+
+static lm_status filter_range(void *arg, size_t begin, size_t end) {
+  const filter_ctx *c = (const filter_ctx *)arg;
+  /* this range's part: the last t with cut[t] <= begin (an empty part is never run) */
+  size_t lo = 0, hi = c->parts;
+  while (hi - lo > 1) {
+    const size_t mid = lo + (hi - lo) / 2;
+    if (c->cut[mid] <= begin) lo = mid;
+    else hi = mid;
+  }
+  const lm_string_view *restrict views = c->views;
+  lm_string_view *restrict o = c->out + begin;
+  const uint64_t plen = c->plen;
+  const uint32_t pword = c->pword, pmask = c->pmask;
+  size_t k = 0;
+  if (plen > LM_MAX_STRING_LEN) { /* longer than any string */
+  } else if (plen <= 4) {
+    /* decided on the view alone, without a branch: every view is stored at the next slot, which
+     * moves on when it is kept (o[k] with k <= i - begin: inside this part's slots) */
+    size_t i = begin;
+#if LM_HASH_HAVE_AVX2
+    if (lm_ops_simd_level() == 2) /* (ops_avx2.c) */
+      i += lm_views_filter_heads_avx512(views + begin, end - begin, o, &k, (uint32_t)plen, pword, pmask);
+#endif
+    for (; i < end; i++) {
+#if defined(__SSE2__) && defined(__x86_64__)
+      /* one 16-byte load and store (a struct copy became two 8-byte ones) */
+      const __m128i v = _mm_loadu_si128((const __m128i *)(const void *)&views[i]);
+      const uint64_t h = (uint64_t)_mm_cvtsi128_si64(v); /* len | prefix << 32 (little-endian) */
+      _mm_storeu_si128((__m128i *)(void *)&o[k], v);
+      k += ((uint32_t)h >= plen) & (((uint32_t)(h >> 32) & pmask) == pword);
+#else
+      lm_string_view v;
+      memcpy(&v, &views[i], sizeof v);
+      const size_t hit = (uint64_t)v.len >= plen && (load_u32(v.prefix_or_inline) & pmask) == pword;
+      memcpy(&o[k], &v, sizeof v);
+      k += hit;
+#endif
+    }
+  } else {
+    for (size_t i = begin; i < end; i++) {
+      lm_string_view v; /* one copy decides and is stored (another thread may write views[i]) */
+      memcpy(&v, &views[i], sizeof v);
+      if (!((uint64_t)v.len >= plen && (load_u32(v.prefix_or_inline) & pmask) == pword)) continue;
+      const view_fields f = fields_of(&v);
+      const uint8_t *s = bytes_at(&v, f, c->p);
+      if (!s) return LM_ERANGE;
+      if (memcmp(s + 4, c->prefix + 4, plen - 4) == 0) memcpy(&o[k++], &v, sizeof v);
+    }
+  }
+  c->kept[lo] = k;
+  return LM_OK;
+}
+
+lm_status lm_views_filter_prefix(const lm_string_view *views, size_t n, const lm_payloads *p,
+                                 const uint8_t *prefix, size_t plen, lm_string_view *out, size_t *kept,
+                                 const lm_exec *exec) {
+  if (!kept || (n && (!views || !out)) || (plen && !prefix)) return LM_EINVAL;
+  *kept = 0;
+  if (!n) return LM_OK;
+  uint8_t head[4] = {0, 0, 0, 0}, mask[4] = {0, 0, 0, 0};
+  const size_t hk = plen < 4 ? plen : 4;
+  if (hk) memcpy(head, prefix, hk);
+  memset(mask, 0xFF, hk);
+  size_t cut[LM_CUT_MAX + 1], counts[LM_CUT_MAX];
+  const lm_exec e = grain_exec(exec, LM_OPS_GRAIN);
+  const size_t threads = lm_cut_threads(&e, n);
+  const size_t parts = threads <= 1 ? 1 : lm_cut_parts(threads);
+  for (size_t t = 0; t <= parts; t++) cut[t] = (size_t)lm_cut_at(n, t, parts);
+  memset(counts, 0, parts * sizeof counts[0]);
+  filter_ctx c = {views, p, prefix, plen, load_u32(head), load_u32(mask), out, cut, parts, counts};
+  const lm_status s = parts == 1 ? filter_range(&c, 0, n) : lm_cut_run(threads, parts, cut, filter_range, &c);
+  if (s != LM_OK) return s;
+  /* the parts' kept views moved down behind each other, in order */
+  size_t k = counts[0];
+  for (size_t t = 1; t < parts; t++) {
+    if (counts[t] && cut[t] != k) memmove(out + k, out + cut[t], counts[t] * sizeof *out);
+    k += counts[t];
+  }
+  *kept = k;
+  return LM_OK;
+}
+
 /* ------------------------------------------------------------ compaction */
 
 size_t lm_mask_count(const uint8_t *mask, size_t n) {
-  size_t k = 0;
+  size_t k = 0, i = 0;
   if (!mask) return 0;
-  for (size_t i = 0; i < n; i++) k += mask[i] != 0;
+  /* 8 bytes a step: the top bit of each byte of x is set when that byte is non-zero (adding 0x7f
+   * to its low 7 bits carries into bit 7 unless they are 0; no carry crosses a byte) */
+  for (; i + 8 <= n; i += 8) {
+    uint64_t w;
+    memcpy(&w, mask + i, 8);
+    const uint64_t x = (((w & 0x7f7f7f7f7f7f7f7full) + 0x7f7f7f7f7f7f7f7full) | w) & 0x8080808080808080ull;
+    k += (size_t)(((x >> 7) * 0x0101010101010101ull) >> 56);
+  }
+  for (; i < n; i++) k += mask[i] != 0;
   return k;
 }
 

@@ -52,6 +52,7 @@ _fast_om = _C.fast_offsets_match
 _fast_oe = _C.fast_offsets_equal
 _fast_oh = _C.fast_offsets_hash64
 _fast_vm = _C.fast_views_match
+_fast_vf = _C.fast_views_filter_prefix
 _fast_ve = _C.fast_views_equal
 _fast_vh = _C.fast_views_hash64
 _compiling = torch.compiler.is_compiling  # True while torch.compile traces: keep the operators in the graph
@@ -778,7 +779,20 @@ class StringTensor:
         return _lib.prefix_match(*self._od_pair(), prefix)
 
     def filter_by_prefix(self, prefix: str) -> "StringTensor":
-        """The strings that start with ``prefix``."""
+        """The strings that start with ``prefix``.
+
+        On the CPU one pass over the views decides each string and copies the kept views
+        (no mask in between; no payload access for a prefix of up to 4 bytes); the result
+        shares this tensor's payload.  Elsewhere, and under ``torch.compile``,
+        ``self.mask(self.starts_with(prefix))``."""
+        _ops._str_arg("filter_by_prefix", "prefix", prefix)
+        vb = self._vb
+        if vb is None and self.device.type == "cpu":
+            vb = self._materialize_views()  # built on first use and kept
+        if vb is not None and vb[0].is_cpu and not _compiling():
+            v = _fast_vf(vb[0], vb[1], prefix)
+            if v is not None:
+                return self._derived(views=v, buffers=vb[1])
         return self.mask(self.starts_with(prefix))
 
     def hash64(self, seed: int = 0) -> torch.Tensor:

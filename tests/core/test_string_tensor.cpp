@@ -446,11 +446,22 @@ TEST_P(OpsRandom, MatchNaiveReference) {
     ASSERT_EQ(lm_views_prefix_match(st->views, n, ps.get(), u8(p), p.size(), a.data(), &ex), LM_OK);
     ASSERT_EQ(lm_o32_prefix_match(off.data(), n, u8(data), u8(p), p.size(), b.data(), &ex), LM_OK);
     ASSERT_EQ(lm_o64_prefix_match(off64.data(), n, u8(data), u8(p), p.size(), c.data(), &ex), LM_OK);
+    std::vector<lm_string_view> kept_views(n);  // exactly n: ASan sees a store past them
+    size_t kept = size_t(-1);
+    ASSERT_EQ(lm_views_filter_prefix(st->views, n, ps.get(), u8(p), p.size(), kept_views.data(), &kept, &ex), LM_OK);
+    std::vector<std::string> want_kept;
     for (size_t i = 0; i < n; i++) {
       bool want = items[i].compare(0, p.size(), p) == 0 && items[i].size() >= p.size();
       ASSERT_EQ(a[i], want) << "views prefix '" << p << "' item " << i;
       ASSERT_EQ(b[i], want);
       ASSERT_EQ(c[i], want);
+      if (want) want_kept.push_back(items[i]);
+    }
+    // filter_prefix: the kept strings' views, in order, byte for byte those of the input
+    ASSERT_EQ(kept, want_kept.size()) << "filter prefix '" << p << "'";
+    for (size_t j = 0, i = 0; j < kept; j++, i++) {
+      while (!a[i]) i++;
+      ASSERT_EQ(std::memcmp(&kept_views[j], &st->views[i], sizeof(lm_string_view)), 0) << "filter prefix '" << p << "' kept " << j;
     }
     ASSERT_EQ(lm_views_equal_scalar(st->views, n, ps.get(), u8(p), p.size(), a.data(), &ex), LM_OK);
     ASSERT_EQ(lm_o32_equal_scalar(off.data(), n, u8(data), u8(p), p.size(), b.data(), &ex), LM_OK);
@@ -556,6 +567,19 @@ TEST(Ops, ViewsOpsCheckBoundsBeforeReadingPayload) {
   EXPECT_EQ(out[0] + out[1] + out[2], 0);
   v[0].suffix_or_offset[0] = 7;  // buffer index out of range
   EXPECT_EQ(lm_views_prefix_match(v.data(), 3, ps.get(), u8(probe), 6, out, nullptr), LM_ERANGE);
+  // filter_prefix reads a candidate's payload only for a prefix over 4 bytes: the same refusal
+  lm_string_view kept_views[3];
+  size_t kept = 9;
+  EXPECT_EQ(lm_views_filter_prefix(v.data(), 3, ps.get(), u8(probe), 6, kept_views, &kept, nullptr), LM_ERANGE);
+  EXPECT_EQ(kept, 0u);
+  ASSERT_EQ(lm_views_filter_prefix(v.data(), 3, ps.get(), u8(probe), 4, kept_views, &kept, nullptr), LM_OK);
+  EXPECT_EQ(kept, 1u);  // decided on the views alone: the corrupt long view "a st..." is kept
+  EXPECT_EQ(std::memcmp(&kept_views[0], &v[0], sizeof(lm_string_view)), 0);
+  EXPECT_EQ(lm_views_filter_prefix(v.data(), 3, ps.get(), u8(probe), 4, nullptr, &kept, nullptr), LM_EINVAL);
+  EXPECT_EQ(lm_views_filter_prefix(v.data(), 3, ps.get(), u8(probe), 4, kept_views, nullptr, nullptr), LM_EINVAL);
+  EXPECT_EQ(lm_views_filter_prefix(v.data(), 3, ps.get(), nullptr, 4, kept_views, &kept, nullptr), LM_EINVAL);
+  ASSERT_EQ(lm_views_filter_prefix(nullptr, 0, nullptr, nullptr, 0, nullptr, &kept, nullptr), LM_OK);
+  EXPECT_EQ(kept, 0u);
 }
 
 TEST(Ops, ViewsEqualityAndHashRefuseInlineViewsWithNonZeroPadding) {

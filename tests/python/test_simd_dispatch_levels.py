@@ -5,7 +5,7 @@ process), so each level runs in a child process: with the default dispatch, with
 LM_NO_AVX512=1, and with LM_NO_AVX2=1 LM_NO_AVX512=1 (the portable code CI or a GPU
 machine without AVX2 runs).  Each child checks hash64 / views_hash64 against libxxhash
 (the ``xxhash`` package), and equal / views_equal / equal_scalar / views_equal_scalar /
-prefix_match / views_prefix_match (and the StringTensor methods) against Python's bytes comparisons, on int32 and int64
+prefix_match / views_prefix_match (and the StringTensor methods, filter_by_prefix too) against Python's bytes comparisons, on int32 and int64
 offsets, a sliced tensor (first offset not 0), lengths 0..300 and skewed documents, with 1,
 2 and 3 threads (inputs large enough for the ops to split them)."""
 import os
@@ -82,6 +82,9 @@ for dtype in (np.int32, np.int64):
                         got[f"st.fast_eq str {lay}"] = st.fast_eq(ps).tolist() == [s == probe for s in strs]
                         got[f"st.starts_with {lay}"] = st.starts_with(ps[:5]).tolist() == [s.startswith(probe[:5]) for s in strs]
                         got[f"st.fast_eq {lay}"] = st.fast_eq(StringTensor.from_buffers(off, data2)).tolist() == eq
+                        for pl in (3, 5):  # decided on the views alone / by the payload after 4 bytes
+                            got[f"st.filter_by_prefix {pl} {lay}"] = st.filter_by_prefix(ps[:pl]).tolist() == [
+                                s.decode() for s in strs if s.startswith(probe[:pl])]
                 checks += len(got)
                 fails += [f"{name} {tag}" for name, ok in got.items() if not ok]
 print("vector", vec, "checks", checks, "fails", len(fails), fails[:5])
@@ -103,6 +106,6 @@ def test_string_ops_equal_references_at_every_dispatch_level(level):
     out = r.stdout + r.stderr
     assert r.returncode == 0, out[-3000:]
     assert "fails 0" in out, out[-3000:]
-    assert "checks 486 " in out, out[-3000:]  # 2 dtypes x 3 inputs x 3 seeds x 3 thread counts: 4 + 7 (seed 0) or 8 (seed 7)
+    assert "checks 558 " in out, out[-3000:]  # 2 dtypes x 3 inputs x 3 seeds x 3 thread counts: 4 + 7 (seed 0) or 12 (seed 7)
     if level != "default":  # the switch turns the AVX-512 hash kernels off
         assert "vector False" in out, out[-3000:]

@@ -99,6 +99,39 @@ def test_c_returns_none_for_bad_inputs_and_ops_raise():
     assert _C.fast_views_hash64(views, v._vb[1], 0) is None
     with pytest.raises(ValueError, match="views"):
         L.views_hash64(views, list(v._vb[1]), 0)
+    # filter_by_prefix reads that payload only for a prefix over 4 bytes: None, and the method raises the
+    # operator's error; up to 4 bytes it is decided on the view (as starts_with)
+    assert _C.fast_views_filter_prefix(views, v._vb[1], "aaaaa") is None
+    bad_st = StringTensor(views=views, buffers=v._vb[1])
+    with pytest.raises(ValueError, match="views"):
+        bad_st.filter_by_prefix("aaaaa")
+    with pytest.raises(ValueError, match="views"):
+        L.views_prefix_match(views, list(v._vb[1]), "aaaaa")
+    assert _C.fast_views_filter_prefix(views, v._vb[1], "aaaa").shape == (1, 16)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_filter_by_prefix_in_one_pass_matches_mask_of_starts_with(threads):
+    """The one-pass filter (bind_strops.cpp views_filter_prefix) against mask(starts_with) on enough
+    strings for 2 threads to split them (8 tasks, moved together afterwards): every selectivity, prefixes
+    decided on the views (<= 4 bytes) and by the payload, a slice; the result shares the payload."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        rng = random.Random(threads)
+        strings = [rng.choice(["pre", "pro", "p", "", "prefix and a long tail ", "日本"]) + str(rng.random())[2:2 + rng.randrange(14)]
+                   for _ in range(70000)]
+        st = StringTensor.from_list(strings)
+        for t in (st, st[1000:69001], StringTensor(views=st._vb[0][::2].contiguous(), buffers=st._vb[1])):
+            want_all = t.tolist()
+            for p in ("", "p", "pr", "pre", "pro", "pref", "prefix", "prefix and a", "日", "日本", "q", "x" * 40):
+                got = t.filter_by_prefix(p)
+                want = t.mask(t.starts_with(p))
+                assert got.tolist() == want.tolist() == [x for x in want_all if x.startswith(p)], p
+                assert torch.equal(got._vb[0], want._vb[0]), p  # byte for byte the same views
+                assert all(a.data_ptr() == b.data_ptr() for a, b in zip(got._vb[1], t._vb[1]))  # no payload copy
+    finally:
+        torch.set_num_threads(old)
 
 
 def test_method_errors_unchanged():

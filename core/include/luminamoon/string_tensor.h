@@ -189,6 +189,13 @@ lm_status lm_views_equal(const lm_string_view *a, const lm_payloads *pa, const l
 lm_status lm_views_hash64(const lm_string_view *views, size_t n, const lm_payloads *p, uint64_t seed,
                           uint64_t *out, const lm_exec *exec);
 
+/* The views of the strings that start with prefix[0..plen), in order (prefix_match and compaction
+ * in one pass; no payload access for plen <= 4).  out: caller-owned, room for n views (a part of
+ * the work may store up to its size before it is moved down); *kept gets the number written to
+ * out[0..*kept).  LM_ERANGE when a candidate's view lies outside its payload buffer (*kept 0). */
+lm_status lm_views_filter_prefix(const lm_string_view *views, size_t n, const lm_payloads *p,
+                                 const uint8_t *prefix, size_t plen, lm_string_view *out, size_t *kept,
+                                 const lm_exec *exec);
 /* The number of non-zero bytes of mask[0..n) (0 when mask is NULL). */
 size_t lm_mask_count(const uint8_t *mask, size_t n);
 /* Compaction of views (no payload access): out receives views[i] for every i
