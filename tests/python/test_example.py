@@ -9,13 +9,28 @@ import sys
 
 import pytest
 
+from forkserver import ForkServer
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "examples" / "train_byte_model.py"
 
 
-def _run(args, timeout=600, env=None):
-    r = subprocess.run([sys.executable, str(SCRIPT), "--quick", *args], capture_output=True, text=True,
-                       timeout=timeout, cwd=str(ROOT), env=env)
+@pytest.fixture(scope="module")
+def forks():
+    """The runs after a module's first fresh interpreter are forks of a process that imported torch,
+    torch._dynamo (the optimizer imports it) and luminamoon once: ~3.5 s of CPU a run less
+    (forkserver.py).  Each test's first run (_run / _run_rc without forks) stays a new interpreter."""
+    with ForkServer(preload=("torch", "torch._dynamo", "luminamoon.data", "pyarrow.parquet")) as fs:
+        yield fs
+
+
+def _run(args, timeout=600, env=None, forks=None):
+    argv = [str(SCRIPT), "--quick", *args]
+    if forks is not None:
+        r = forks.run(argv, env=env, cwd=str(ROOT), timeout=timeout)
+    else:
+        r = subprocess.run([sys.executable, *argv], capture_output=True, text=True, timeout=timeout, cwd=str(ROOT),
+                           env=env)
     assert r.returncode == 0, r.stdout + r.stderr
     return r.stdout
 
@@ -26,7 +41,7 @@ def _log(path):
 
 
 @pytest.mark.parametrize("loader", ["stateful", "fallback"])
-def test_train_checkpoint_resume(tmp_path, loader):
+def test_train_checkpoint_resume(tmp_path, loader, forks):
     env = dict(os.environ, LM_EXAMPLE_NO_TORCHDATA="1" if loader == "fallback" else "0")
     if loader == "stateful":
         pytest.importorskip("torchdata.stateful_dataloader")
@@ -40,8 +55,10 @@ def test_train_checkpoint_resume(tmp_path, loader):
     assert [r["step"] for r in full] == list(range(1, 25))
     assert full[-1]["loss"] < full[0]["loss"]  # it learns something
     # stop mid-epoch at step 13 (a checkpoint), then resume to 24
-    _run(["--work", str(work_b), "--data", data, "--stop-at", "13", "--log", str(tmp_path / "part1.jsonl")], env=env)
-    out = _run(["--work", str(work_b), "--data", data, "--resume", "--log", str(tmp_path / "part2.jsonl")], env=env)
+    _run(["--work", str(work_b), "--data", data, "--stop-at", "13", "--log", str(tmp_path / "part1.jsonl")], env=env,
+         forks=forks)
+    out = _run(["--work", str(work_b), "--data", data, "--resume", "--log", str(tmp_path / "part2.jsonl")], env=env,
+               forks=forks)
     assert "resumed at step 13" in out
     part = _log(tmp_path / "part1.jsonl") + _log(tmp_path / "part2.jsonl")
     assert [r["step"] for r in part] == list(range(1, 25))
@@ -80,9 +97,12 @@ def _tiny_data(folder, n):
     return str(folder)
 
 
-def _run_rc(args, timeout=300):
-    r = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--no-compile", *args], capture_output=True,
-                       text=True, timeout=timeout, cwd=str(ROOT))
+def _run_rc(args, timeout=300, forks=None):
+    argv = [str(SCRIPT), "--quick", "--no-compile", *args]
+    if forks is not None:
+        r = forks.run(argv, cwd=str(ROOT), timeout=timeout)
+    else:
+        r = subprocess.run([sys.executable, *argv], capture_output=True, text=True, timeout=timeout, cwd=str(ROOT))
     return r.returncode, r.stdout + r.stderr
 
 
@@ -94,15 +114,15 @@ def test_fewer_documents_than_batch_size_refused(tmp_path):
     assert "3 document(s), fewer than --batch-size 16" in out and "Traceback" not in out
 
 
-def test_zero_steps_and_resume_after_the_end(tmp_path):
+def test_zero_steps_and_resume_after_the_end(tmp_path, forks):
     """--steps 0, and --resume after a finished run, crashed with UnboundLocalError (issue 20 item 7)."""
     data = _tiny_data(tmp_path / "data", 6)
     work = str(tmp_path / "w")
     rc, out = _run_rc(["--work", work, "--data", data, "--batch-size", "2", "--steps", "0"])
     assert rc == 0 and "done: 0 steps" in out, out
-    rc, out = _run_rc(["--work", work, "--data", data, "--batch-size", "2", "--steps", "4"])
+    rc, out = _run_rc(["--work", work, "--data", data, "--batch-size", "2", "--steps", "4"], forks=forks)
     assert rc == 0 and "done: 4 steps" in out, out
-    rc, out = _run_rc(["--work", work, "--data", data, "--batch-size", "2", "--steps", "4", "--resume"])
+    rc, out = _run_rc(["--work", work, "--data", data, "--batch-size", "2", "--steps", "4", "--resume"], forks=forks)
     assert rc == 0 and "resumed at step 4" in out and "done: 4 steps" in out, out
-    rc, out = _run_rc(["--work", work, "--data", data, "--batch-size", "2", "--steps", "-1"])
+    rc, out = _run_rc(["--work", work, "--data", data, "--batch-size", "2", "--steps", "-1"], forks=forks)
     assert rc == 2 and "--steps must be >= 0" in out

@@ -15,6 +15,7 @@ import luminamoon
 from luminamoon.data import IterableSource, JsonlSource, ResumablePipeline, write_jsonl
 
 from conftest import CORPUS
+from forkserver import ForkServer
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CHILD = os.path.join(HERE, "resume_child.py")
@@ -53,31 +54,47 @@ def make_corpus(path, n=3000, seed=0, pii=False, near=False):
     return docs
 
 
-def run_child(corpus, state_dir, out, batch_size=50, commit_every=3, prefetch=4, env=None, **kw):
-    return subprocess.Popen([sys.executable, CHILD, str(corpus), str(state_dir), str(out), str(batch_size),
-                             str(commit_every), str(prefetch)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=None if env is None else {**os.environ, **env}, **kw)
+@pytest.fixture(scope="module")
+def forks():
+    """One fork server a module (and xdist worker) for the crash loops' children: each run is a
+    fork of a process that imported luminamoon once, instead of a new interpreter importing
+    torch (~2-3 s of CPU a run; forkserver.py)."""
+    with ForkServer() as fs:
+        yield fs
 
 
-def crash_loop(tmp_path, corpus, min_kills, env=None, die_after_first_commit=False):
+def run_child(corpus, state_dir, out, batch_size=50, commit_every=3, prefetch=4, env=None, forks=None):
+    argv = [CHILD, str(corpus), str(state_dir), str(out), str(batch_size), str(commit_every), str(prefetch)]
+    env = None if env is None else {**os.environ, **env}
+    if forks is not None:
+        return forks.popen(argv, env=env)
+    return subprocess.Popen([sys.executable, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env)
+
+
+def crash_loop(tmp_path, corpus, min_kills, env=None, die_after_first_commit=False, forks=None):
     """Runs resume_child to the end once uninterrupted, then again killing it with SIGKILL at
     random moments (at least min_kills times) and resuming; returns both outputs' lines.
     die_after_first_commit: every third run kills itself right after its commit before the
-    first batch (with LM_CHILD_COMMIT_FIRST)."""
+    first batch (with LM_CHILD_COMMIT_FIRST).  forks: a ForkServer to start the runs from."""
     t0 = time.perf_counter()
-    p = run_child(corpus, tmp_path / "ref-state", tmp_path / "ref.jsonl", env=env)
+    p = run_child(corpus, tmp_path / "ref-state", tmp_path / "ref.jsonl", env=env, forks=forks)
     out, err = p.communicate(timeout=300)
     assert p.returncode == 0 and "DONE" in out, err
     ref_time = time.perf_counter() - t0
 
+    want = (tmp_path / "ref.jsonl").read_text().splitlines()
     rng = random.Random(int(os.environ.get("LM_CRASH_SEED", "1234")))
-    kills, runs = 0, 0
-    # kill after a random delay once the child iterates; small enough that the work spans many kills
+    kills, runs, passes = 0, 0, 0
+    # kill after a random delay once the child iterates; small enough that the work spans many kills.
+    # A pass that reaches the end before min_kills kills (its runs ran past their delays: a fast or
+    # lightly loaded machine) must equal the reference, and a new pass starts from nothing.
     while True:
         runs += 1
         die = die_after_first_commit and kills < min_kills and runs % 3 == 1
-        p = run_child(corpus, tmp_path / "state", tmp_path / "out.jsonl",
-                      env={**(env or {}), "LM_CHILD_DIE_AFTER_FIRST_COMMIT": "1" if die else "0"})
+        state, out_file = tmp_path / f"state-{passes}", tmp_path / f"out-{passes}.jsonl"
+        p = run_child(corpus, state, out_file,
+                      env={**(env or {}), "LM_CHILD_DIE_AFTER_FIRST_COMMIT": "1" if die else "0"}, forks=forks)
         line = p.stdout.readline()
         if "READY" not in line:
             p.wait(timeout=60)
@@ -97,41 +114,45 @@ def crash_loop(tmp_path, corpus, min_kills, env=None, die_after_first_commit=Fal
         out, err = p.communicate(timeout=300)
         assert p.returncode == 0, err
         if "DONE" in out:
-            break
+            if kills >= min_kills:
+                break
+            got = out_file.read_text().splitlines()
+            assert len(got) == len(want) and got == want, f"pass {passes} ({kills} kills so far)"
+            passes += 1
     assert kills >= min_kills, f"only {kills} kills"
-    print(f"{kills} SIGKILLs over {runs} runs")
-    return (tmp_path / "out.jsonl").read_text().splitlines(), (tmp_path / "ref.jsonl").read_text().splitlines()
+    print(f"{kills} SIGKILLs over {runs} runs in {passes + 1} pass(es)")
+    return out_file.read_text().splitlines(), want
 
 
-def test_sigkill_crash_loop_equals_uninterrupted_run(tmp_path):
+def test_sigkill_crash_loop_equals_uninterrupted_run(tmp_path, forks):
     corpus = tmp_path / "corpus.jsonl"
     make_corpus(corpus)
-    got, want = crash_loop(tmp_path, corpus, int(os.environ.get("LM_CRASH_KILLS", "20")))
+    got, want = crash_loop(tmp_path, corpus, int(os.environ.get("LM_CRASH_KILLS", "20")), forks=forks)
     assert len(got) == len(want)
     assert got == want  # same batches, same documents, same order, same dedup decisions
 
 
-def test_sigkill_crash_loop_datatrove_pii_and_commit_before_first_batch(tmp_path):
+def test_sigkill_crash_loop_datatrove_pii_and_commit_before_first_batch(tmp_path, forks):
     """Issue 19 acceptance 2: every run commits while its first batch is being produced, and the
     datatrove replacement cycle must continue exactly across the kills."""
     corpus = tmp_path / "corpus.jsonl"
     make_corpus(corpus, n=1200, pii=True)
     got, want = crash_loop(tmp_path, corpus, int(os.environ.get("LM_CRASH_KILLS", "10")) // 2 or 1,
                            env={"LM_CHILD_PII_MODE": "datatrove", "LM_CHILD_COMMIT_FIRST": "1"},
-                           die_after_first_commit=True)
+                           die_after_first_commit=True, forks=forks)
     assert not any("@lists.example.org" in ln for ln in want)  # masked, with the cycle's second string too:
     assert any("firstname.lastname@example.org" in ln for ln in want)
     assert len(got) == len(want)
     assert got == want
 
 
-def test_sigkill_crash_loop_exact_and_near_dedup(tmp_path):
+def test_sigkill_crash_loop_exact_and_near_dedup(tmp_path, forks):
     """Issue 12 acceptance 4: exact and near dedup both on; the band index's WAL is synced with
     every commit and cut back on resume, so the output equals an uninterrupted run."""
     corpus = tmp_path / "corpus.jsonl"
     make_corpus(corpus, n=2000, near=True)
     got, want = crash_loop(tmp_path, corpus, int(os.environ.get("LM_CRASH_KILLS", "20")) // 2 or 1,
-                           env={"LM_CHILD_NEAR_DEDUP": "1"})
+                           env={"LM_CHILD_NEAR_DEDUP": "1"}, forks=forks)
     reasons = [r for ln in want for r in json.loads(ln)["reasons"]]
     assert reasons.count(luminamoon.stages.REASON_NEAR_DUPLICATE) > 100  # the near stage really drops
     assert reasons.count(luminamoon.stages.REASON_DUPLICATE) > 100
