@@ -74,12 +74,28 @@ static uint32_t load_u32(const uint8_t *p) {
 
 /* ---------------------------------------------------------- prefix match */
 
+/* A prefix to match: its first min(plen, 4) bytes as a word (pword) and the mask of those bytes
+ * (pmask), compared with a view's prefix word; prefix_match's and filter_prefix's shared part. */
 typedef struct {
   const lm_string_view *views;
   const lm_payloads *p;
   const uint8_t *prefix;
   size_t plen;
   uint32_t pword, pmask;
+} prefix_spec;
+
+static prefix_spec prefix_spec_of(const lm_string_view *views, const lm_payloads *p, const uint8_t *prefix,
+                                  size_t plen) {
+  uint8_t head[4] = {0, 0, 0, 0}, mask[4] = {0, 0, 0, 0};
+  const size_t k = plen < 4 ? plen : 4;
+  if (k) memcpy(head, prefix, k);
+  memset(mask, 0xFF, k);
+  prefix_spec s = {views, p, prefix, plen, load_u32(head), load_u32(mask)};
+  return s;
+}
+
+typedef struct {
+  prefix_spec s;
   uint8_t *out;
 } prefix_ctx;
 
@@ -92,14 +108,14 @@ static void prefix_heads(const lm_string_view *restrict views, uint8_t *restrict
 
 static lm_status prefix_range(void *arg, size_t begin, size_t end) {
   const prefix_ctx *c = (const prefix_ctx *)arg;
-  const lm_string_view *views = c->views;
+  const lm_string_view *views = c->s.views;
   uint8_t *out = c->out;
-  const uint64_t plen = c->plen;
+  const uint64_t plen = c->s.plen;
   if (plen > LM_MAX_STRING_LEN) { /* longer than any string */
     memset(out + begin, 0, end - begin);
     return LM_OK;
   }
-  prefix_heads(views, out, begin, end, (uint32_t)plen, c->pword, c->pmask);
+  prefix_heads(views, out, begin, end, (uint32_t)plen, c->s.pword, c->s.pmask);
   if (plen <= 4) return LM_OK;
   for (size_t i = begin; i < end; i++) {
     if (!out[i]) continue;
@@ -108,9 +124,9 @@ static lm_status prefix_range(void *arg, size_t begin, size_t end) {
       out[i] = 0;
       continue;
     }
-    const uint8_t *s = bytes_at(&views[i], f, c->p);
+    const uint8_t *s = bytes_at(&views[i], f, c->s.p);
     if (!s) return LM_ERANGE;
-    out[i] = memcmp(s + 4, c->prefix + 4, plen - 4) == 0;
+    out[i] = memcmp(s + 4, c->s.prefix + 4, plen - 4) == 0;
   }
   return LM_OK;
 }
@@ -118,11 +134,7 @@ static lm_status prefix_range(void *arg, size_t begin, size_t end) {
 lm_status lm_views_prefix_match(const lm_string_view *views, size_t n, const lm_payloads *p,
                                 const uint8_t *prefix, size_t plen, uint8_t *out, const lm_exec *exec) {
   if ((n && (!views || !out)) || (plen && !prefix)) return LM_EINVAL;
-  uint8_t head[4] = {0, 0, 0, 0}, mask[4] = {0, 0, 0, 0};
-  size_t k = plen < 4 ? plen : 4;
-  if (k) memcpy(head, prefix, k);
-  memset(mask, 0xFF, k);
-  prefix_ctx c = {views, p, prefix, plen, load_u32(head), load_u32(mask), out};
+  prefix_ctx c = {prefix_spec_of(views, p, prefix, plen), out};
   lm_exec e = grain_exec(exec, LM_OPS_GRAIN);
   return lm_cut_even(&e, n, prefix_range, &c);
 }
@@ -537,11 +549,7 @@ lm_status lm_views_hash64(const lm_string_view *views, size_t n, const lm_payloa
  * read once, decided and stored at the part's next output slot, so no mask is written, counted
  * and read again (1 M words: 1.4 + 0.8 ns a string for starts_with then views_compact). */
 typedef struct {
-  const lm_string_view *views;
-  const lm_payloads *p;
-  const uint8_t *prefix;
-  size_t plen;
-  uint32_t pword, pmask;
+  prefix_spec s;
   lm_string_view *out;
   const size_t *cut; /* the parts' bounds (cut[0..parts]) */
   size_t parts;
@@ -557,10 +565,10 @@ static lm_status filter_range(void *arg, size_t begin, size_t end) {
     if (c->cut[mid] <= begin) lo = mid;
     else hi = mid;
   }
-  const lm_string_view *restrict views = c->views;
+  const lm_string_view *restrict views = c->s.views;
   lm_string_view *restrict o = c->out + begin;
-  const uint64_t plen = c->plen;
-  const uint32_t pword = c->pword, pmask = c->pmask;
+  const uint64_t plen = c->s.plen;
+  const uint32_t pword = c->s.pword, pmask = c->s.pmask;
   size_t k = 0;
   if (plen > LM_MAX_STRING_LEN) { /* longer than any string */
   } else if (plen <= 4) {
@@ -592,9 +600,9 @@ static lm_status filter_range(void *arg, size_t begin, size_t end) {
       memcpy(&v, &views[i], sizeof v);
       if (!((uint64_t)v.len >= plen && (load_u32(v.prefix_or_inline) & pmask) == pword)) continue;
       const view_fields f = fields_of(&v);
-      const uint8_t *s = bytes_at(&v, f, c->p);
+      const uint8_t *s = bytes_at(&v, f, c->s.p);
       if (!s) return LM_ERANGE;
-      if (memcmp(s + 4, c->prefix + 4, plen - 4) == 0) memcpy(&o[k++], &v, sizeof v);
+      if (memcmp(s + 4, c->s.prefix + 4, plen - 4) == 0) memcpy(&o[k++], &v, sizeof v);
     }
   }
   c->kept[lo] = k;
@@ -607,17 +615,13 @@ lm_status lm_views_filter_prefix(const lm_string_view *views, size_t n, const lm
   if (!kept || (n && (!views || !out)) || (plen && !prefix)) return LM_EINVAL;
   *kept = 0;
   if (!n) return LM_OK;
-  uint8_t head[4] = {0, 0, 0, 0}, mask[4] = {0, 0, 0, 0};
-  const size_t hk = plen < 4 ? plen : 4;
-  if (hk) memcpy(head, prefix, hk);
-  memset(mask, 0xFF, hk);
   size_t cut[LM_CUT_MAX + 1], counts[LM_CUT_MAX];
   const lm_exec e = grain_exec(exec, LM_OPS_GRAIN);
   const size_t threads = lm_cut_threads(&e, n);
   const size_t parts = threads <= 1 ? 1 : lm_cut_parts(threads);
   for (size_t t = 0; t <= parts; t++) cut[t] = (size_t)lm_cut_at(n, t, parts);
   memset(counts, 0, parts * sizeof counts[0]);
-  filter_ctx c = {views, p, prefix, plen, load_u32(head), load_u32(mask), out, cut, parts, counts};
+  filter_ctx c = {prefix_spec_of(views, p, prefix, plen), out, cut, parts, counts};
   const lm_status s = parts == 1 ? filter_range(&c, 0, n) : lm_cut_run(threads, parts, cut, filter_range, &c);
   if (s != LM_OK) return s;
   /* the parts' kept views moved down behind each other, in order */
