@@ -65,9 +65,9 @@ class ForkedProcess:
         self.send_signal(signal.SIGKILL)
 
     def communicate(self, timeout=None):
-        out, err = [], []
+        out, err = [None], [None]
         readers = [threading.Thread(target=lambda f, acc: acc.append(f.read()), args=(f, acc), daemon=True)
-                   for f, acc in ((self.stdout, out), (self.stderr, err))]
+                   for f, acc in ((self.stdout, out), (self.stderr, err)) if f is not None]
         for t in readers:
             t.start()
         for t in readers:
@@ -75,9 +75,10 @@ class ForkedProcess:
             if t.is_alive():
                 raise subprocess.TimeoutExpired(f"forked pid {self.pid}", timeout)
         self.wait(timeout)
-        self.stdout.close()
-        self.stderr.close()
-        return out[0], err[0]
+        for f in (self.stdout, self.stderr):
+            if f is not None:
+                f.close()
+        return out[-1], err[-1]
 
 
 class ForkServer:
@@ -125,9 +126,10 @@ class ForkServer:
                     self._replies[m["id"]] = m
                     self._cv.notify_all()
 
-    def popen(self, argv, env=None, cwd=None):
-        """Start argv ([script, args...] or ["-m", module, args...]) in a forked child; text pipes."""
-        out_r, out_w = os.pipe()
+    def popen(self, argv, env=None, cwd=None, stdout=True):
+        """Start argv ([script, args...] or ["-m", module, args...]) in a forked child; text pipes
+        (stdout=False: the child's stdout goes to /dev/null, like subprocess.DEVNULL)."""
+        out_r, out_w = os.pipe() if stdout else (None, os.open(os.devnull, os.O_WRONLY))
         err_r, err_w = os.pipe()
         try:
             with self._cv:
@@ -145,10 +147,11 @@ class ForkServer:
                 self._cv.wait()
             rep = self._replies.pop(rid, None) or self._replies[None]
             if "error" in rep:
-                os.close(out_r)
-                os.close(err_r)
+                for fd in (out_r, err_r):
+                    if fd is not None:
+                        os.close(fd)
                 raise RuntimeError(rep["error"])
-            p = ForkedProcess(rep["pid"], io.open(out_r, "r", encoding="utf-8", errors="replace"),
+            p = ForkedProcess(rep["pid"], io.open(out_r, "r", encoding="utf-8", errors="replace") if stdout else None,
                               io.open(err_r, "r", encoding="utf-8", errors="replace"))
             if rep["pid"] in self._early:
                 p._exited(self._early.pop(rep["pid"]))

@@ -24,6 +24,7 @@ import time
 import chaos_child
 import test_cli
 import test_distributed
+from forkserver import ForkServer
 from luminamoon.cli.demo_corpus import generate
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -101,23 +102,29 @@ def _kill_moment(rng, p, out, full):
 
 
 def test_cli_random_kills_then_resume_equal_uninterrupted(tmp_path):
+    """The runs are forks of a process that imported luminamoon and its CLI once (forkserver.py:
+    each a real process, killed by a real SIGKILL), not new interpreters importing torch."""
     seed = _seed()
     rng = random.Random(seed)
     info = generate(str(tmp_path / "corpus"), size_mb=1.0, seed=42, shard_mb=0.25)
-    cmd = [sys.executable, "-m", "luminamoon", "run", *info["paths"], "-q", *CLI_ARGS]
+    cmd = ["-m", "luminamoon", "run", *info["paths"], "-q", *CLI_ARGS]
     ref = str(tmp_path / "ref")
+    with ForkServer(preload=("luminamoon.data", "luminamoon.cli")) as forks:
+        _cli_random_kills(tmp_path, seed, rng, forks, cmd, ref)
+
+
+def _cli_random_kills(tmp_path, seed, rng, forks, cmd, ref):
     t0 = time.monotonic()
-    r = subprocess.run(cmd + ["-o", ref], capture_output=True, text=True, timeout=300)
+    r = forks.run(cmd + ["-o", ref], timeout=300)
     assert r.returncode == 0, r.stderr
-    full = time.monotonic() - t0  # an uninterrupted run, interpreter start included
+    full = time.monotonic() - t0  # an uninterrupted run (forked: no interpreter start)
     want, want_stats = test_cli._part_bytes(ref), test_cli._comparable(test_cli._stats(ref))
     kills, parts_at_kill, ended_early = 0, [], 0
     for i in range(ROUNDS):
         out = str(tmp_path / f"out-{i}")
         log = []
         for k in range(rng.randint(1, 3)):
-            p = subprocess.Popen(cmd + ["-o", out] + (["--resume"] if k else []), stdout=subprocess.DEVNULL,
-                                 stderr=subprocess.PIPE, text=True)
+            p = forks.popen(cmd + ["-o", out] + (["--resume"] if k else []), stdout=False)
             try:
                 when = _kill_moment(rng, p, out, full)
                 if when is None:
@@ -136,7 +143,7 @@ def test_cli_random_kills_then_resume_equal_uninterrupted(tmp_path):
                     p.wait()
                 p.stderr.close()
         where = f"LM_CHAOS_SEED={seed} round {i}: {log}"
-        r = subprocess.run(cmd + ["-o", out, "--resume"], capture_output=True, text=True, timeout=300)
+        r = forks.run(cmd + ["-o", out, "--resume"], timeout=300)
         assert r.returncode == 0, f"{where}: {r.stderr}"
         assert test_cli._part_bytes(out) == want, f"part files differ from an uninterrupted run; {where}"
         assert test_cli._comparable(test_cli._stats(out)) == want_stats, f"statistics differ; {where}"
