@@ -211,16 +211,15 @@ def _child(sock, wake, req, fds):
         os.environ.update(req["env"])
         os.chdir(req["cwd"])
         argv = req["argv"]
+        import runpy
         try:
             if argv[0] == "-m":
                 sys.argv = [argv[1]] + argv[2:]
                 sys.path[0] = req["cwd"]
-                import runpy
                 runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
             else:
                 sys.argv = argv
                 sys.path[0] = os.path.dirname(os.path.abspath(argv[0]))
-                import runpy
                 runpy.run_path(argv[0], run_name="__main__")
             code = 0
         except SystemExit as e:

@@ -9,59 +9,18 @@ runner added them one at a time after it) still resumes."""
 import glob
 import json
 import os
-import select
-import subprocess
-import sys
 
 import pytest
 
+from forkserver import ForkServer
 from luminamoon.cli.demo_corpus import generate
 
-# Every run is a child forked by one server process that imported luminamoon (and torch) once:
-# a run then costs its own work, not ~2-4 s of imports (torch; matplotlib for report.png): the
-# ~40 runs of this file took ~150 s of CI.  A child is a fresh process for the run (its own
-# os.replace hook, threads, files); it dies by os._exit(137) as a kill -9 would, and the server
-# reports its exit status.
-_SERVER = r"""
-import json, os, sys, traceback
-from luminamoon.cli import main
-import matplotlib  # report.png's renderer, imported as render_report does
-matplotlib.use("Agg", force=True)
-import matplotlib.pyplot, matplotlib.ticker
-for line in sys.stdin:
-    job = json.loads(line)
-    pid = os.fork()
-    if pid == 0:
-        fd = os.open(job["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        os.dup2(fd, 1)  # the run's output, not the server's replies
-        os.dup2(fd, 2)
-        os.close(fd)
-        N, WHEN = job["die_at"], job["when"]
-        count = [0]
-        _real = os.replace
-        def replace(src, dst, *a, **k):
-            count[0] += 1
-            if count[0] == N and WHEN == "before":
-                os._exit(137)
-            r = _real(src, dst, *a, **k)
-            if count[0] == N and WHEN == "after":
-                os._exit(137)
-            return r
-        os.replace = replace
-        try:
-            rc = main(job["argv"])
-        except SystemExit as e:
-            rc = e.code if isinstance(e.code, int) else 1
-        except BaseException:
-            traceback.print_exc()
-            rc = 1
-        sys.stderr.write(f"REVIEW_RENAMES {count[0]}\n")
-        sys.stderr.flush()
-        os._exit(rc if isinstance(rc, int) else 1)
-    _, status = os.waitpid(pid, 0)
-    sys.stdout.write(json.dumps({"rc": os.waitstatus_to_exitcode(status)}) + "\n")
-    sys.stdout.flush()
-"""
+# Every run is a child forked by one server process that imported luminamoon (and torch) and
+# matplotlib once (tests/python/forkserver.py): a run then costs its own work, not ~2-4 s of imports
+# (torch; matplotlib for report.png): the ~40 runs of this file took ~150 s of CI.  A child is a fresh
+# process for the run (its own os.replace hook, threads, files: kill_points_child.py); it dies by
+# os._exit(137) as a kill -9 would, and the server reports its exit status.
+CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kill_points_child.py")
 
 
 class _Result:
@@ -69,41 +28,24 @@ class _Result:
         self.returncode, self.stderr = returncode, stderr
 
 
-_server = []
-
-
-def _server_proc():
-    if not _server or _server[0].poll() is not None:
-        _server[:] = [subprocess.Popen([sys.executable, "-c", _SERVER], stdin=subprocess.PIPE,
-                                       stdout=subprocess.PIPE, text=True)]
-    return _server[0]
+_forks = []
+ARGS = ["-q", "--batch-size", "32", "--part-docs", "40", "-j", "1"]
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _stop_server():
     yield
-    for p in _server:
-        p.stdin.close()
-        p.wait(timeout=60)
-
-
-ARGS = ["-q", "--batch-size", "32", "--part-docs", "40", "-j", "1"]
+    for fs in _forks:
+        fs.close()
+    _forks.clear()
 
 
 def _go(paths, out, die_at=0, when="before", *extra):
-    srv = _server_proc()
-    err = out.rstrip("/") + ".stderr"
-    os.makedirs(os.path.dirname(err), exist_ok=True)
-    job = {"argv": ["run", *paths, "-o", out, *ARGS, *extra], "die_at": die_at, "when": when, "stderr": err}
-    srv.stdin.write(json.dumps(job) + "\n")
-    srv.stdin.flush()
-    if not select.select([srv.stdout], [], [], 600)[0]:  # a hung run fails the test, not the suite
-        srv.kill()
-        raise AssertionError(f"run {job['argv']} did not finish in 600 s")
-    line = srv.stdout.readline()
-    assert line, "the run server died"
-    with open(err) as f:
-        return _Result(json.loads(line)["rc"], f.read())
+    if not _forks:
+        _forks.append(ForkServer(preload=("luminamoon.cli", "matplotlib.pyplot", "matplotlib.ticker")))
+    env = {**os.environ, "LM_DIE_AT": str(die_at), "LM_DIE_WHEN": when}
+    r = _forks[0].run([CHILD, "run", *paths, "-o", out, *ARGS, *extra], env=env, timeout=600)
+    return _Result(r.returncode, r.stdout + r.stderr)  # (a hung run fails the test: TimeoutExpired)
 
 
 def _parts(out):
