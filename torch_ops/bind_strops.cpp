@@ -172,8 +172,10 @@ py::object views_match(py::handle views, py::handle buffers, py::handle pat, int
 }
 
 // StringTensor.filter_by_prefix: the kept views (uint8 [K, 16]) in one pass, or None.  The output is
-// allocated for every view and shrunk to the kept ones (ArrayOut::shrink: mremap / realloc in place), so
-// no mask is written, counted and read again.
+// allocated for every view and shrunk to the kept ones (ArrayOut::shrink, realloc in place), so no mask is
+// written, counted and read again.  malloc'd, not pooled: a pooled mapping of every view's size, shrunk by
+// mremap, never went back to the pool whole, so each call mapped a fresh one (3.3-8.4 against 1.2 ns a
+// string on 1 M words).
 py::object views_filter_prefix(py::handle views, py::handle buffers, py::handle pat) {
   Views a(views, buffers);
   if (!a.ok || !PyUnicode_Check(pat.ptr())) return py::none();

@@ -315,13 +315,6 @@ int lm_o64_eq_stream_avx512(const int64_t *restrict oa, const int64_t *restrict 
   return 0;
 }
 
-/* lm_views_eq_pass1_avx512: four views a register, four registers a step.  Per register of
- * each side: the views' two words compared at once (vpcmpeqq: bit 2k = length and prefix of
- * view k agree, bit 2k + 1 = its other 8 bytes), its length over 12 (vpcmpuq on the low half of
- * word 0), and the padding: min(len, 12) spread over the view's 16 bytes (vpminud, vpshufb with
- * index 0), byte j required zero when j - 4 >= that (a signed byte compare: never bytes 0..3),
- * and the required bytes that are not zero collected.  The 16 pairs' marks (bits 0, 2, .. 30 of
- * two 32-bit masks) become bytes by vpmovm2b and vpmovwb. */
 /* lm_views_filter_heads_avx512: word 0 of each view (len | prefix << 32) in the even 64-bit lanes;
  * a kept view's two lanes compressed to the front (vpcompressq) and the register stored at o + k,
  * whatever it holds past them (the next store starts at the new k), so nothing branches on the
@@ -343,6 +336,13 @@ size_t lm_views_filter_heads_avx512(const lm_string_view *views, size_t n, lm_st
   return i;
 }
 
+/* lm_views_eq_pass1_avx512: four views a register, four registers a step.  Per register of
+ * each side: the views' two words compared at once (vpcmpeqq: bit 2k = length and prefix of
+ * view k agree, bit 2k + 1 = its other 8 bytes), its length over 12 (vpcmpuq on the low half of
+ * word 0), and the padding: min(len, 12) spread over the view's 16 bytes (vpminud, vpshufb with
+ * index 0), byte j required zero when j - 4 >= that (a signed byte compare: never bytes 0..3),
+ * and the required bytes that are not zero collected.  The 16 pairs' marks (bits 0, 2, .. 30 of
+ * two 32-bit masks) become bytes by vpmovm2b and vpmovwb. */
 size_t lm_views_eq_pass1_avx512(const lm_string_view *a, const lm_string_view *b, uint8_t *out, size_t n,
                                 size_t *longs, uint64_t *pad) {
   const __m512i twelve32 = _mm512_set1_epi32((int)LM_INLINE_MAX), low32 = _mm512_set1_epi64(0xFFFFFFFFll);
